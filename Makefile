@@ -1,0 +1,35 @@
+# hangar's developer entry points. Every target installs what it needs first, so a fresh clone
+# on a fresh machine needs nothing done by hand: `make test` is enough.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ARGS ?=
+# Debian packages the local sandboxes and the in-sandbox scripts need.
+DEB_PACKAGES := bubblewrap git tar zstd tmux util-linux
+
+.PHONY: install system-packages test bench run lint clean
+
+install: system-packages $(STAMP)
+
+system-packages:
+	@scripts/install-system-packages $(DEB_PACKAGES)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest $(ARGS)
+
+bench: install
+	$(BIN)/python -m tests.bench.run $(ARGS)
+
+lint: install
+	$(BIN)/python -m mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -1,0 +1,111 @@
+"""Settings: one frozen object, built once from a mapping.
+
+Nothing in hangar reads ``os.environ`` except the entry points, which pass it to
+:meth:`Settings.from_env`. Every field has the environment name ``HANGAR_<FIELD>`` (upper case);
+the spec's own names are kept (``session_keep_checkpoints`` is
+``HANGAR_SESSION_KEEP_CHECKPOINTS``). URLs left unset default to the embedded backends under
+``data_dir``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from hangar.errors import InvalidSettings
+
+_PREFIX = "HANGAR_"
+
+
+def _default_data_dir(env: Mapping[str, str]) -> Path:
+    home = env.get("HOME") or str(Path.home())
+    return Path(home) / ".hangar"
+
+
+def _default_harness_dir(env: Mapping[str, str]) -> Path:
+    home = env.get("HOME") or str(Path.home())
+    return Path(home) / ".local" / "share" / "hangar" / "harnesses"
+
+
+class Settings(BaseModel):
+    """hangar's configuration. Frozen: build a new one with :meth:`replace` to change it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data_dir: Path
+    db: str = Field(description="State database URL: sqlite:///PATH or firestore://PROJECT/DB")
+    session_store: str = Field(description="Blob store URL: file:///PATH or gs://BUCKET/PREFIX")
+    keys: str = Field(description="Key URL: local:///PATH or gcpkms://projects/...")
+    ticks: str = "local:"
+    sandboxes: str = Field(description="Sandbox backend URL: local:///PATH or gke://CTX/NS")
+    harness_dir: Path
+    url: str = "http://127.0.0.1:8080"
+    token: str | None = None
+
+    session_keep_checkpoints: int = Field(5, ge=1)
+    session_max_part_mb: float = Field(100, gt=0)
+    session_max_untracked_mb: float = Field(20, gt=0)
+    session_checkpoint_minutes: float = Field(10, ge=0)
+    exchange_max_patch_mb: float = Field(10, gt=0)
+    checkpoint_timeout_seconds: float = Field(300, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, values: Any) -> Any:
+        if not isinstance(values, dict):
+            return values
+        data_dir = Path(values.get("data_dir") or _default_data_dir({}))
+        values["data_dir"] = data_dir
+        values.setdefault("db", f"sqlite:///{data_dir}/hangar.db")
+        values.setdefault("session_store", f"file:///{data_dir}/blobs")
+        values.setdefault("keys", f"local:///{data_dir}/vault.key")
+        values.setdefault("sandboxes", f"local:///{data_dir}/sandboxes")
+        values.setdefault("harness_dir", _default_harness_dir({}))
+        return values
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """Build settings from ``HANGAR_*`` variables; unknown ``HANGAR_*`` names are ignored.
+
+        Raises :class:`InvalidSettings` naming the variable when a value does not parse.
+        """
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = env.get(_PREFIX + name.upper())
+            if raw not in (None, ""):
+                values[name] = raw
+        values.setdefault("data_dir", _default_data_dir(env))
+        values.setdefault("harness_dir", _default_harness_dir(env))
+        return cls.build(**values)
+
+    @classmethod
+    def build(cls, **values: Any) -> Settings:
+        """Build settings from keyword values (tests use this), mapping errors to InvalidSettings."""
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "settings"
+            raise InvalidSettings(
+                f"invalid setting {_PREFIX}{field.upper()}: {first['msg']}",
+                setting=_PREFIX + field.upper(),
+            ) from None
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` applied and validated."""
+        return Settings.build(**{**self.model_dump(), **changes})
+
+    @property
+    def max_part_bytes(self) -> int:
+        return int(self.session_max_part_mb * 1024 * 1024)
+
+    @property
+    def max_untracked_bytes(self) -> int:
+        return int(self.session_max_untracked_mb * 1024 * 1024)
+
+    @property
+    def max_patch_bytes(self) -> int:
+        return int(self.exchange_max_patch_mb * 1024 * 1024)

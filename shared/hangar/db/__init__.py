@@ -1,0 +1,160 @@
+"""The state database port: sessions, turns, checkpoint records, environments, tokens and tick
+due-times.
+
+Contract for every backend (checked by :mod:`hangar.testing.db`):
+
+- Every method is one atomic transaction. Updates are compare-and-set: the record passed in
+  carries the ``version`` it was read at; if the stored version differs the call raises
+  :class:`~hangar.errors.VersionConflict` and changes nothing. A successful create returns the
+  record with version 1, a successful update with version + 1. The caller's object is not
+  mutated.
+- Lookups of a missing record raise the specific ``*NotFound`` error; deletes are idempotent.
+- Session names are unique (:class:`~hangar.errors.NameTaken`); environment names are the
+  environment's key.
+- Lists are ordered as documented on each method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from hangar.config import Settings
+from hangar.errors import InvalidSettings
+from hangar.models import (
+    Checkpoint,
+    Environment,
+    Session,
+    SessionState,
+    TickDue,
+    Token,
+    Turn,
+)
+
+
+class Db(Protocol):
+    # sessions
+    def create_session(self, session: Session) -> Session:
+        """Insert; raises NameTaken if the name is used, AlreadyExists if the id is."""
+        ...
+
+    def get_session(self, session_id: str) -> Session: ...
+
+    def find_session(self, name: str) -> Session:
+        """The session with this name; SessionNotFound if none."""
+        ...
+
+    def list_sessions(
+        self, *, states: list[SessionState] | None = None, limit: int = 1000
+    ) -> list[Session]:
+        """Newest first by ``created_at``; only the given states when ``states`` is set."""
+        ...
+
+    def update_session(self, session: Session) -> Session:
+        """Compare-and-set on ``session.version``. A rename to a taken name raises NameTaken."""
+        ...
+
+    def delete_session(self, session_id: str) -> None:
+        """Delete the session with its turns and checkpoint records. Idempotent."""
+        ...
+
+    # turns
+    def add_turn(self, turn: Turn) -> Turn:
+        """Insert turn ``n`` of its session; AlreadyExists if that number is taken."""
+        ...
+
+    def get_turn(self, session_id: str, n: int) -> Turn: ...
+
+    def list_turns(self, session_id: str) -> list[Turn]:
+        """Oldest first (by ``n``)."""
+        ...
+
+    def update_turn(self, turn: Turn) -> Turn:
+        """Compare-and-set on ``turn.version``."""
+        ...
+
+    # checkpoints
+    def record_checkpoint(self, checkpoint: Checkpoint, keep: int) -> list[Checkpoint]:
+        """Insert the record and, in the same transaction, drop all but the newest ``keep`` of the
+        session's checkpoints (by ``ts``). Returns the dropped records, whose blobs the caller
+        deletes. AlreadyExists if the id is taken."""
+        ...
+
+    def list_checkpoints(self, session_id: str) -> list[Checkpoint]:
+        """Oldest first, newest last (by ``ts``)."""
+        ...
+
+    def get_checkpoint(self, session_id: str, checkpoint_id: str) -> Checkpoint: ...
+
+    def delete_checkpoints(self, session_id: str) -> list[Checkpoint]:
+        """Drop every checkpoint record of the session; returns what was dropped."""
+        ...
+
+    # environments
+    def create_environment(self, env: Environment) -> Environment:
+        """AlreadyExists if the name is taken."""
+        ...
+
+    def get_environment(self, name: str) -> Environment: ...
+
+    def list_environments(self) -> list[Environment]:
+        """By name."""
+        ...
+
+    def update_environment(self, env: Environment) -> Environment: ...
+
+    def delete_environment(self, name: str) -> None: ...
+
+    # tokens
+    def create_token(self, token: Token) -> Token: ...
+
+    def find_token(self, secret_hash: str) -> Token:
+        """The token whose secret hashes to this; TokenNotFound if none."""
+        ...
+
+    def list_tokens(self) -> list[Token]:
+        """Oldest first."""
+        ...
+
+    def delete_token(self, token_id: str) -> None: ...
+
+    # tick due-times
+    def set_due(self, due: TickDue) -> TickDue:
+        """Create or move the due-time with this key (an upsert; the version it returns counts
+        the moves)."""
+        ...
+
+    def list_due(self, before: datetime, limit: int = 100) -> list[TickDue]:
+        """Due-times at or before ``before``, earliest first."""
+        ...
+
+    def clear_due(self, key: str, version: int | None = None) -> bool:
+        """Remove a due-time; with ``version``, only if it was not moved since it was read.
+        Returns whether something was removed."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _open_sqlite(url: str, settings: Settings) -> Db:
+    from hangar.db.sqlite import SqliteDb
+
+    return SqliteDb.from_url(url)
+
+
+_BACKENDS: dict[str, Callable[[str, Settings], Db]] = {"sqlite": _open_sqlite}
+
+
+def open_db(url: str, settings: Settings) -> Db:
+    """Open the backend the URL's scheme names; InvalidSettings for an unknown scheme."""
+    scheme = urlsplit(url).scheme
+    try:
+        opener = _BACKENDS[scheme]
+    except KeyError:
+        raise InvalidSettings(
+            f"HANGAR_DB: unknown scheme {scheme!r} (known: {', '.join(sorted(_BACKENDS))})",
+            setting="HANGAR_DB",
+        ) from None
+    return opener(url, settings)

@@ -1,0 +1,184 @@
+"""Every error hangar raises on purpose, under one root.
+
+Each class carries a stable ``code`` (what clients match on), an HTTP ``status`` (what the REST
+surface answers) and keyword ``data`` fields that say which thing was wrong. Codes never change
+once shipped; messages may.
+
+::
+
+    HangarError                         internal            500
+    ├── InvalidInput                    invalid_input       400
+    │   ├── InvalidName                 invalid_name        400
+    │   └── InvalidSettings             invalid_settings    400
+    ├── NotFound                        not_found           404
+    │   ├── SessionNotFound             session_not_found   404
+    │   ├── CheckpointNotFound          checkpoint_not_found 404
+    │   ├── EnvironmentNotFound         environment_not_found 404
+    │   ├── TokenNotFound               token_not_found     404
+    │   ├── SandboxNotFound             sandbox_not_found   404
+    │   └── BlobNotFound                blob_not_found      404
+    ├── Conflict                        conflict            409
+    │   ├── VersionConflict             version_conflict    409
+    │   ├── AlreadyExists               already_exists      409
+    │   ├── NameTaken                   name_taken          409
+    │   └── SessionBusy                 session_busy        409
+    ├── SandboxError                    sandbox_error       502
+    │   ├── SandboxUnavailable          sandbox_unavailable 503
+    │   └── ExecTimeout                 exec_timeout        504
+    ├── CheckpointError                 checkpoint_failed   500
+    │   ├── RestoreFailed               restore_failed      500
+    │   └── NoUsableCheckpoint          no_usable_checkpoint 500
+    ├── UnsafeArchive                   unsafe_archive      422
+    ├── CryptoError                     crypto_error        500
+    │   └── DecryptionFailed            decryption_failed   500
+    └── BackendError                    backend_error       503
+
+Vendor exceptions (sqlite3, OSError from a backend's own files, google.api_core) are translated
+inside the backend module that meets them and never escape it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class HangarError(Exception):
+    """The root: an error with a stable code, an HTTP status and data fields."""
+
+    code: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+
+    def __init__(self, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data: dict[str, Any] = data
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire shape: ``{"error": {"code", "message", ...data}}``."""
+        return {"error": {"code": self.code, "message": self.message, **self.data}}
+
+
+class InvalidInput(HangarError):
+    code = "invalid_input"
+    status = 400
+
+
+class InvalidName(InvalidInput):
+    code = "invalid_name"
+
+
+class InvalidSettings(InvalidInput):
+    code = "invalid_settings"
+
+
+class NotFound(HangarError):
+    code = "not_found"
+    status = 404
+
+
+class SessionNotFound(NotFound):
+    code = "session_not_found"
+
+
+class CheckpointNotFound(NotFound):
+    code = "checkpoint_not_found"
+
+
+class EnvironmentNotFound(NotFound):
+    code = "environment_not_found"
+
+
+class TokenNotFound(NotFound):
+    code = "token_not_found"
+
+
+class SandboxNotFound(NotFound):
+    code = "sandbox_not_found"
+
+
+class BlobNotFound(NotFound):
+    code = "blob_not_found"
+
+
+class Conflict(HangarError):
+    code = "conflict"
+    status = 409
+
+
+class VersionConflict(Conflict):
+    """The record changed since it was read; re-read and try again."""
+
+    code = "version_conflict"
+
+
+class AlreadyExists(Conflict):
+    code = "already_exists"
+
+
+class NameTaken(Conflict):
+    code = "name_taken"
+
+
+class SessionBusy(Conflict):
+    code = "session_busy"
+
+
+class SandboxError(HangarError):
+    code = "sandbox_error"
+    status = 502
+
+
+class SandboxUnavailable(SandboxError):
+    """The sandbox backend cannot start or reach sandboxes (e.g. bubblewrap is missing)."""
+
+    code = "sandbox_unavailable"
+    status = 503
+
+
+class ExecTimeout(SandboxError):
+    code = "exec_timeout"
+    status = 504
+
+
+class CheckpointError(HangarError):
+    """A checkpoint could not be taken; nothing was recorded and its parts were deleted."""
+
+    code = "checkpoint_failed"
+    status = 500
+
+
+class RestoreFailed(CheckpointError):
+    """One checkpoint could not be restored into a sandbox."""
+
+    code = "restore_failed"
+
+
+class NoUsableCheckpoint(RestoreFailed):
+    """Every checkpoint of a session was tried and none restored."""
+
+    code = "no_usable_checkpoint"
+
+
+class UnsafeArchive(HangarError):
+    """An archive member would land outside its folder, or is of a refused kind."""
+
+    code = "unsafe_archive"
+    status = 422
+
+
+class CryptoError(HangarError):
+    code = "crypto_error"
+    status = 500
+
+
+class DecryptionFailed(CryptoError):
+    """Ciphertext was tampered with, truncated, or bound to another session, checkpoint or part."""
+
+    code = "decryption_failed"
+
+
+class BackendError(HangarError):
+    """A storage or key backend failed in a way the caller cannot fix (disk, network)."""
+
+    code = "backend_error"
+    status = 503

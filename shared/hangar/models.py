@@ -1,0 +1,199 @@
+"""The records hangar keeps, as pydantic v2 models.
+
+Stored records carry a ``version``: the db port sets it (1 on create, +1 on every update) and
+refuses an update whose version is not the one it stored (compare-and-set). Timestamps are
+timezone-aware UTC; whoever creates or changes a record sets them, the db never does.
+
+A session's turns and checkpoints are stored as records of their own (a session's history
+grows without bound, and recording a checkpoint must not race with a change to the session);
+:class:`SessionDetail` is the session with both lists filled in, as surfaces show it.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+"""Session and environment names: lowercase slugs, what people type."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id(prefix: str, nbytes: int = 4) -> str:
+    """A random id such as ``ses-1a2b3c4d`` (the spec's "prefix + 8 hex")."""
+    return f"{prefix}-{secrets.token_hex(nbytes)}"
+
+
+class Record(BaseModel):
+    """Base of every stored record: strict about unknown fields, versioned by the db."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    version: int = 0
+
+
+class SessionState(StrEnum):
+    STARTING = "starting"
+    ACTIVE = "active"
+    IDLE = "idle"
+    SUSPENDING = "suspending"
+    SUSPENDED = "suspended"
+    ARCHIVED = "archived"
+    FAILED = "failed"
+
+
+class TurnOutcome(StrEnum):
+    EXITED = "exited"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    TIMED_OUT = "timed_out"
+    NEEDS_INPUT = "needs_input"
+
+
+class CheckpointReason(StrEnum):
+    TURN = "turn"
+    SUSPEND = "suspend"
+    DESTROY = "destroy"
+    MANUAL = "manual"
+    INTERVAL = "interval"
+
+
+class Compression(StrEnum):
+    ZSTD = "zstd"
+    GZIP = "gzip"
+    NONE = "none"
+
+
+class Session(Record):
+    """A stream of work you can come back to (spec 000 §5.1)."""
+
+    id: str = Field(default_factory=lambda: new_id("ses"))
+    name: str
+    title: str = ""
+    owner: str = "admin"
+    environment: str
+    harness: str
+    model: str | None = None
+    repo: str | None = None
+    base_branch: str | None = None
+    branch: str = ""
+    base_commit: str | None = None
+    harness_session: str | None = None
+    sandbox_id: str | None = None
+    state: SessionState = SessionState.STARTING
+    idle_minutes: float = 30
+    job_id: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    last_active_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+    def model_post_init(self, context: Any, /) -> None:
+        if not self.branch:
+            self.branch = f"hangar/session/{self.name}"
+
+
+class Turn(Record):
+    """One agent turn of a session; ``n`` counts from 1."""
+
+    session_id: str
+    n: int = Field(ge=1)
+    message: str
+    run_id: str = Field(default_factory=lambda: new_id("run"))
+    started_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    outcome: TurnOutcome | None = None
+    summary: str | None = None
+    harness_session: str | None = None
+    usage: dict[str, int] = Field(default_factory=dict)
+    log_cursor: int = 0
+
+
+class CheckpointPart(BaseModel):
+    """One stored part. ``size`` is the packed (pre-encryption) size; ``stored_size`` is what the
+    blob holds after encryption."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    size: int
+    stored_size: int
+    compression: Compression = Compression.NONE
+    sha256: str
+
+
+class Checkpoint(Record):
+    """A recorded checkpoint: every part listed here is stored, encrypted, under
+    ``sessions/<session_id>/<id>/<part>`` in blobs."""
+
+    id: str = Field(default_factory=lambda: new_id("ckp", 6))
+    session_id: str
+    ts: datetime = Field(default_factory=utcnow)
+    reason: CheckpointReason
+    head: str | None = None
+    base: str | None = None
+    branch: str | None = None
+    harness: str | None = None
+    harness_session: str | None = None
+    cwd: str | None = None
+    parts: list[CheckpointPart] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    fingerprint: str | None = None
+    wrapped_key: str = Field(description="the checkpoint's data key, wrapped by the keys port, base64")
+
+    def part(self, name: str) -> CheckpointPart | None:
+        return next((p for p in self.parts if p.name == name), None)
+
+    @property
+    def total_size(self) -> int:
+        return sum(p.stored_size for p in self.parts)
+
+
+class SessionDetail(Session):
+    """A session with its turns (oldest first) and checkpoints (newest last), as surfaces show it."""
+
+    turns: list[Turn] = Field(default_factory=list)
+    checkpoints: list[Checkpoint] = Field(default_factory=list)
+
+
+class Environment(Record):
+    """Where a session's sandbox comes from: a repo, a branch, setup, vars and sealed secrets."""
+
+    name: str
+    repo: str
+    branch: str | None = None
+    setup: str | None = None
+    vars: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(
+        default_factory=dict, description="name -> ciphertext (base64); never the plain value"
+    )
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Token(Record):
+    """An API token. Only the SHA-256 of the secret is kept."""
+
+    id: str = Field(default_factory=lambda: new_id("tok"))
+    secret_hash: str
+    scopes: list[str] = Field(default_factory=list)
+    label: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class TickDue(Record):
+    """A due-time for a tick (idle check, checkpoint interval, turn watch, reap), keyed by
+    ``key`` so that setting it again moves it rather than adding another."""
+
+    key: str
+    kind: str
+    due_at: datetime
+    payload: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,132 @@
+"""The sandboxes port: isolated places where agents run, found again by id or label.
+
+Contract for every backend (checked by :mod:`hangar.testing.sandboxes`):
+
+- Inside a sandbox the repo lives under :data:`WORKSPACE` (``/workspace/<repo>``), HOME is the
+  sandbox's own (:data:`HOME`), ``/tmp`` is private, and ``python3``, ``git`` and ``tar`` are
+  on PATH.
+- ``create`` returns once the sandbox accepts ``exec``. A sandbox outlives the process that made
+  it: any later :class:`Sandboxes` opened on the same URL finds, uses and destroys it.
+- ``exec`` runs one command to completion. stdin is streamed in (bytes, a binary file or an
+  iterable of byte chunks); stdout and stderr are streamed to the given binary files, or
+  collected and returned when none is given. A timeout kills the command and raises
+  :class:`~hangar.errors.ExecTimeout`. A non-zero exit is not an error: it is in the result.
+- ``put_file`` and ``get_file`` stream file contents in and out.
+- ``destroy`` first runs every pre-destroy hook (unless ``hooks=False``), then ends every process
+  in the sandbox and removes it. It is idempotent: destroying a missing sandbox does nothing.
+  A hook that raises is logged and does not stop the destroy (a sandbox that must go, goes).
+- Lookups of a missing sandbox raise :class:`~hangar.errors.SandboxNotFound`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import BinaryIO, Protocol
+from urllib.parse import urlsplit
+
+from hangar.config import Settings
+from hangar.errors import InvalidSettings
+
+WORKSPACE = "/workspace"
+HOME = "/root"
+
+Stdin = bytes | BinaryIO | Iterable[bytes] | None
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What a new sandbox needs.
+
+    ``ro_paths`` are host paths shown read-only at the same path inside (a local-path repo, so
+    that it can be cloned). ``env`` is the base environment of every exec in the sandbox.
+    """
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ro_paths: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    id: str
+    labels: Mapping[str, str]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: bytes = b""
+    stderr: bytes = b""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+PreDestroyHook = Callable[[SandboxInfo], None]
+
+
+class Sandboxes(Protocol):
+    def create(self, spec: SandboxSpec) -> SandboxInfo: ...
+
+    def get(self, sandbox_id: str) -> SandboxInfo: ...
+
+    def list(self, labels: Mapping[str, str] | None = None) -> list[SandboxInfo]:
+        """Live sandboxes whose labels include every given pair, oldest first."""
+        ...
+
+    def exec(
+        self,
+        sandbox_id: str,
+        argv: Sequence[str],
+        *,
+        stdin: Stdin = None,
+        stdout: BinaryIO | None = None,
+        stderr: BinaryIO | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` in the sandbox (cwd defaults to HOME). ``env`` is added to the spec's."""
+        ...
+
+    def put_file(
+        self, sandbox_id: str, path: str, data: bytes | BinaryIO, *, mode: int = 0o644
+    ) -> None:
+        """Write a file (parents made as needed), replacing any file at ``path``."""
+        ...
+
+    def get_file(self, sandbox_id: str, path: str, out: BinaryIO) -> int:
+        """Copy a file's bytes to ``out``; returns the count. SandboxError if it is missing."""
+        ...
+
+    def destroy(self, sandbox_id: str, *, hooks: bool = True) -> None: ...
+
+    def add_pre_destroy_hook(self, hook: PreDestroyHook) -> None:
+        """Run ``hook(info)`` before every destroy, in the order added."""
+        ...
+
+
+def _open_local(url: str, settings: Settings) -> Sandboxes:
+    from hangar.sandboxes.local import LocalSandboxes
+
+    return LocalSandboxes.from_url(url, settings)
+
+
+_BACKENDS: dict[str, Callable[[str, Settings], Sandboxes]] = {"local": _open_local}
+
+
+def open_sandboxes(url: str, settings: Settings) -> Sandboxes:
+    """Open the backend the URL's scheme names; InvalidSettings for an unknown scheme."""
+    scheme = urlsplit(url).scheme
+    try:
+        opener = _BACKENDS[scheme]
+    except KeyError:
+        raise InvalidSettings(
+            f"HANGAR_SANDBOXES: unknown scheme {scheme!r} (known: {', '.join(sorted(_BACKENDS))})",
+            setting="HANGAR_SANDBOXES",
+        ) from None
+    return opener(url, settings)
