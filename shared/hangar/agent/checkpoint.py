@@ -1,0 +1,413 @@
+"""Pack a checkpoint inside a sandbox. Standard library only; run as ``python3 -I -c SRC CONFIG``.
+
+CONFIG is one JSON object::
+
+    repo                the repo's folder (/workspace/<repo>)
+    home                HOME, which the conversation folders are relative to
+    conversation_dirs   folders under HOME to archive, if they exist (never credentials)
+    base                the commit the session builds on, or null (then: merge-base with the
+                        upstream branch, if any)
+    harness, harness_session
+    max_part, max_untracked, max_patch      byte caps
+    skip_if_fingerprint the previous checkpoint's fingerprint, or null
+
+Standard output is one JSON line (the manifest) followed by the bytes of each part listed in it,
+in order, each exactly ``size`` bytes. With an unchanged fingerprint, the manifest says
+``"unchanged": true`` and lists no parts. On failure the exit status is non-zero and stderr says
+why. Nothing is left behind in the repo but the ref ``refs/hangar/checkpoint`` (HEAD pinned).
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+PIN = "refs/hangar/checkpoint"
+# Never let the user's or the agent's git config change what we produce or run.
+GIT = [
+    "git",
+    "-c", "core.quotepath=false",
+    "-c", "diff.noprefix=false",
+    "-c", "diff.mnemonicPrefix=false",
+    "-c", "diff.external=",
+    "-c", "core.fsmonitor=false",
+]  # fmt: skip
+STAGING_PREFIX = ".hangar-ckpt-"
+# Fields in a `git status --porcelain=v2` record (the path is the last, and may hold spaces).
+STATUS_FIELDS = {b"1": 9, b"u": 11, b"?": 2}
+STALE_SECONDS = 3600
+
+
+class Failure(Exception):
+    pass
+
+
+def git(repo, *args, check=True, stdin=None, env=None):
+    proc = subprocess.run(
+        GIT + ["-C", repo, *args],
+        input=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    if check and proc.returncode != 0:
+        raise Failure("git %s: %s" % (args[0], proc.stderr.decode(errors="replace").strip()))
+    return proc
+
+
+def git_out(repo, *args):
+    return git(repo, *args).stdout.decode().strip()
+
+
+def stat_line(path):
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "-"
+    return "%d:%d:%d:%d:%o" % (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode)
+
+
+def conversation_listing(home, dirs):
+    """(relative path, stat) of every file under the conversation folders that exist."""
+    entries = []
+    for rel in dirs:
+        top = os.path.join(home, rel)
+        if not os.path.isdir(top):
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames.sort()
+            for name in sorted(filenames):
+                full = os.path.join(dirpath, name)
+                entries.append((os.path.relpath(full, home), stat_line(full)))
+    return entries
+
+
+def untracked_files(repo):
+    out = git(repo, "ls-files", "-z", "--others", "--exclude-standard").stdout
+    return [p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
+
+
+def fingerprint(repo, home, dirs, head, branch, status_env):
+    """A hash that changes when anything a checkpoint would store changes.
+
+    File stats include ctime and inode: an edit that restores a file's size and mtime still
+    moves its ctime, which no unprivileged process can set.
+    """
+    h = hashlib.sha256()
+    h.update(("%s\n%s\n" % (head, branch)).encode())
+    h.update(stat_line(os.path.join(repo, ".git", "index")).encode())
+    status = git(
+        repo, "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignore-submodules",
+        "--no-renames", env=status_env,
+    ).stdout  # fmt: skip
+    h.update(status)
+    for record in status.split(b"\0"):
+        fields = STATUS_FIELDS.get(record[:1])
+        if fields is None:
+            continue
+        path = record.split(b" ", fields - 1)[-1]
+        full = os.path.join(repo, path.decode("utf-8", "surrogateescape"))
+        h.update(b"\0" + stat_line(full).encode())
+    for rel, st in conversation_listing(home, dirs):
+        h.update(("\0%s\0%s" % (rel, st)).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def upstream_base(repo, head):
+    for ref in ("@{upstream}", "refs/remotes/origin/HEAD"):
+        proc = git(repo, "rev-parse", "--verify", "-q", ref, check=False)
+        if proc.returncode == 0:
+            tip = proc.stdout.decode().strip()
+            mb = git(repo, "merge-base", head, tip, check=False)
+            if mb.returncode == 0:
+                return mb.stdout.decode().strip()
+    return None
+
+
+def compressor():
+    return "zstd" if shutil.which("zstd") else "gzip"
+
+
+def archive(cwd, members, out_path, compression):
+    """tar the NUL-separated ``members`` (relative to ``cwd``) into ``out_path``, compressed."""
+    tar = subprocess.Popen(
+        ["tar", "--null", "-T", "-", "--no-recursion", "--hard-dereference",
+         "--warning=no-file-ignored", "--warning=no-file-changed", "-cf", "-"],
+        cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    feeder = threading.Thread(target=_feed, args=(tar.stdin, members))
+    feeder.start()
+    with open(out_path, "wb") as out:
+        if compression == "zstd":
+            z = subprocess.run(["zstd", "-q", "-1", "-T0", "-c"], stdin=tar.stdout, stdout=out,
+                               stderr=subprocess.PIPE)  # fmt: skip
+            zerr = z.returncode
+        else:
+            import gzip
+
+            with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=1, mtime=0) as gz:
+                shutil.copyfileobj(tar.stdout, gz, 1 << 20)
+            zerr = 0
+    tar.stdout.close()
+    feeder.join()
+    err = tar.stderr.read()
+    # GNU tar exits 1 when a file changed while it was read: the archive is still usable.
+    if tar.wait() not in (0, 1) or zerr:
+        raise Failure("tar: %s" % err.decode(errors="replace").strip())
+
+
+def _feed(pipe, members):
+    try:
+        pipe.write(b"".join(m.encode("utf-8", "surrogateescape") + b"\0" for m in members))
+    except BrokenPipeError:
+        pass
+    finally:
+        try:
+            pipe.close()
+        except BrokenPipeError:
+            pass
+
+
+def walk_all(top, rel_to):
+    out = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        rel_dir = os.path.relpath(dirpath, rel_to)
+        out.append(rel_dir)
+        for name in filenames:
+            out.append(os.path.join(rel_dir, name))
+    return out
+
+
+def make_bundle(repo, staging, head, base):
+    """The commits the remote lacks (or, without remote refs, those since ``base``)."""
+    path = os.path.join(staging, "repo.bundle")
+    has_remotes = bool(git_out(repo, "for-each-ref", "--count=1", "refs/remotes"))
+    if has_remotes:
+        count = int(git_out(repo, "rev-list", "--count", PIN, "--not", "--remotes"))
+        if count == 0:
+            return None
+        proc = git(repo, "bundle", "create", "-q", path, PIN, "--not", "--remotes", check=False)
+        if proc.returncode == 0:
+            return path
+    if base == head:
+        return None
+    exclude = ["--not", base] if base else []
+    git(repo, "bundle", "create", "-q", path, PIN, *exclude)
+    return path
+
+
+def make_wip(repo, staging):
+    path = os.path.join(staging, "wip.patch")
+    with open(path, "wb") as out:
+        proc = subprocess.run(
+            GIT + ["-C", repo, "diff", "--binary", "--no-ext-diff", "--no-textconv",
+                   "--no-color", "--no-renames", PIN],
+            stdout=out, stderr=subprocess.PIPE,
+        )  # fmt: skip
+    if proc.returncode != 0:
+        raise Failure("git diff: %s" % proc.stderr.decode(errors="replace").strip())
+    return path
+
+
+def make_session_patch(repo, staging, base, untracked, limit):
+    """base..working tree, untracked files included, built on a scratch index so the repo's own
+    index is never touched. Returns (path, None) or (None, warning)."""
+    index = os.path.join(staging, "index")
+    git_dir = git_out(repo, "rev-parse", "--absolute-git-dir")
+    shutil.copyfile(os.path.join(git_dir, "index"), index)
+    env = dict(os.environ, GIT_INDEX_FILE=index)
+    if untracked:
+        data = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in untracked)
+        git(repo, "add", "-N", "--pathspec-from-file=-", "--pathspec-file-nul", stdin=data, env=env)
+    path = os.path.join(staging, "session.patch")
+    with open(path, "wb") as out:
+        proc = subprocess.Popen(
+            GIT + ["-C", repo, "diff", "--binary", "--no-ext-diff", "--no-textconv",
+                   "--no-color", base],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )  # fmt: skip
+        written = 0
+        while True:
+            chunk = proc.stdout.read(1 << 20)
+            if not chunk:
+                break
+            written += len(chunk)
+            if written > limit:
+                proc.kill()
+                proc.wait()
+                return None, "session.patch skipped: larger than %d bytes" % limit
+            out.write(chunk)
+        err = proc.stderr.read()
+        if proc.wait() != 0:
+            raise Failure("git diff %s: %s" % (base, err.decode(errors="replace").strip()))
+    return path, None
+
+
+def clean_stale(tmp):
+    now = time.time()
+    for name in os.listdir(tmp):
+        if name.startswith(STAGING_PREFIX):
+            full = os.path.join(tmp, name)
+            try:
+                if now - os.lstat(full).st_mtime > STALE_SECONDS:
+                    shutil.rmtree(full, ignore_errors=True)
+            except OSError:
+                pass
+
+
+def run_all(jobs):
+    """Run callables in threads; re-raise the first failure."""
+    results, errors = {}, []
+
+    def wrap(name, fn):
+        try:
+            results[name] = fn()
+        except Exception as exc:  # reported to the caller below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=wrap, args=item) for item in jobs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def pack(cfg, staging):
+    repo, home = cfg["repo"], cfg["home"]
+    dirs = cfg.get("conversation_dirs") or []
+    head = git_out(repo, "rev-parse", "--verify", "HEAD")
+    branch_proc = git(repo, "symbolic-ref", "--short", "-q", "HEAD", check=False)
+    branch = branch_proc.stdout.decode().strip() or None
+    status_env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
+    fp = fingerprint(repo, home, dirs, head, branch, status_env)
+    manifest = {"fingerprint": fp, "head": head, "branch": branch, "unchanged": False}
+    if cfg.get("skip_if_fingerprint") == fp:
+        manifest["unchanged"] = True
+        manifest["parts"] = []
+        return manifest, []
+
+    git(repo, "update-ref", PIN, head)
+    base = cfg.get("base") or upstream_base(repo, head)
+    compression = compressor()
+    warnings = []
+    untracked = untracked_files(repo)
+    untracked_size = 0
+    for p in untracked:
+        try:
+            untracked_size += os.lstat(os.path.join(repo, p)).st_size
+        except FileNotFoundError:
+            pass
+    skip_untracked = untracked_size > cfg["max_untracked"]
+    if skip_untracked:
+        warnings.append(
+            "untracked files skipped: %d bytes in %d files, over the %d-byte cap"
+            % (untracked_size, len(untracked), cfg["max_untracked"])
+        )
+    ext = ".tar.zst" if compression == "zstd" else ".tar.gz"
+    existing_dirs = [d for d in dirs if os.path.isdir(os.path.join(home, d))]
+
+    def untracked_job():
+        if skip_untracked or not untracked:
+            return None
+        path = os.path.join(staging, "untracked" + ext)
+        archive(repo, untracked, path, compression)
+        return path
+
+    def agent_job():
+        if not existing_dirs:
+            return None
+        members = []
+        for d in existing_dirs:
+            members.extend(walk_all(os.path.join(home, d), home))
+        path = os.path.join(staging, "agent" + ext)
+        archive(home, members, path, compression)
+        return path
+
+    def patch_job():
+        if not base:
+            warnings.append("session.patch skipped: no base commit is known")
+            return None
+        if skip_untracked:
+            warnings.append("session.patch skipped: the untracked files were too large")
+            return None
+        path, warning = make_session_patch(repo, staging, base, untracked, cfg["max_patch"])
+        if warning:
+            warnings.append(warning)
+        return path
+
+    produced = run_all(
+        {
+            "repo.bundle": lambda: make_bundle(repo, staging, head, base),
+            "wip.patch": lambda: make_wip(repo, staging),
+            "untracked" + ext: untracked_job,
+            "agent" + ext: agent_job,
+            "session.patch": patch_job,
+        }
+    )
+    meta = {
+        "branch": branch,
+        "head": head,
+        "base": base,
+        "harness": cfg.get("harness"),
+        "harness_session": cfg.get("harness_session"),
+        "cwd": repo,
+        "compression": compression,
+        "conversation_dirs": existing_dirs,
+    }
+    meta_path = os.path.join(staging, "meta.json")
+    with open(meta_path, "w") as out:
+        json.dump(meta, out)
+    produced["meta.json"] = meta_path
+
+    parts = []
+    order = ["meta.json", "repo.bundle", "wip.patch", "untracked" + ext, "agent" + ext,
+             "session.patch"]  # fmt: skip
+    for name in order:
+        path = produced.get(name)
+        if not path:
+            continue
+        size = os.path.getsize(path)
+        if size > cfg["max_part"]:
+            warnings.append("%s skipped: %d bytes, over the %d-byte part cap"
+                            % (name, size, cfg["max_part"]))  # fmt: skip
+            continue
+        is_archive = name.endswith((".tar.zst", ".tar.gz"))
+        parts.append({"name": name, "size": size,
+                      "compression": compression if is_archive else "none", "path": path})  # fmt: skip
+    manifest.update(base=base, compression=compression, warnings=warnings, parts=parts, meta=meta)
+    return manifest, parts
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    tmp = tempfile.gettempdir()
+    clean_stale(tmp)
+    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=tmp)
+    try:
+        manifest, parts = pack(cfg, staging)
+        out = sys.stdout.buffer
+        line = json.dumps(
+            dict(manifest, parts=[{k: v for k, v in p.items() if k != "path"} for p in parts])
+        )
+        out.write(line.encode() + b"\n")
+        for part in parts:
+            with open(part["path"], "rb") as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+        out.flush()
+    except Failure as exc:
+        sys.stderr.write("checkpoint failed: %s\n" % exc)
+        sys.exit(3)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""The blobs port: object storage for checkpoint parts, run logs and artifacts.
+
+Contract for every backend (checked by :mod:`hangar.testing.blobs`):
+
+- Keys are relative, ``/``-separated paths of safe segments (no empty, ``.`` or ``..``
+  segment, no leading ``/``); anything else raises :class:`~hangar.errors.InvalidInput`.
+- ``put`` is atomic: a reader sees the old object, the whole new one, or none, never a part.
+  With ``if_absent=True`` it raises :class:`~hangar.errors.AlreadyExists` when the key exists
+  and changes nothing. Data is bytes or an iterable of byte chunks (streamed, never all held).
+- ``open`` streams an object; ``get`` reads it whole. A missing key raises
+  :class:`~hangar.errors.BlobNotFound`.
+- ``delete`` is idempotent. ``list`` returns keys under a prefix, sorted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
+from typing import BinaryIO, Protocol
+from urllib.parse import urlsplit
+
+from hangar.config import Settings
+from hangar.errors import InvalidInput, InvalidSettings
+
+
+class Blobs(Protocol):
+    def put(self, key: str, data: bytes | Iterable[bytes], *, if_absent: bool = False) -> int:
+        """Store the object; returns its size in bytes."""
+        ...
+
+    def open(self, key: str) -> AbstractContextManager[BinaryIO]: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def list(self, prefix: str = "") -> list[str]: ...
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it is a safe blob key, else raise InvalidInput."""
+    parts = key.split("/")
+    if not key or any(p in ("", ".", "..") for p in parts) or "\x00" in key:
+        raise InvalidInput(f"invalid blob key {key!r}", key=key)
+    return key
+
+
+def iter_chunks(stream: BinaryIO, size: int = 1 << 20) -> Iterator[bytes]:
+    """Read a binary stream in chunks of at most ``size`` bytes."""
+    while chunk := stream.read(size):
+        yield chunk
+
+
+def _open_file(url: str, settings: Settings) -> Blobs:
+    from hangar.blobs.local import LocalBlobs
+
+    return LocalBlobs.from_url(url)
+
+
+_BACKENDS: dict[str, Callable[[str, Settings], Blobs]] = {"file": _open_file}
+
+
+def open_blobs(url: str, settings: Settings) -> Blobs:
+    """Open the backend the URL's scheme names; InvalidSettings for an unknown scheme."""
+    scheme = urlsplit(url).scheme
+    try:
+        opener = _BACKENDS[scheme]
+    except KeyError:
+        raise InvalidSettings(
+            f"HANGAR_SESSION_STORE: unknown scheme {scheme!r} "
+            f"(known: {', '.join(sorted(_BACKENDS))})",
+            setting="HANGAR_SESSION_STORE",
+        ) from None
+    return opener(url, settings)

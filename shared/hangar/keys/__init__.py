@@ -1,0 +1,44 @@
+"""The keys port: wrap and unwrap data keys (envelope encryption).
+
+Contract for every backend (checked by :mod:`hangar.testing.keys`): ``unwrap(wrap(k)) == k``;
+wrapping the same key twice gives different bytes; a wrapped key that was altered, or that was
+wrapped by another key, raises :class:`~hangar.errors.DecryptionFailed`. Backends never see the
+data itself, only 32-byte data keys; the sealing of data is :mod:`hangar.keys.envelope`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from hangar.config import Settings
+from hangar.errors import InvalidSettings
+
+
+class Keys(Protocol):
+    def wrap(self, data_key: bytes) -> bytes: ...
+
+    def unwrap(self, wrapped: bytes) -> bytes: ...
+
+
+def _open_local(url: str, settings: Settings) -> Keys:
+    from hangar.keys.local import LocalKeys
+
+    return LocalKeys.from_url(url)
+
+
+_BACKENDS: dict[str, Callable[[str, Settings], Keys]] = {"local": _open_local}
+
+
+def open_keys(url: str, settings: Settings) -> Keys:
+    """Open the backend the URL's scheme names; InvalidSettings for an unknown scheme."""
+    scheme = urlsplit(url).scheme
+    try:
+        opener = _BACKENDS[scheme]
+    except KeyError:
+        raise InvalidSettings(
+            f"HANGAR_KEYS: unknown scheme {scheme!r} (known: {', '.join(sorted(_BACKENDS))})",
+            setting="HANGAR_KEYS",
+        ) from None
+    return opener(url, settings)

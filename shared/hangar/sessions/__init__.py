@@ -1,0 +1,2 @@
+"""The session engine: checkpoint, restore and the workspace they work on (the session service
+itself builds on these)."""

@@ -1,0 +1,263 @@
+"""Taking checkpoints (spec 000 §5.2).
+
+The parts are packed inside the sandbox by :mod:`hangar.agent.checkpoint` in one exec, whose
+output (a manifest line, then the parts) is spooled to a local temporary file, then each part is
+sealed and stored in blobs. Only when every part is stored is the checkpoint recorded, in one db
+transaction that also prunes to ``session_keep_checkpoints``; the pruned checkpoints' parts are
+deleted after that. If anything fails before the record is written, the parts stored so far are
+deleted and nothing is recorded (BRIEF invariant 3).
+
+The sandbox's output is untrusted: the manifest is validated, part names come from a fixed set
+and sizes must add up to what was received.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from hangar import agent
+from hangar.blobs import Blobs
+from hangar.config import Settings
+from hangar.db import Db
+from hangar.errors import CheckpointError, ExecTimeout, HangarError
+from hangar.keys import Keys
+from hangar.models import Checkpoint, CheckpointPart, CheckpointReason, Compression
+from hangar.sandboxes import HOME, Sandboxes
+from hangar.sessions.parts import CheckpointParts
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CONVERSATION_DIRS: tuple[str, ...] = (
+    ".claude/projects",
+    ".codex/sessions",
+    ".pi/agent/sessions",
+    ".gemini/antigravity-cli/conversations",
+)
+"""The harnesses' conversation folders under HOME (spec 000 §6): never their credentials."""
+
+PART_NAMES = frozenset(
+    {
+        "meta.json",
+        "repo.bundle",
+        "wip.patch",
+        "session.patch",
+        "untracked.tar.zst",
+        "untracked.tar.gz",
+        "agent.tar.zst",
+        "agent.tar.gz",
+    }
+)
+_MAX_MANIFEST = 1 << 20
+
+
+@dataclass(frozen=True)
+class CheckpointTarget:
+    """What to checkpoint: a session's repo and conversation folders in a sandbox."""
+
+    session_id: str
+    sandbox_id: str
+    repo_dir: str
+    base: str | None = None
+    harness: str | None = None
+    harness_session: str | None = None
+    conversation_dirs: Sequence[str] = field(default=DEFAULT_CONVERSATION_DIRS)
+    home: str = HOME
+
+
+class _PackedPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    size: int
+    compression: Compression
+
+
+class _Manifest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    fingerprint: str
+    head: str
+    branch: str | None
+    unchanged: bool
+    base: str | None = None
+    warnings: list[str] = []
+    parts: list[_PackedPart] = []
+
+
+def _read_exact(stream: BinaryIO, size: int) -> Iterator[bytes]:
+    remaining = size
+    while remaining:
+        chunk = stream.read(min(remaining, 1 << 20))
+        if not chunk:
+            raise CheckpointError("the sandbox's checkpoint output ended early")
+        remaining -= len(chunk)
+        yield chunk
+
+
+class Checkpointer:
+    """Takes checkpoints of sessions' sandboxes and stores them, atomically."""
+
+    def __init__(
+        self, db: Db, blobs: Blobs, keys: Keys, sandboxes: Sandboxes, settings: Settings
+    ) -> None:
+        self.db = db
+        self.sandboxes = sandboxes
+        self.settings = settings
+        self.parts = CheckpointParts(blobs, keys)
+
+    def take(
+        self,
+        target: CheckpointTarget,
+        reason: CheckpointReason,
+        *,
+        skip_if_unchanged: bool = False,
+    ) -> Checkpoint | None:
+        """Checkpoint ``target`` and record it; returns the record.
+
+        With ``skip_if_unchanged`` (interval checkpoints), returns None without storing anything
+        when the fingerprint equals the newest checkpoint's. Raises CheckpointError when the
+        checkpoint could not be taken; then nothing is recorded and no part is left in blobs.
+        """
+        previous = None
+        if skip_if_unchanged:
+            history = self.db.list_checkpoints(target.session_id)
+            previous = history[-1].fingerprint if history else None
+        config = {
+            "repo": target.repo_dir,
+            "home": target.home,
+            "conversation_dirs": list(target.conversation_dirs),
+            "base": target.base,
+            "harness": target.harness,
+            "harness_session": target.harness_session,
+            "max_part": self.settings.max_part_bytes,
+            "max_untracked": self.settings.max_untracked_bytes,
+            "max_patch": self.settings.max_patch_bytes,
+            "skip_if_fingerprint": previous,
+        }
+        with tempfile.TemporaryFile() as spool:
+            self._pack(target, config, spool)
+            spool.seek(0)
+            manifest = self._manifest(spool)
+            if manifest.unchanged:
+                return None
+            return self._store(target, reason, manifest, spool)
+
+    def _pack(self, target: CheckpointTarget, config: dict[str, object], spool: BinaryIO) -> None:
+        try:
+            result = self.sandboxes.exec(
+                target.sandbox_id,
+                agent.command("checkpoint", json.dumps(config)),
+                stdout=spool,
+                timeout=self.settings.checkpoint_timeout_seconds,
+            )
+        except ExecTimeout:
+            raise CheckpointError(
+                f"checkpoint of {target.session_id} timed out after "
+                f"{self.settings.checkpoint_timeout_seconds:g} s",
+                session_id=target.session_id,
+            ) from None
+        if not result.ok:
+            detail = result.stderr.decode(errors="replace").strip()[-2000:]
+            raise CheckpointError(
+                f"checkpoint of {target.session_id} failed in the sandbox: {detail}",
+                session_id=target.session_id,
+            )
+
+    def _manifest(self, spool: BinaryIO) -> _Manifest:
+        line = spool.readline(_MAX_MANIFEST)
+        try:
+            manifest = _Manifest.model_validate_json(line)
+        except ValidationError as exc:
+            raise CheckpointError(f"the sandbox's checkpoint manifest is malformed: {exc}") from None
+        names = [p.name for p in manifest.parts]
+        bad = [n for n in names if n not in PART_NAMES]
+        if bad or len(set(names)) != len(names) or any(p.size < 0 for p in manifest.parts):
+            raise CheckpointError(f"the sandbox's checkpoint manifest lists bad parts: {names}")
+        return manifest
+
+    def _store(
+        self,
+        target: CheckpointTarget,
+        reason: CheckpointReason,
+        manifest: _Manifest,
+        spool: BinaryIO,
+    ) -> Checkpoint:
+        data_key, wrapped = self.parts.new_key()
+        checkpoint = Checkpoint(
+            session_id=target.session_id,
+            reason=reason,
+            head=manifest.head,
+            base=manifest.base,
+            branch=manifest.branch,
+            harness=target.harness,
+            harness_session=target.harness_session,
+            cwd=target.repo_dir,
+            warnings=manifest.warnings,
+            fingerprint=manifest.fingerprint,
+            wrapped_key=wrapped,
+        )
+        stored: list[str] = []
+        try:
+            parts = []
+            for packed in manifest.parts:
+                part = self.parts.put(
+                    target.session_id,
+                    checkpoint.id,
+                    packed.name,
+                    data_key,
+                    _read_exact(spool, packed.size),
+                )
+                stored.append(part.key)
+                parts.append(
+                    CheckpointPart(
+                        name=packed.name,
+                        size=part.size,
+                        stored_size=part.stored_size,
+                        compression=packed.compression,
+                        sha256=part.sha256,
+                    )
+                )
+            if spool.read(1):
+                raise CheckpointError("the sandbox's checkpoint output has trailing bytes")
+            checkpoint.parts = parts
+            recorded = self.db.record_checkpoint(checkpoint, self.settings.session_keep_checkpoints)
+        except BaseException as exc:
+            self._discard(stored)
+            if isinstance(exc, HangarError) and not isinstance(exc, CheckpointError):
+                raise CheckpointError(
+                    f"checkpoint of {target.session_id} failed: {exc.message}",
+                    session_id=target.session_id,
+                    cause=exc.code,
+                ) from exc
+            raise
+        for old in recorded:
+            self._delete_quietly(old)
+        return checkpoint.model_copy(update={"version": 1})
+
+    def _discard(self, keys: list[str]) -> None:
+        for key in keys:
+            try:
+                self.parts.blobs.delete(key)
+            except HangarError:
+                logger.exception("could not delete part %s of a failed checkpoint", key)
+
+    def _delete_quietly(self, checkpoint: Checkpoint) -> None:
+        try:
+            self.parts.delete(checkpoint)
+        except HangarError:
+            logger.exception("could not delete the parts of pruned checkpoint %s", checkpoint.id)
+
+    def drop_all(self, session_id: str) -> list[Checkpoint]:
+        """Delete every checkpoint of a session, records first (so none is left half-deleted
+        and still listed), then parts. Returns what was dropped."""
+        dropped = self.db.delete_checkpoints(session_id)
+        for checkpoint in dropped:
+            self._delete_quietly(checkpoint)
+        return dropped

@@ -1,0 +1,102 @@
+"""Checkpoint parts in blobs: sealed under the checkpoint's data key, bound to their place.
+
+A part lives at ``sessions/<session id>/<checkpoint id>/<part name>``. Each is sealed with
+:mod:`hangar.keys.envelope` under the checkpoint's own data key, with associated data naming
+the session, the checkpoint and the part, so a part copied to another place fails to open.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from hangar.blobs import Blobs
+from hangar.errors import DecryptionFailed
+from hangar.keys import Keys
+from hangar.keys.envelope import new_data_key, part_aad, seal, unseal
+from hangar.models import Checkpoint
+
+
+def part_key(session_id: str, checkpoint_id: str, name: str) -> str:
+    return f"sessions/{session_id}/{checkpoint_id}/{name}"
+
+
+@dataclass(frozen=True)
+class StoredPart:
+    key: str
+    size: int
+    stored_size: int
+    sha256: str
+
+
+class CheckpointParts:
+    """Seal, store, open and delete checkpoint parts."""
+
+    def __init__(self, blobs: Blobs, keys: Keys) -> None:
+        self.blobs = blobs
+        self.keys = keys
+
+    def new_key(self) -> tuple[bytes, str]:
+        """A fresh data key and its wrapped form (base64) for the checkpoint record."""
+        data_key = new_data_key()
+        return data_key, base64.b64encode(self.keys.wrap(data_key)).decode()
+
+    def data_key(self, checkpoint: Checkpoint) -> bytes:
+        """Unwrap a checkpoint's data key; DecryptionFailed if it does not unwrap."""
+        try:
+            wrapped = base64.b64decode(checkpoint.wrapped_key, validate=True)
+        except ValueError:
+            raise DecryptionFailed(f"checkpoint {checkpoint.id}: wrapped key is not base64") from None
+        return self.keys.unwrap(wrapped)
+
+    def put(
+        self,
+        session_id: str,
+        checkpoint_id: str,
+        name: str,
+        data_key: bytes,
+        chunks: Iterable[bytes],
+    ) -> StoredPart:
+        """Seal and store one part (create-only). Returns its sizes and plaintext hash."""
+        digest = hashlib.sha256()
+        size = 0
+
+        def plain() -> Iterator[bytes]:
+            nonlocal size
+            for chunk in chunks:
+                digest.update(chunk)
+                size += len(chunk)
+                yield chunk
+
+        key = part_key(session_id, checkpoint_id, name)
+        aad = part_aad(session_id, checkpoint_id, name)
+        stored = self.blobs.put(key, seal(data_key, aad, plain()), if_absent=True)
+        return StoredPart(key=key, size=size, stored_size=stored, sha256=digest.hexdigest())
+
+    def read(self, checkpoint: Checkpoint, name: str, data_key: bytes | None = None) -> Iterator[bytes]:
+        """Yield a part's plaintext. Raises BlobNotFound if it is missing and DecryptionFailed if
+        it was altered or does not match the record's hash (checked after the last chunk, so the
+        plaintext is only trustworthy once the iterator has finished)."""
+        part = checkpoint.part(name)
+        if part is None:
+            raise DecryptionFailed(f"checkpoint {checkpoint.id} has no part {name!r}")
+        key = data_key if data_key is not None else self.data_key(checkpoint)
+        aad = part_aad(checkpoint.session_id, checkpoint.id, name)
+        digest = hashlib.sha256()
+        with self.blobs.open(part_key(checkpoint.session_id, checkpoint.id, name)) as stream:
+            for chunk in unseal(key, aad, stream):
+                digest.update(chunk)
+                yield chunk
+        if digest.hexdigest() != part.sha256:
+            raise DecryptionFailed(f"checkpoint {checkpoint.id}: part {name} does not match its hash")
+
+    def delete(self, checkpoint: Checkpoint) -> None:
+        """Delete every stored part of a checkpoint (idempotent)."""
+        for part in checkpoint.parts:
+            self.blobs.delete(part_key(checkpoint.session_id, checkpoint.id, part.name))
+
+    def delete_keys(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self.blobs.delete(key)

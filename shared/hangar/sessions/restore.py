@@ -1,0 +1,161 @@
+"""Restoring checkpoints into a fresh sandbox (spec 000 §5.3).
+
+The control plane opens each part (unwrap the key, unseal, check the hash) into local spooled
+files before anything is sent, so a tampered part is caught before the sandbox is touched. The
+parts then go in one exec to :mod:`hangar.agent.restore`, which does every git step and every
+unpacking inside the sandbox: the control plane never runs git on a bundle (BRIEF invariant 5).
+
+:meth:`Restorer.restore` tries the newest checkpoint first and falls back to older ones, newest
+first, reporting which one was used and why the newer ones were skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import IO
+
+from hangar import agent
+from hangar.blobs import Blobs
+from hangar.config import Settings
+from hangar.db import Db
+from hangar.errors import (
+    BlobNotFound,
+    DecryptionFailed,
+    ExecTimeout,
+    NoUsableCheckpoint,
+    RestoreFailed,
+    UnsafeArchive,
+)
+from hangar.keys import Keys
+from hangar.models import Checkpoint
+from hangar.sandboxes import HOME, Sandboxes
+from hangar.sessions.parts import CheckpointParts
+
+logger = logging.getLogger(__name__)
+
+_RESTORED_PARTS = ("repo.bundle", "wip.patch", "untracked.", "agent.")
+_SPOOL_IN_MEMORY = 8 << 20
+
+
+@dataclass(frozen=True)
+class SkippedCheckpoint:
+    checkpoint_id: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """Which checkpoint was restored, and the newer ones that were tried and failed."""
+
+    checkpoint: Checkpoint
+    skipped: list[SkippedCheckpoint] = field(default_factory=list)
+
+    @property
+    def fell_back(self) -> bool:
+        return bool(self.skipped)
+
+
+class Restorer:
+    def __init__(
+        self, db: Db, blobs: Blobs, keys: Keys, sandboxes: Sandboxes, settings: Settings
+    ) -> None:
+        self.db = db
+        self.sandboxes = sandboxes
+        self.settings = settings
+        self.parts = CheckpointParts(blobs, keys)
+
+    def restore(
+        self, session_id: str, sandbox_id: str, repo_dir: str, *, home: str = HOME
+    ) -> RestoreReport | None:
+        """Restore the newest checkpoint that restores; None when the session has none.
+
+        Raises NoUsableCheckpoint (listing every failure) when none of them restores.
+        """
+        checkpoints = self.db.list_checkpoints(session_id)
+        skipped: list[SkippedCheckpoint] = []
+        for checkpoint in reversed(checkpoints):
+            try:
+                self.restore_checkpoint(checkpoint, sandbox_id, repo_dir, home=home)
+            except (RestoreFailed, DecryptionFailed, BlobNotFound, UnsafeArchive) as exc:
+                logger.warning("checkpoint %s did not restore: %s", checkpoint.id, exc.message)
+                skipped.append(SkippedCheckpoint(checkpoint.id, exc.code, exc.message))
+                continue
+            return RestoreReport(checkpoint=checkpoint, skipped=skipped)
+        if not checkpoints:
+            return None
+        raise NoUsableCheckpoint(
+            f"no checkpoint of {session_id} restores: "
+            + "; ".join(f"{s.checkpoint_id}: {s.message}" for s in skipped),
+            session_id=session_id,
+            failures=[s.__dict__ for s in skipped],
+        )
+
+    def restore_checkpoint(
+        self, checkpoint: Checkpoint, sandbox_id: str, repo_dir: str, *, home: str = HOME
+    ) -> None:
+        """Restore one checkpoint. Raises DecryptionFailed or BlobNotFound (before the sandbox is
+        touched), UnsafeArchive (nothing unpacked), or RestoreFailed."""
+        if checkpoint.head is None:
+            raise RestoreFailed(f"checkpoint {checkpoint.id} has no head", checkpoint=checkpoint.id)
+        data_key = self.parts.data_key(checkpoint)
+        with ExitStack() as stack:
+            opened: list[tuple[dict[str, object], IO[bytes]]] = []
+            for part in checkpoint.parts:
+                if not part.name.startswith(_RESTORED_PARTS):
+                    continue
+                spool = stack.enter_context(
+                    tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY)
+                )
+                for chunk in self.parts.read(checkpoint, part.name, data_key):
+                    spool.write(chunk)
+                spool.seek(0)
+                entry = {"name": part.name, "size": part.size, "compression": part.compression}
+                opened.append((entry, spool))
+            plan = {
+                "repo": repo_dir,
+                "home": home,
+                "branch": checkpoint.branch,
+                "head": checkpoint.head,
+                "parts": [entry for entry, _ in opened],
+            }
+
+            def stdin() -> Iterator[bytes]:
+                yield json.dumps(plan).encode() + b"\n"
+                for _, spool in opened:
+                    while chunk := spool.read(1 << 20):
+                        yield chunk
+
+            try:
+                result = self.sandboxes.exec(
+                    sandbox_id,
+                    agent.command("restore"),
+                    stdin=stdin(),
+                    timeout=self.settings.checkpoint_timeout_seconds,
+                )
+            except ExecTimeout:
+                raise RestoreFailed(
+                    f"restoring {checkpoint.id} timed out", checkpoint=checkpoint.id
+                ) from None
+        _raise_for_result(checkpoint, result.exit_code, result.stdout, result.stderr)
+
+
+def _raise_for_result(checkpoint: Checkpoint, exit_code: int, stdout: bytes, stderr: bytes) -> None:
+    lines = stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        answer = {}
+    if exit_code == 0 and answer.get("ok") is True:
+        return
+    message = str(answer.get("error") or stderr.decode(errors="replace").strip()[-2000:])
+    step = str(answer.get("step", "unknown"))
+    text = f"restoring {checkpoint.id} failed at {step}: {message}"
+    if answer.get("code") == UnsafeArchive.code:
+        raise UnsafeArchive(text, checkpoint=checkpoint.id, step=step)
+    raise RestoreFailed(text, checkpoint=checkpoint.id, step=step)
