@@ -57,12 +57,12 @@ class Settings(BaseModel):
     def _fill_defaults(cls, values: Any) -> Any:
         if not isinstance(values, dict):
             return values
-        data_dir = Path(values.get("data_dir") or _default_data_dir({}))
+        data_dir = Path(values.get("data_dir") or _default_data_dir({})).expanduser().absolute()
         values["data_dir"] = data_dir
-        values.setdefault("db", f"sqlite:///{data_dir}/hangar.db")
-        values.setdefault("session_store", f"file:///{data_dir}/blobs")
-        values.setdefault("keys", f"local:///{data_dir}/vault.key")
-        values.setdefault("sandboxes", f"local:///{data_dir}/sandboxes")
+        values.setdefault("db", f"sqlite://{data_dir}/hangar.db")
+        values.setdefault("session_store", f"file://{data_dir}/blobs")
+        values.setdefault("keys", f"local://{data_dir}/vault.key")
+        values.setdefault("sandboxes", f"local://{data_dir}/sandboxes")
         values.setdefault("harness_dir", _default_harness_dir({}))
         return values
 

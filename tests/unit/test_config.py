@@ -11,10 +11,10 @@ from hangar.errors import InvalidSettings
 def test_defaults_put_every_embedded_backend_under_the_data_dir() -> None:
     settings = Settings.from_env({"HOME": "/home/u"})
     assert settings.data_dir == Path("/home/u/.hangar")
-    assert settings.db == "sqlite:////home/u/.hangar/hangar.db"
-    assert settings.session_store == "file:////home/u/.hangar/blobs"
-    assert settings.keys == "local:////home/u/.hangar/vault.key"
-    assert settings.sandboxes == "local:////home/u/.hangar/sandboxes"
+    assert settings.db == "sqlite:///home/u/.hangar/hangar.db"
+    assert settings.session_store == "file:///home/u/.hangar/blobs"
+    assert settings.keys == "local:///home/u/.hangar/vault.key"
+    assert settings.sandboxes == "local:///home/u/.hangar/sandboxes"
     assert settings.ticks == "local:"
     assert settings.harness_dir == Path("/home/u/.local/share/hangar/harnesses")
     assert settings.url == "http://127.0.0.1:8080"
@@ -41,7 +41,7 @@ def test_settings_are_read_from_hangar_variables() -> None:
     assert settings.data_dir == Path("/srv/h")
     assert settings.session_keep_checkpoints == 3
     assert settings.db == "sqlite:////elsewhere/x.db"
-    assert settings.session_store == "file:////srv/h/blobs"
+    assert settings.session_store == "file:///srv/h/blobs"
 
 
 def test_a_bad_value_names_the_variable() -> None:
