@@ -136,8 +136,8 @@ def compressor():
 def archive(cwd, members, out_path, compression):
     """tar the NUL-separated ``members`` (relative to ``cwd``) into ``out_path``, compressed."""
     tar = subprocess.Popen(
-        ["tar", "--null", "-T", "-", "--no-recursion", "--hard-dereference",
-         "--warning=no-file-ignored", "--warning=no-file-changed", "-cf", "-"],
+        ["tar", "-c", "-f", "-", "--null", "--no-recursion", "--hard-dereference",
+         "--warning=no-file-ignored", "--warning=no-file-changed", "-T", "-"],
         cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     feeder = threading.Thread(target=_feed, args=(tar.stdin, members))

@@ -1,0 +1,209 @@
+"""``make bench``: measure the engine on BRIEF §7's reference session; print JSON lines.
+
+The reference session is made on the fly: a 2,000-file repo, 10 unpushed commits, 2 MB of
+uncommitted diff, 20 MB of untracked files (half random bytes, half text lines) and 5 MB of
+conversation as JSON lines, in a real local sandbox on the embedded backends. Each line is
+``{"bench": NAME, "seconds": MEDIAN, "target": T, "runs": N, "samples": [...]}``.
+
+Usage: ``python -m tests.bench.run [--runs N] [--only NAME ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from hangar.blobs.local import LocalBlobs
+from hangar.config import Settings
+from hangar.db.sqlite import SqliteDb
+from hangar.keys.local import LocalKeys
+from hangar.models import CheckpointReason, Session
+from hangar.sandboxes import SandboxSpec
+from hangar.sandboxes.local import LocalSandboxes
+from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
+from hangar.sessions.restore import Restorer
+from hangar.sessions.workspace import Workspace, clone
+
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "bench",
+    "GIT_AUTHOR_EMAIL": "bench@example.com",
+    "GIT_COMMITTER_NAME": "bench",
+    "GIT_COMMITTER_EMAIL": "bench@example.com",
+}
+TARGETS = {"checkpoint_turn": 0.5, "checkpoint_unchanged": 0.08, "restore": 1.0}
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
+                   env={**os.environ, **IDENTITY})  # fmt: skip
+
+
+def make_remote(root: Path) -> Path:
+    """A bare repo of 2,000 text files (about 4 KB each) on ``main``."""
+    rng = random.Random(7)
+    seed = root / "seed"
+    bare = root / "remote" / "app.git"
+    _git(root, "init", "-q", "-b", "main", str(seed))
+    for i in range(2000):
+        path = seed / f"pkg{i % 40:02d}" / f"module_{i:04d}.py"
+        path.parent.mkdir(exist_ok=True)
+        lines = [f"def f_{i}_{j}(x):  # {rng.random():.12f}\n    return x * {j}\n" for j in range(60)]
+        path.write_text("".join(lines))
+    _git(seed, "add", "-A")
+    _git(seed, "commit", "-q", "-m", "seed")
+    _git(root, "init", "-q", "--bare", "-b", "main", str(bare))
+    _git(seed, "push", "-q", str(bare), "main")
+    return bare
+
+
+SESSION_SCRIPT = r"""
+set -euo pipefail
+for i in $(seq 1 10); do
+  echo "change $i" >> pkg00/module_0000.py
+  printf 'x = %d\n' "$i" > "commit_$i.py"
+  git add -A >/dev/null && git commit -qm "commit $i"
+done
+# 2 MB of uncommitted diff: 200 files get 10 KB of new lines each.
+python3 - <<'EOF'
+import random
+rng = random.Random(1)
+for i in range(200):
+    path = f"pkg{i % 40:02d}/module_{i:04d}.py"
+    with open(path, "a") as f:
+        for j in range(160):
+            f.write(f"# note {i} {j} {rng.random():.20f} padding text\n")
+EOF
+# 20 MB untracked: 10 MB random bytes, 10 MB text lines.
+mkdir -p data
+for i in $(seq 1 10); do head -c 1048576 /dev/urandom > "data/random_$i.bin"; done
+python3 - <<'EOF'
+import random
+rng = random.Random(2)
+for i in range(10):
+    with open(f"data/text_{i}.txt", "w") as f:
+        size = 0
+        while size < 1048576:
+            line = f"{i} line {rng.random():.18f} the quick brown fox jumps over the lazy dog\n"
+            f.write(line)
+            size += len(line)
+EOF
+# 5 MB of conversation as JSON lines.
+mkdir -p ~/.claude/projects/-workspace-app
+python3 - <<'EOF'
+import json, os, random
+rng = random.Random(3)
+path = os.path.expanduser("~/.claude/projects/-workspace-app/conversation.jsonl")
+with open(path, "w") as f:
+    size = 0
+    n = 0
+    while size < 5 * 1048576:
+        line = json.dumps({"type": "assistant", "n": n, "text": "word " * rng.randint(20, 200)}) + "\n"
+        f.write(line)
+        size += len(line)
+        n += 1
+EOF
+"""
+
+
+def timed(fn: Callable[[], object], runs: int) -> list[float]:
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def report(name: str, samples: list[float], **extra: object) -> None:
+    line = {
+        "bench": name,
+        "seconds": round(statistics.median(samples), 4),
+        "target": TARGETS.get(name),
+        "runs": len(samples),
+        "samples": [round(s, 4) for s in samples],
+        **extra,
+    }
+    print(json.dumps(line), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make bench")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="hangar-bench-") as tmp:
+        root = Path(tmp)
+        settings = Settings.build(data_dir=root / "data", harness_dir=root / "harnesses")
+        db = SqliteDb.from_url(settings.db)
+        blobs = LocalBlobs.from_url(settings.session_store)
+        keys = LocalKeys.from_url(settings.keys)
+        sandboxes = LocalSandboxes.from_url(settings.sandboxes, settings)
+        checkpointer = Checkpointer(db, blobs, keys, sandboxes, settings)
+        restorer = Restorer(db, blobs, keys, sandboxes, settings)
+        remote = make_remote(root)
+        session = db.create_session(Session(name="bench", environment="app", harness="claude"))
+
+        def new_sandbox() -> tuple[str, Workspace]:
+            info = sandboxes.create(SandboxSpec(ro_paths=[str(remote)], env=IDENTITY))
+            return info.id, clone(sandboxes, info.id, str(remote), work_branch=session.branch)
+
+        try:
+            sandbox, workspace = new_sandbox()
+            made = sandboxes.exec(sandbox, ["bash", "-c", SESSION_SCRIPT], cwd=workspace.repo_dir)
+            if not made.ok:
+                sys.stderr.write(made.stderr.decode())
+                return 1
+            target = CheckpointTarget(
+                session_id=session.id,
+                sandbox_id=sandbox,
+                repo_dir=workspace.repo_dir,
+                base=workspace.base_commit,
+                harness="claude",
+            )
+            sizes: dict[str, int] = {}
+
+            def turn() -> None:
+                checkpoint = checkpointer.take(target, CheckpointReason.TURN)
+                assert checkpoint is not None and not checkpoint.warnings, checkpoint
+                sizes.update({p.name: p.size for p in checkpoint.parts})
+
+            report("checkpoint_turn", timed(turn, args.runs), part_bytes=sizes)
+
+            def unchanged() -> None:
+                taken = checkpointer.take(target, CheckpointReason.INTERVAL, skip_if_unchanged=True)
+                assert taken is None, "an unchanged session was checkpointed"
+
+            report("checkpoint_unchanged", timed(unchanged, args.runs * 4))
+            sandboxes.destroy(sandbox)
+
+            restore_only: list[float] = []
+
+            def resume() -> None:
+                fresh, again = new_sandbox()
+                start = time.perf_counter()
+                restored = restorer.restore(session.id, fresh, again.repo_dir)
+                restore_only.append(time.perf_counter() - start)
+                assert restored is not None and not restored.fell_back
+                sandboxes.destroy(fresh, hooks=False)
+
+            report("restore", timed(resume, args.runs),
+                   includes="sandbox start, clone, restore")  # fmt: skip
+            report("restore_only", restore_only)
+        finally:
+            for info in sandboxes.list():
+                sandboxes.destroy(info.id, hooks=False)
+            db.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

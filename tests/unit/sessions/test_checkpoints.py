@@ -1,0 +1,496 @@
+"""The checkpoint/restore engine on real git repos in real bubblewrap sandboxes."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hangar.blobs.local import LocalBlobs
+from hangar.config import Settings
+from hangar.db.sqlite import SqliteDb
+from hangar.errors import CheckpointError, NoUsableCheckpoint, UnsafeArchive
+from hangar.keys.local import LocalKeys
+from hangar.models import Checkpoint, CheckpointReason, Session
+from hangar.sandboxes import SandboxInfo, SandboxSpec
+from hangar.sandboxes.local import LocalSandboxes
+from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
+from hangar.sessions.parts import part_key
+from hangar.sessions.restore import Restorer
+from hangar.sessions.workspace import Workspace, clone
+from tests.conftest import GIT_IDENTITY, git
+
+pytestmark = pytest.mark.sandbox
+
+CONVERSATION = ".claude/projects/-workspace-app/conv.jsonl"
+
+
+@dataclass
+class Engine:
+    db: SqliteDb
+    blobs: LocalBlobs
+    sandboxes: LocalSandboxes
+    checkpointer: Checkpointer
+    restorer: Restorer
+    session: Session
+    remote: Path
+
+    def sandbox(self) -> tuple[str, Workspace]:
+        """A fresh sandbox with the remote cloned on the session's work branch."""
+        info = self.sandboxes.create(
+            SandboxSpec(
+                labels={"hangar.session": self.session.id},
+                ro_paths=[str(self.remote)],
+                env=GIT_IDENTITY,
+            )
+        )
+        workspace = clone(
+            self.sandboxes, info.id, str(self.remote), work_branch=self.session.branch
+        )
+        return info.id, workspace
+
+    def sh(self, sandbox_id: str, script: str, cwd: str = "/workspace/app") -> str:
+        result = self.sandboxes.exec(sandbox_id, ["bash", "-euo", "pipefail", "-c", script], cwd=cwd)
+        assert result.ok, result.stderr.decode()
+        return result.stdout.decode()
+
+    def target(self, sandbox_id: str, workspace: Workspace) -> CheckpointTarget:
+        return CheckpointTarget(
+            session_id=self.session.id,
+            sandbox_id=sandbox_id,
+            repo_dir=workspace.repo_dir,
+            base=workspace.base_commit,
+            harness="claude",
+            harness_session="conv",
+        )
+
+    def take(self, sandbox_id: str, workspace: Workspace, **kw: object) -> Checkpoint:
+        checkpoint = self.checkpointer.take(
+            self.target(sandbox_id, workspace), CheckpointReason.TURN, **kw  # type: ignore[arg-type]
+        )
+        assert checkpoint is not None
+        return checkpoint
+
+
+def make_engine(
+    settings: Settings,
+    db: SqliteDb,
+    blobs: LocalBlobs,
+    keys: LocalKeys,
+    sandboxes: LocalSandboxes,
+    remote: Path,
+) -> Engine:
+    session = db.create_session(Session(name="demo", environment="app", harness="claude"))
+    return Engine(
+        db=db,
+        blobs=blobs,
+        sandboxes=sandboxes,
+        checkpointer=Checkpointer(db, blobs, keys, sandboxes, settings),
+        restorer=Restorer(db, blobs, keys, sandboxes, settings),
+        session=session,
+        remote=remote,
+    )
+
+
+@pytest.fixture
+def engine(
+    settings: Settings,
+    db: SqliteDb,
+    blobs: LocalBlobs,
+    keys: LocalKeys,
+    sandboxes: LocalSandboxes,
+    remote: Path,
+) -> Engine:
+    return make_engine(settings, db, blobs, keys, sandboxes, remote)
+
+
+TURN_ONE = f"""
+head -c 3000 /dev/urandom > logo.bin
+git add logo.bin && git commit -qm "add logo"
+echo 'def feature(): return 1' > feature.py
+git add feature.py && git commit -qm "add feature"
+echo 'an uncommitted line' >> README.md
+head -c 2000 /dev/urandom > logo.bin
+mkdir -p notes && echo 'untracked note' > notes/todo.txt
+head -c 5000 /dev/urandom > notes/blob.bin
+echo '*.log' > .gitignore && echo 'ignored' > build.log
+mkdir -p ~/.claude/projects/-workspace-app
+echo '{{"role": "user", "content": "remember the word tangerine"}}' > ~/{CONVERSATION}
+mkdir -p ~/.claude && echo 'secret-token' > ~/.claude/.credentials.json
+"""
+
+STATE = f"""
+git rev-parse HEAD
+git rev-parse --abbrev-ref HEAD
+git status --porcelain=v1 --untracked-files=all
+sha256sum README.md logo.bin feature.py notes/todo.txt notes/blob.bin .gitignore ~/{CONVERSATION}
+"""
+
+
+def test_commits_changes_binaries_untracked_files_and_the_conversation_survive_destroy_and_restore(
+    engine: Engine,
+) -> None:
+    first, workspace = engine.sandbox()
+    engine.sh(first, TURN_ONE)
+    before = engine.sh(first, STATE)
+    checkpoint = engine.take(first, workspace)
+    engine.sandboxes.destroy(first)
+
+    second, again = engine.sandbox()
+    assert again.repo_dir == workspace.repo_dir == "/workspace/app"
+    report = engine.restorer.restore(engine.session.id, second, again.repo_dir)
+
+    assert report is not None and report.checkpoint.id == checkpoint.id and not report.fell_back
+    assert engine.sh(second, STATE) == before
+    assert "add feature" in engine.sh(second, "git log --format=%s")
+    # Credentials and ignored files are never part of a checkpoint.
+    assert engine.sh(second, "ls ~/.claude/.credentials.json build.log 2>&1 || true").count(
+        "No such file"
+    ) == 2
+
+
+def test_each_part_is_stored_sealed_and_described_on_the_record(engine: Engine) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, TURN_ONE)
+    checkpoint = engine.take(sandbox, workspace)
+
+    names = {p.name for p in checkpoint.parts}
+    assert names == {
+        "meta.json",
+        "repo.bundle",
+        "wip.patch",
+        "untracked.tar.zst",
+        "agent.tar.zst",
+        "session.patch",
+    }
+    assert checkpoint.head == engine.sh(sandbox, "git rev-parse HEAD").strip()
+    assert checkpoint.base == workspace.base_commit
+    assert checkpoint.branch == "hangar/session/demo"
+    assert checkpoint.reason is CheckpointReason.TURN
+    assert checkpoint.warnings == []
+    for part in checkpoint.parts:
+        stored = engine.blobs.get(part_key(engine.session.id, checkpoint.id, part.name))
+        assert len(stored) == part.stored_size > part.size
+        assert b"tangerine" not in stored and b"uncommitted line" not in stored
+    assert [c.id for c in engine.db.list_checkpoints(engine.session.id)] == [checkpoint.id]
+
+    meta = json.loads(b"".join(engine.checkpointer.parts.read(checkpoint, "meta.json")))
+    assert meta["head"] == checkpoint.head and meta["base"] == workspace.base_commit
+    assert meta["compression"] == "zstd" and meta["cwd"] == "/workspace/app"
+    assert meta["harness"] == "claude" and meta["harness_session"] == "conv"
+
+    wip = b"".join(engine.checkpointer.parts.read(checkpoint, "wip.patch"))
+    assert b"+an uncommitted line" in wip and b"GIT binary patch" in wip
+
+
+def test_the_session_patch_turns_the_base_into_the_working_tree_untracked_files_included(
+    engine: Engine, tmp_path: Path
+) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, TURN_ONE)
+    checkpoint = engine.take(sandbox, workspace)
+    patch = b"".join(engine.checkpointer.parts.read(checkpoint, "session.patch"))
+
+    local = tmp_path / "local"
+    git(tmp_path, "clone", "-q", str(engine.remote), str(local))
+    (tmp_path / "session.patch").write_bytes(patch)
+    git(local, "apply", "--binary", str(tmp_path / "session.patch"))
+    expected = engine.sh(sandbox, "sha256sum README.md logo.bin feature.py notes/todo.txt notes/blob.bin")
+    for line in expected.splitlines():
+        digest, name = line.split()
+        import hashlib
+
+        assert hashlib.sha256((local / name).read_bytes()).hexdigest() == digest
+
+
+def test_the_bundle_holds_only_commits_the_remote_lacks(engine: Engine) -> None:
+    sandbox, workspace = engine.sandbox()
+    checkpoint = engine.take(sandbox, workspace)
+    assert checkpoint.part("repo.bundle") is None, "nothing unpushed, so no bundle"
+
+    engine.sh(sandbox, "echo x > x.txt && git add x.txt && git commit -qm one")
+    with_commit = engine.take(sandbox, workspace)
+    bundle = with_commit.part("repo.bundle")
+    assert bundle is not None and bundle.size < 2000
+
+
+def test_a_tampered_part_makes_restore_fall_back_to_the_previous_checkpoint_and_say_so(
+    engine: Engine,
+) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, "echo first > state.txt")
+    older = engine.take(sandbox, workspace)
+    engine.sh(sandbox, "echo second > state.txt")
+    newer = engine.take(sandbox, workspace)
+    key = part_key(engine.session.id, newer.id, "untracked.tar.zst")
+    sealed = bytearray(engine.blobs.get(key))
+    sealed[-5] ^= 0xFF
+    engine.blobs.put(key, bytes(sealed))
+    engine.sandboxes.destroy(sandbox)
+
+    fresh, again = engine.sandbox()
+    report = engine.restorer.restore(engine.session.id, fresh, again.repo_dir)
+
+    assert report is not None
+    assert report.checkpoint.id == older.id and report.fell_back
+    assert [(s.checkpoint_id, s.code) for s in report.skipped] == [(newer.id, "decryption_failed")]
+    assert engine.sh(fresh, "cat state.txt") == "first\n"
+
+
+def test_a_checkpoint_whose_head_is_missing_falls_back(engine: Engine) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, "echo a > a.txt && git add a.txt && git commit -qm a")
+    older = engine.take(sandbox, workspace)
+    engine.sh(sandbox, "echo b > b.txt && git add b.txt && git commit -qm b")
+    newer = engine.take(sandbox, workspace)
+    # Without its bundle, the newer checkpoint's head exists nowhere.
+    engine.db.delete_checkpoints(engine.session.id)
+    stripped = newer.model_copy(
+        update={"parts": [p for p in newer.parts if p.name != "repo.bundle"], "version": 0}
+    )
+    engine.db.record_checkpoint(older.model_copy(update={"version": 0}), keep=5)
+    engine.db.record_checkpoint(stripped, keep=5)
+
+    fresh, again = engine.sandbox()
+    report = engine.restorer.restore(engine.session.id, fresh, again.repo_dir)
+    assert report is not None and report.checkpoint.id == older.id
+    assert report.skipped[0].code == "restore_failed"
+    assert "not in the repo" in report.skipped[0].message
+    assert engine.sh(fresh, "git log -1 --format=%s") == "a\n"
+
+
+def test_when_no_checkpoint_restores_the_error_lists_every_failure(engine: Engine) -> None:
+    sandbox, workspace = engine.sandbox()
+    only = engine.take(sandbox, workspace)
+    engine.blobs.delete(part_key(engine.session.id, only.id, "wip.patch"))
+    with pytest.raises(NoUsableCheckpoint) as info:
+        engine.restorer.restore(engine.session.id, sandbox, workspace.repo_dir)
+    assert info.value.data["failures"][0]["checkpoint_id"] == only.id
+    assert info.value.data["failures"][0]["code"] == "blob_not_found"
+
+
+def test_a_session_without_checkpoints_restores_nothing(engine: Engine) -> None:
+    sandbox, workspace = engine.sandbox()
+    assert engine.restorer.restore(engine.session.id, sandbox, workspace.repo_dir) is None
+
+
+def test_a_checkpoint_that_fails_in_the_sandbox_stores_nothing(engine: Engine) -> None:
+    sandbox, workspace = engine.sandbox()
+    target = engine.target(sandbox, workspace)
+    broken = CheckpointTarget(**{**target.__dict__, "repo_dir": "/workspace/missing"})
+    with pytest.raises(CheckpointError, match="checkpoint failed"):
+        engine.checkpointer.take(broken, CheckpointReason.MANUAL)
+    assert engine.blobs.list() == []
+    assert engine.db.list_checkpoints(engine.session.id) == []
+
+
+def test_a_checkpoint_that_fails_to_record_deletes_the_parts_it_stored(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, TURN_ONE)
+
+    def refuse(checkpoint: Checkpoint, keep: int) -> list[Checkpoint]:
+        assert engine.blobs.list(), "parts are stored before the record"
+        raise OSError("disk full")
+
+    monkeypatch.setattr(engine.db, "record_checkpoint", refuse)
+    with pytest.raises(OSError):
+        engine.checkpointer.take(engine.target(sandbox, workspace), CheckpointReason.TURN)
+    assert engine.blobs.list() == []
+
+
+def test_recording_prunes_to_the_newest_n_and_deletes_the_pruned_parts(
+    settings: Settings,
+    db: SqliteDb,
+    blobs: LocalBlobs,
+    keys: LocalKeys,
+    sandboxes: LocalSandboxes,
+    remote: Path,
+) -> None:
+    engine = make_engine(settings.replace(session_keep_checkpoints=2), db, blobs, keys, sandboxes, remote)
+    sandbox, workspace = engine.sandbox()
+    taken = []
+    for i in range(3):
+        engine.sh(sandbox, f"echo {i} > n.txt")
+        taken.append(engine.take(sandbox, workspace))
+    kept = [c.id for c in db.list_checkpoints(engine.session.id)]
+    assert kept == [taken[1].id, taken[2].id]
+    assert not [k for k in blobs.list() if f"/{taken[0].id}/" in k]
+    assert [k for k in blobs.list() if f"/{taken[2].id}/" in k]
+
+
+def test_an_oversize_untracked_set_is_skipped_with_a_warning(
+    settings: Settings,
+    db: SqliteDb,
+    blobs: LocalBlobs,
+    keys: LocalKeys,
+    sandboxes: LocalSandboxes,
+    remote: Path,
+) -> None:
+    small = settings.replace(session_max_untracked_mb=0.01)
+    engine = make_engine(small, db, blobs, keys, sandboxes, remote)
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, "head -c 20000 /dev/urandom > big.bin && echo change >> README.md")
+    checkpoint = engine.take(sandbox, workspace)
+    assert not any(p.name.startswith("untracked") for p in checkpoint.parts)
+    assert any("untracked files skipped" in w for w in checkpoint.warnings)
+    assert checkpoint.part("wip.patch") is not None
+
+
+def test_an_oversize_part_is_skipped_with_a_warning_on_the_checkpoint(
+    settings: Settings,
+    db: SqliteDb,
+    blobs: LocalBlobs,
+    keys: LocalKeys,
+    sandboxes: LocalSandboxes,
+    remote: Path,
+) -> None:
+    engine = make_engine(settings.replace(session_max_part_mb=0.01), db, blobs, keys, sandboxes, remote)
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, "head -c 30000 /dev/urandom | base64 >> README.md")
+    checkpoint = engine.take(sandbox, workspace)
+    assert checkpoint.part("wip.patch") is None
+    assert any(w.startswith("wip.patch skipped") for w in checkpoint.warnings)
+
+
+def test_a_session_patch_over_the_patch_limit_is_skipped_with_a_warning(
+    settings: Settings,
+    db: SqliteDb,
+    blobs: LocalBlobs,
+    keys: LocalKeys,
+    sandboxes: LocalSandboxes,
+    remote: Path,
+) -> None:
+    engine = make_engine(settings.replace(exchange_max_patch_mb=0.01), db, blobs, keys, sandboxes, remote)
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, "head -c 30000 /dev/urandom | base64 > new.txt")
+    checkpoint = engine.take(sandbox, workspace)
+    assert checkpoint.part("session.patch") is None
+    assert any(w.startswith("session.patch skipped") for w in checkpoint.warnings)
+    assert checkpoint.part("untracked.tar.zst") is not None
+
+
+def test_an_unchanged_session_skips_the_interval_checkpoint(engine: Engine) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, TURN_ONE)
+    engine.take(sandbox, workspace)
+    target = engine.target(sandbox, workspace)
+    assert engine.checkpointer.take(target, CheckpointReason.INTERVAL, skip_if_unchanged=True) is None
+    assert len(engine.db.list_checkpoints(engine.session.id)) == 1
+
+
+@pytest.mark.parametrize(
+    "path", ["README.md", "notes/todo.txt", f"/root/{CONVERSATION}", "src/main.py"]
+)
+def test_an_edit_that_keeps_size_and_mtime_is_still_noticed(engine: Engine, path: str) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, TURN_ONE)
+    engine.take(sandbox, workspace)
+    # Same length, same mtime: flip one character and put the old mtime back.
+    engine.sh(
+        sandbox,
+        f"""f={path}; m=$(stat -c %y "$f"); s=$(stat -c %s "$f")
+        python3 -c "import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[0]^=1; open(p,'wb').write(b)" "$f"
+        touch -d "$m" "$f"; test "$(stat -c %s "$f")" = "$s"; test "$(stat -c %y "$f")" = "$m" """,
+    )
+    target = engine.target(sandbox, workspace)
+    taken = engine.checkpointer.take(target, CheckpointReason.INTERVAL, skip_if_unchanged=True)
+    assert taken is not None and taken.reason is CheckpointReason.INTERVAL
+
+
+def test_a_pre_destroy_hook_takes_a_destroy_checkpoint_before_the_sandbox_goes(
+    engine: Engine,
+) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, "echo 'work in progress' > wip.txt")
+
+    def checkpoint_first(info: SandboxInfo) -> None:
+        if info.labels.get("hangar.session") == engine.session.id:
+            engine.checkpointer.take(engine.target(info.id, workspace), CheckpointReason.DESTROY)
+
+    engine.sandboxes.add_pre_destroy_hook(checkpoint_first)
+    engine.sandboxes.destroy(sandbox)
+    [checkpoint] = engine.db.list_checkpoints(engine.session.id)
+    assert checkpoint.reason is CheckpointReason.DESTROY
+
+    fresh, again = engine.sandbox()
+    engine.restorer.restore(engine.session.id, fresh, again.repo_dir)
+    assert engine.sh(fresh, "cat wip.txt") == "work in progress\n"
+
+
+def _tar(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tf.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def _file(name: str, data: bytes = b"x") -> tuple[tarfile.TarInfo, bytes]:
+    return tarfile.TarInfo(name), data
+
+
+def _link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = target
+    return info, None
+
+
+ESCAPES = {
+    "absolute path": [_file("/tmp/escaped")],
+    "dot-dot path": [_file("../escaped")],
+    "link that leads out": [_link("out", "../../tmp")],
+    "absolute link": [_link("out", "/tmp")],
+    "file through a link": [_link("inner", "notes"), _file("inner/escaped")],
+    "hard link": [_link("hard", "/etc/passwd", tarfile.LNKTYPE)],
+}
+
+
+@pytest.mark.parametrize("members", ESCAPES.values(), ids=list(ESCAPES))
+def test_archives_that_try_to_escape_are_refused_and_nothing_is_written(
+    engine: Engine, members: list[tuple[tarfile.TarInfo, bytes | None]]
+) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, "echo committed > keep.txt && git add keep.txt && git commit -qm keep")
+    good = engine.take(sandbox, workspace)
+    # Replace the untracked archive with a hostile one, sealed and recorded like a real part.
+    hostile = _tar([_file("harmless.txt"), *members])
+    data_key = engine.checkpointer.parts.data_key(good)
+    stored = engine.checkpointer.parts.put(
+        engine.session.id, good.id, "untracked.tar.gz", data_key, [_gzip(hostile)]
+    )
+    from hangar.models import CheckpointPart, Compression
+
+    evil = good.model_copy(
+        update={
+            "parts": [
+                *good.parts,
+                CheckpointPart(
+                    name="untracked.tar.gz",
+                    size=stored.size,
+                    stored_size=stored.stored_size,
+                    compression=Compression.GZIP,
+                    sha256=stored.sha256,
+                ),
+            ]
+        }
+    )
+    fresh, again = engine.sandbox()
+    with pytest.raises(UnsafeArchive):
+        engine.restorer.restore_checkpoint(evil, fresh, again.repo_dir)
+    listing = engine.sh(fresh, "ls -A /tmp; ls -A; ls -A ~")
+    assert "escaped" not in listing and "harmless.txt" not in listing and "out" not in listing.split()
+
+
+def _gzip(data: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(data)
