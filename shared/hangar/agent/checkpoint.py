@@ -20,12 +20,11 @@ why. Nothing is left behind in the repo but the ref ``refs/hangar/checkpoint`` (
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import threading
-import time
+
+# shutil, tempfile and threading are imported when parts are packed: the unchanged-fingerprint
+# path (every interval tick) must stay as quick as the interpreter's start.
 
 PIN = "refs/hangar/checkpoint"
 # Never let the user's or the agent's git config change what we produce or run.
@@ -87,12 +86,29 @@ def conversation_listing(home, dirs):
     return entries
 
 
-def untracked_files(repo):
-    out = git(repo, "ls-files", "-z", "--others", "--exclude-standard").stdout
-    return [p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
+def repo_state(repo):
+    """(head, branch or None, status records) from one ``git status`` call, which takes no
+    optional locks so that it never races the agent's own git commands."""
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
+    out = git(
+        repo, "status", "--porcelain=v2", "-z", "--branch", "--untracked-files=all",
+        "--ignore-submodules", "--no-renames", env=env,
+    ).stdout  # fmt: skip
+    head = branch = None
+    records = []
+    for record in out.split(b"\0"):
+        if record.startswith(b"# branch.oid "):
+            head = record[13:].decode()
+        elif record.startswith(b"# branch.head "):
+            branch = record[14:].decode()
+        elif record:
+            records.append(record)
+    if not head or head == "(initial)":
+        raise Failure("the repo has no commit at HEAD")
+    return head, (None if branch == "(detached)" else branch), records
 
 
-def fingerprint(repo, home, dirs, head, branch, status_env):
+def fingerprint(repo, home, dirs, head, branch, records):
     """A hash that changes when anything a checkpoint would store changes.
 
     File stats include ctime and inode: an edit that restores a file's size and mtime still
@@ -101,12 +117,8 @@ def fingerprint(repo, home, dirs, head, branch, status_env):
     h = hashlib.sha256()
     h.update(("%s\n%s\n" % (head, branch)).encode())
     h.update(stat_line(os.path.join(repo, ".git", "index")).encode())
-    status = git(
-        repo, "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignore-submodules",
-        "--no-renames", env=status_env,
-    ).stdout  # fmt: skip
-    h.update(status)
-    for record in status.split(b"\0"):
+    for record in records:
+        h.update(record + b"\0")
         fields = STATUS_FIELDS.get(record[:1])
         if fields is None:
             continue
@@ -249,6 +261,8 @@ def make_session_patch(repo, staging, base, untracked, limit):
 
 
 def clean_stale(tmp):
+    import time
+
     now = time.time()
     for name in os.listdir(tmp):
         if name.startswith(STAGING_PREFIX):
@@ -280,25 +294,15 @@ def run_all(jobs):
     return results
 
 
-def pack(cfg, staging):
+def pack(cfg, staging, head, branch, records, fp):
     repo, home = cfg["repo"], cfg["home"]
     dirs = cfg.get("conversation_dirs") or []
-    head = git_out(repo, "rev-parse", "--verify", "HEAD")
-    branch_proc = git(repo, "symbolic-ref", "--short", "-q", "HEAD", check=False)
-    branch = branch_proc.stdout.decode().strip() or None
-    status_env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
-    fp = fingerprint(repo, home, dirs, head, branch, status_env)
     manifest = {"fingerprint": fp, "head": head, "branch": branch, "unchanged": False}
-    if cfg.get("skip_if_fingerprint") == fp:
-        manifest["unchanged"] = True
-        manifest["parts"] = []
-        return manifest, []
-
     git(repo, "update-ref", PIN, head)
     base = cfg.get("base") or upstream_base(repo, head)
     compression = compressor()
     warnings = []
-    untracked = untracked_files(repo)
+    untracked = [r[2:].decode("utf-8", "surrogateescape") for r in records if r[:2] == b"? "]
     untracked_size = 0
     for p in untracked:
         try:
@@ -321,6 +325,10 @@ def pack(cfg, staging):
         archive(repo, untracked, path, compression)
         return path
 
+    def untracked_and_patch_job():
+        archived = untracked_job()
+        return archived, patch_job(os.path.getsize(archived) if archived else 0)
+
     def agent_job():
         if not existing_dirs:
             return None
@@ -331,12 +339,20 @@ def pack(cfg, staging):
         archive(home, members, path, compression)
         return path
 
-    def patch_job():
+    def patch_job(untracked_packed):
         if not base:
             warnings.append("session.patch skipped: no base commit is known")
             return None
         if skip_untracked:
             warnings.append("session.patch skipped: the untracked files were too large")
+            return None
+        # A patch carries file contents at least as large as they compress, so when the
+        # compressed untracked files alone pass the limit, making the patch is wasted work.
+        if untracked_packed > cfg["max_patch"]:
+            warnings.append(
+                "session.patch skipped: the untracked files alone come to %d bytes compressed, "
+                "over the %d-byte patch limit" % (untracked_packed, cfg["max_patch"])
+            )
             return None
         path, warning = make_session_patch(repo, staging, base, untracked, cfg["max_patch"])
         if warning:
@@ -347,11 +363,11 @@ def pack(cfg, staging):
         {
             "repo.bundle": lambda: make_bundle(repo, staging, head, base),
             "wip.patch": lambda: make_wip(repo, staging),
-            "untracked" + ext: untracked_job,
+            "untracked": untracked_and_patch_job,
             "agent" + ext: agent_job,
-            "session.patch": patch_job,
         }
     )
+    produced["untracked" + ext], produced["session.patch"] = produced.pop("untracked")
     meta = {
         "branch": branch,
         "head": head,
@@ -387,26 +403,37 @@ def pack(cfg, staging):
 
 
 def main():
+    global shutil, tempfile, threading
     cfg = json.loads(sys.argv[1])
-    tmp = tempfile.gettempdir()
-    clean_stale(tmp)
-    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=tmp)
+    out = sys.stdout.buffer
     try:
-        manifest, parts = pack(cfg, staging)
-        out = sys.stdout.buffer
-        line = json.dumps(
-            dict(manifest, parts=[{k: v for k, v in p.items() if k != "path"} for p in parts])
-        )
-        out.write(line.encode() + b"\n")
-        for part in parts:
-            with open(part["path"], "rb") as src:
-                shutil.copyfileobj(src, out, 1 << 20)
-        out.flush()
+        head, branch, records = repo_state(cfg["repo"])
+        fp = fingerprint(cfg["repo"], cfg["home"], cfg.get("conversation_dirs") or [], head,
+                         branch, records)  # fmt: skip
+        if cfg.get("skip_if_fingerprint") == fp:
+            line = {"fingerprint": fp, "head": head, "branch": branch, "unchanged": True}
+            out.write(json.dumps(line).encode() + b"\n")
+            return
+        import shutil
+        import tempfile
+        import threading
+
+        tmp = tempfile.gettempdir()
+        clean_stale(tmp)
+        staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=tmp)
+        try:
+            manifest, parts = pack(cfg, staging, head, branch, records, fp)
+            listed = [{k: v for k, v in p.items() if k != "path"} for p in parts]
+            out.write(json.dumps(dict(manifest, parts=listed)).encode() + b"\n")
+            for part in parts:
+                with open(part["path"], "rb") as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+            out.flush()
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     except Failure as exc:
         sys.stderr.write("checkpoint failed: %s\n" % exc)
         sys.exit(3)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 if __name__ == "__main__":

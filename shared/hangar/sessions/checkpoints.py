@@ -129,7 +129,7 @@ class Checkpointer:
         if skip_if_unchanged:
             history = self.db.list_checkpoints(target.session_id)
             previous = history[-1].fingerprint if history else None
-        config = {
+        config: dict[str, object] = {
             "repo": target.repo_dir,
             "home": target.home,
             "conversation_dirs": list(target.conversation_dirs),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -62,7 +63,7 @@ class BlobsConformance:
         assert blobs.get("race").startswith(b"writer ")
 
     def test_a_failed_streamed_put_leaves_no_object(self, blobs: Blobs) -> None:
-        def broken():  # type: ignore[no-untyped-def]
+        def broken() -> Iterator[bytes]:
             yield b"partial data"
             raise RuntimeError("source failed")
 
