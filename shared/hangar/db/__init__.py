@@ -79,7 +79,8 @@ class Db(Protocol):
     def record_checkpoint(self, checkpoint: Checkpoint, keep: int) -> list[Checkpoint]:
         """Insert the record and, in the same transaction, drop all but the newest ``keep`` of the
         session's checkpoints (by ``ts``). Returns the dropped records, whose blobs the caller
-        deletes. AlreadyExists if the id is taken."""
+        deletes. AlreadyExists if the id is taken; SessionNotFound if the session does not exist
+        (checked in the same transaction); InvalidInput if ``keep`` is below 1."""
         ...
 
     def list_checkpoints(self, session_id: str) -> list[Checkpoint]:

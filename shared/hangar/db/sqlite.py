@@ -470,13 +470,18 @@ class SqliteDb:
         """Insert the record (version 1) and, in the same transaction, drop all but the newest
         ``keep`` of the session's checkpoints by ``ts`` (ties: the later inserted is newer).
         Returns the dropped records, oldest first. AlreadyExists if the id is taken (nothing is
-        dropped then); InvalidInput if ``keep`` is below 1."""
+        dropped then); SessionNotFound if the session is gone (a checkpoint that finished while
+        its session was deleted must not outlive it); InvalidInput if ``keep`` is below 1."""
         if keep < 1:
             raise InvalidInput(f"keep must be at least 1, not {keep}", keep=keep)
         stored, doc = _prepare(checkpoint, Checkpoint, 1)
         columns = {"id": stored.id, "session_id": stored.session_id, "ts": _micros(stored.ts)}
         clash = _exists(f"checkpoint id {stored.id!r} exists", id=stored.id)
         with self._write() as conn:
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (stored.session_id,)).fetchone() is None:
+                raise SessionNotFound(
+                    f"no session {stored.session_id!r}", session_id=stored.session_id
+                )
             self._insert(conn, "checkpoints", {**columns, "version": 1, "doc": doc}, clash)
             dropped = conn.execute(
                 "SELECT rowid, doc FROM checkpoints WHERE session_id = ?"

@@ -106,6 +106,12 @@ def make_due(key: str, minute: float, **fields: Any) -> TickDue:
     return TickDue(key=key, kind="idle", due_at=at(minute), **fields)
 
 
+def _sessions(db: Db, *ids: str) -> None:
+    """Create sessions with these ids (checkpoints can only be recorded for a live session)."""
+    for n, session_id in enumerate(ids):
+        db.create_session(make_session(f"owner-{n}", id=session_id))
+
+
 def _ids(records: list[Session] | list[Checkpoint] | list[Token]) -> list[str]:
     return [record.id for record in records]
 
@@ -247,6 +253,7 @@ class DbConformance:
         assert db.find_session("alpha").id != alpha.id
 
     def test_delete_session_removes_it_with_its_turns_and_checkpoints(self, db: Db) -> None:
+        _sessions(db, "ses-1", "ses-other")
         session = db.create_session(make_session("alpha"))
         db.add_turn(make_turn(session.id, 1))
         checkpoint = make_checkpoint(session.id, 1)
@@ -433,6 +440,7 @@ class DbConformance:
     def test_record_checkpoint_stores_it_at_version_1_and_drops_nothing_under_keep(
         self, db: Db
     ) -> None:
+        _sessions(db, "ses-1", "ses-other")
         checkpoint = make_checkpoint("ses-1", 1)
         assert db.record_checkpoint(checkpoint, keep=2) == []
         stored = db.get_checkpoint("ses-1", checkpoint.id)
@@ -445,6 +453,7 @@ class DbConformance:
     def test_record_checkpoint_prunes_to_keep_and_returns_exactly_the_oldest_dropped(
         self, db: Db
     ) -> None:
+        _sessions(db, "ses-1", "ses-other")
         recorded = [make_checkpoint("ses-1", minute) for minute in (1, 2, 3, 4, 5)]
         for checkpoint in recorded[:4]:
             db.record_checkpoint(checkpoint, keep=5)
@@ -460,6 +469,7 @@ class DbConformance:
         assert _ids(db.list_checkpoints("ses-1")) == [recorded[4].id, newest.id]
 
     def test_record_checkpoint_prunes_by_ts_not_by_insertion_order(self, db: Db) -> None:
+        _sessions(db, "ses-1", "ses-other")
         late = make_checkpoint("ses-1", 10)
         early = make_checkpoint("ses-1", 1)
         middle = make_checkpoint("ses-1", 5)
@@ -471,6 +481,7 @@ class DbConformance:
     def test_record_checkpoint_with_a_taken_id_raises_already_exists_and_prunes_nothing(
         self, db: Db
     ) -> None:
+        _sessions(db, "ses-1", "ses-other")
         first = make_checkpoint("ses-1", 1)
         second = make_checkpoint("ses-1", 2)
         db.record_checkpoint(first, keep=5)
@@ -480,7 +491,15 @@ class DbConformance:
         assert _ids(db.list_checkpoints("ses-1")) == [first.id, second.id]
         assert db.get_checkpoint("ses-1", second.id).ts == second.ts
 
+    def test_record_checkpoint_for_a_missing_session_raises_session_not_found_and_stores_nothing(
+        self, db: Db
+    ) -> None:
+        with pytest.raises(SessionNotFound):
+            db.record_checkpoint(make_checkpoint("ses-gone", 1), keep=5)
+        assert db.list_checkpoints("ses-gone") == []
+
     def test_pruning_leaves_other_sessions_checkpoints_alone(self, db: Db) -> None:
+        _sessions(db, "ses-1", "ses-other")
         others = [make_checkpoint("ses-other", minute) for minute in (0, 1, 2)]
         for checkpoint in others:
             db.record_checkpoint(checkpoint, keep=5)
@@ -490,6 +509,7 @@ class DbConformance:
         assert _ids(db.list_checkpoints("ses-other")) == _ids(others)
 
     def test_list_checkpoints_is_oldest_first_by_ts(self, db: Db) -> None:
+        _sessions(db, "ses-1", "ses-other")
         recorded = [make_checkpoint("ses-1", minute) for minute in (3, 1, 2)]
         for checkpoint in recorded:
             db.record_checkpoint(checkpoint, keep=5)
@@ -500,6 +520,7 @@ class DbConformance:
     def test_get_checkpoint_of_a_missing_id_or_another_session_raises_checkpoint_not_found(
         self, db: Db
     ) -> None:
+        _sessions(db, "ses-1", "ses-other")
         checkpoint = make_checkpoint("ses-1", 1)
         db.record_checkpoint(checkpoint, keep=5)
         with pytest.raises(CheckpointNotFound):
@@ -510,6 +531,7 @@ class DbConformance:
     def test_delete_checkpoints_returns_what_was_dropped_and_leaves_other_sessions(
         self, db: Db
     ) -> None:
+        _sessions(db, "ses-1", "ses-2")
         mine = [make_checkpoint("ses-1", minute) for minute in (2, 1)]
         other = make_checkpoint("ses-2", 1)
         for checkpoint in (*mine, other):
@@ -524,6 +546,7 @@ class DbConformance:
     def test_every_checkpoint_field_with_parts_and_warnings_survives_storage(
         self, db: Db
     ) -> None:
+        _sessions(db, "ses-1", "ses-other")
         checkpoint = Checkpoint(
             id="ckp-0123456789ab",
             session_id="ses-1",
