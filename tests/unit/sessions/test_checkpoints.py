@@ -494,3 +494,20 @@ def _gzip(data: bytes) -> bytes:
     import gzip
 
     return gzip.compress(data)
+
+
+def test_a_checkpoint_that_times_out_stores_nothing_and_says_so(
+    settings: Settings,
+    db: SqliteDb,
+    blobs: LocalBlobs,
+    keys: LocalKeys,
+    sandboxes: LocalSandboxes,
+    remote: Path,
+) -> None:
+    hasty = settings.replace(checkpoint_timeout_seconds=0.001)
+    engine = make_engine(hasty, db, blobs, keys, sandboxes, remote)
+    sandbox, workspace = engine.sandbox()
+    with pytest.raises(CheckpointError, match="timed out"):
+        engine.checkpointer.take(engine.target(sandbox, workspace), CheckpointReason.MANUAL)
+    assert blobs.list() == []
+    assert db.list_checkpoints(engine.session.id) == []
