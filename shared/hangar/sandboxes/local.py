@@ -22,19 +22,16 @@ root outside the bound folders use RAM.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
 import re
 import secrets
-import selectors
 import shutil
-import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, cast
@@ -47,6 +44,8 @@ from hangar.errors import ExecTimeout, InvalidInput, InvalidSettings, SandboxErr
 from hangar.errors import SandboxNotFound, SandboxUnavailable
 from hangar.sandboxes import HOME, WORKSPACE, ExecResult, PreDestroyHook, SandboxInfo
 from hangar.sandboxes import SandboxSpec, Stdin
+from hangar.sandboxes.processes import HOST_ENV, feed, host_tool, kill, kill_tree, pump
+from hangar.sandboxes.processes import read_some, start_time
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +60,6 @@ _ID = re.compile(r"sbx-[0-9a-f]{8}\Z")
 _RECORD = "record.json"
 _START_TIMEOUT = 10.0  # seconds for bubblewrap to report and the init to run
 _KILL_TIMEOUT = 10.0  # seconds for a killed init to be gone
-_DRAIN_GRACE = 1.0  # seconds to keep reading output held open by background processes
-_CHUNK = 64 * 1024
-_HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _BOUND = ("/proc", "/dev", HOME, WORKSPACE, "/tmp")
@@ -206,9 +202,10 @@ class LocalSandboxes:
 
         The environment is HOME, PATH and LANG, then the spec's env, then ``env``. Output that
         background processes keep writing after the command exits is read for at most
-        :data:`_DRAIN_GRACE` seconds. A command killed by signal N exits 128 + N. A timeout
-        kills the command and every process it started that is still its descendant, then
-        raises ExecTimeout. SandboxNotFound if the sandbox is missing or dies meanwhile.
+        :data:`~hangar.sandboxes.processes.DRAIN_GRACE` seconds. A command killed by signal N
+        exits 128 + N. A timeout kills the command and every process it started that is still
+        its descendant, then raises ExecTimeout. SandboxNotFound if the sandbox is missing or
+        dies meanwhile.
         """
         if not argv:
             raise InvalidInput("exec needs a command")
@@ -218,7 +215,7 @@ class LocalSandboxes:
         full_env = {"HOME": HOME, "PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
         full_env.update(record.env)
         full_env.update(_check_env(env or {}))
-        nsenter = _host_tool("nsenter") or "nsenter"
+        nsenter = host_tool("nsenter") or "nsenter"
         command = [nsenter, "--target", str(record.init_pid), "--mount", "--pid", "--uts"]
         command += ["--ipc", "--", "/usr/bin/setpriv", "--bounding-set=-all", "--inh-caps=-all"]
         command += ["--ambient-caps=-all", "--no-new-privs", "--", "/usr/bin/env", "-i"]
@@ -233,14 +230,14 @@ class LocalSandboxes:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,  # its own process group, so a timeout can kill it all
-                env=_HOST_ENV,
+                env=HOST_ENV,
             )
         except OSError as exc:
             raise SandboxUnavailable(f"cannot run nsenter: {exc}", tool="nsenter") from exc
         errors: list[Exception] = []
         writer = None
         if stdin is not None:
-            writer = threading.Thread(target=_feed, args=(proc.stdin, stdin, errors), daemon=True)
+            writer = threading.Thread(target=feed, args=(proc.stdin, stdin, errors), daemon=True)
             writer.start()
         try:
             assert proc.stdout is not None and proc.stderr is not None
@@ -248,18 +245,18 @@ class LocalSandboxes:
                 proc.stdout.fileno(): out.append if stdout is None else stdout.write,
                 proc.stderr.fileno(): err.append if stderr is None else stderr.write,
             }
-            if not _pump(proc, streams, deadline):
+            if not pump(proc, streams, deadline):
                 raise subprocess.TimeoutExpired(command, timeout or 0)
             proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            _kill_tree(proc)
+            kill_tree(proc)
             message = f"{argv[0]} timed out after {timeout} s in sandbox {sandbox_id}"
             raise ExecTimeout(
                 message, sandbox_id=sandbox_id, argv=list(argv), timeout=timeout
             ) from None
         finally:
             if proc.poll() is None:
-                _kill_tree(proc)
+                kill_tree(proc)
             for pipe in (proc.stdout, proc.stderr):
                 if pipe is not None:
                     pipe.close()
@@ -338,7 +335,7 @@ class LocalSandboxes:
             )
         tools = {"bwrap": bwrap}
         for name in ("setsid", "nsenter"):
-            found = _host_tool(name)
+            found = host_tool(name)
             if found is None:
                 raise SandboxUnavailable(f"{name} (util-linux) is not installed", tool=name)
             tools[name] = found
@@ -376,7 +373,7 @@ class LocalSandboxes:
                         stdout=log,
                         stderr=log,
                         pass_fds=(info_w, ready_w),
-                        env=_HOST_ENV,
+                        env=HOST_ENV,
                         check=True,
                         timeout=_START_TIMEOUT,
                     )
@@ -391,11 +388,11 @@ class LocalSandboxes:
             if not isinstance(pid, int):
                 raise SandboxError(f"bubblewrap failed: {_log_text(folder)}")
             try:
-                started = _start_time(pid) if _read_some(ready_r, deadline) == b"r" else None
+                started = start_time(pid) if _read_some(ready_r, deadline) == b"r" else None
                 if started is None:
                     raise SandboxError(f"sandbox init did not start: {_log_text(folder)}")
             except BaseException:
-                _kill(pid)
+                kill(pid)
                 raise
             return pid, started
         finally:
@@ -422,6 +419,7 @@ class LocalSandboxes:
         if record is None:
             raise SandboxNotFound(f"no sandbox {sandbox_id}", sandbox_id=sandbox_id)
         return record
+
 
 def _bwrap_args(
     folder: Path, sandbox_id: str, ro_paths: Sequence[str], harness_dir: Path | None
@@ -467,116 +465,14 @@ class _Counter:
         return self.out.write(data)
 
 
-def _feed(
-    pipe: BinaryIO, source: bytes | BinaryIO | Iterable[bytes], errors: list[Exception]
-) -> None:
-    """Stream bytes, a binary file or byte chunks into ``pipe``, then close it (a thread body).
-
-    A command that stops reading is not an error (the pipe breaks); an error reading the source
-    is put in ``errors`` for the caller to raise.
-    """
-    try:
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            pipe.write(source)
-        elif hasattr(source, "read"):
-            while chunk := cast(BinaryIO, source).read(_CHUNK):
-                pipe.write(chunk)
-        else:
-            for chunk in source:
-                pipe.write(chunk)
-    except BrokenPipeError:
-        pass  # the command stopped reading (or was killed): not an error
-    except Exception as exc:  # the caller's source failed: hand it back to the caller
-        errors.append(exc)
-    finally:
-        try:
-            pipe.close()
-        except OSError:
-            pass
-
-
-def _pump(
-    proc: subprocess.Popen[bytes],
-    streams: dict[int, Callable[[bytes], Any]],
-    deadline: float | None,
-) -> bool:
-    """Copy the pipes to their sinks until EOF; False if the deadline passes first."""
-    exited_at: float | None = None
-    with selectors.DefaultSelector() as sel:
-        for fd, sink in streams.items():
-            sel.register(fd, selectors.EVENT_READ, sink)
-        while sel.get_map():
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                return False
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-            if exited_at is not None and now - exited_at > _DRAIN_GRACE:
-                return True  # only background processes still hold the pipes
-            wait = 0.1 if deadline is None else min(0.1, deadline - now)
-            for key, _ in sel.select(wait):
-                data = os.read(key.fd, _CHUNK)
-                if data:
-                    key.data(data)
-                else:
-                    sel.unregister(key.fd)
-    return True
-
-
-def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the exec's process group and every descendant (those that left the group too)."""
-    doomed = _descendants(proc.pid)  # before the kill: orphans would be re-parented away
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for pid in doomed:
-        _kill(pid)
-    proc.wait()
-
-
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _stat_fields(int(entry))
-            if stat is not None:
-                children.setdefault(int(stat[1]), []).append(int(entry))
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields 3 onwards of /proc/PID/stat (state, ppid, ...), or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data[data.rindex(b")") + 2 :].decode().split()
-
-
-def _start_time(pid: int) -> int | None:
-    """The start time of a running (not zombie) process, in clock ticks since boot."""
-    fields = _stat_fields(pid)
-    if fields is None or fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])  # field 22 of /proc/PID/stat
-
-
 def _is_live(record: _Record) -> bool:
-    return _start_time(record.init_pid) == record.init_start_time
+    return start_time(record.init_pid) == record.init_start_time
 
 
 def _kill_and_remove(folder: Path, record: _Record | None) -> None:
     """Kill the init of ``record`` (if given and live), wait until it is gone, remove the folder."""
     if record is not None and _is_live(record):
-        _kill(record.init_pid)
+        kill(record.init_pid)
         deadline = time.monotonic() + _KILL_TIMEOUT
         pause = 0.001
         while _is_live(record):
@@ -590,18 +486,6 @@ def _kill_and_remove(folder: Path, record: _Record | None) -> None:
         _remove_tree(folder)
     except OSError as exc:
         raise SandboxError(f"cannot remove sandbox folder {folder}: {exc}") from exc
-
-
-@functools.cache
-def _host_tool(name: str) -> str | None:
-    return shutil.which(name, path=_HOST_ENV["PATH"])
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _check_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -629,11 +513,10 @@ def _under(path: str, folders: Sequence[str]) -> bool:
 
 def _read_some(fd: int, deadline: float) -> bytes:
     """One read from ``fd`` (b"" at EOF); SandboxError if nothing comes before the deadline."""
-    with selectors.DefaultSelector() as sel:
-        sel.register(fd, selectors.EVENT_READ)
-        if not sel.select(max(0.0, deadline - time.monotonic())):
-            raise SandboxError("sandbox did not start in time")
-    return os.read(fd, _CHUNK)
+    try:
+        return read_some(fd, deadline)
+    except TimeoutError:
+        raise SandboxError("sandbox did not start in time") from None
 
 
 def _read_json(fd: int, deadline: float) -> dict[str, Any] | None:
