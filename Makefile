@@ -8,13 +8,20 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 # Debian packages the local sandboxes and the in-sandbox scripts need.
 DEB_PACKAGES := bubblewrap git tar zstd tmux util-linux
+# The harness CLIs the tests run for real, pinned (newer Claude Code releases want Node 22).
+HARNESS_PACKAGES := @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 \
+	@mariozechner/pi-coding-agent@0.73.1
+export HANGAR_HARNESS_DIR ?= $(HOME)/.local/share/hangar/harnesses
 
-.PHONY: install system-packages test bench run lint clean
+.PHONY: install system-packages harnesses test bench run lint clean
 
 install: system-packages $(STAMP)
 
 system-packages:
 	@scripts/install-system-packages $(DEB_PACKAGES)
+
+harnesses:
+	@scripts/install-harnesses "$(HANGAR_HARNESS_DIR)" $(HARNESS_PACKAGES)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +29,7 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
-test: install
+test: install harnesses
 	$(BIN)/python -m pytest $(ARGS)
 
 bench: install

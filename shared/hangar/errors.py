@@ -9,6 +9,7 @@ once shipped; messages may.
     HangarError                         internal            500
     ├── InvalidInput                    invalid_input       400
     │   ├── InvalidName                 invalid_name        400
+    │   ├── UnknownHarness              unknown_harness     400
     │   └── InvalidSettings             invalid_settings    400
     ├── NotFound                        not_found           404
     │   ├── SessionNotFound             session_not_found   404
@@ -29,6 +30,10 @@ once shipped; messages may.
     │   ├── RestoreFailed               restore_failed      500
     │   └── NoUsableCheckpoint          no_usable_checkpoint 500
     ├── UnsafeArchive                   unsafe_archive      422
+    ├── HarnessError                    harness_failed      502
+    │   ├── HarnessMissing              harness_missing     502
+    │   ├── NoConversationId            no_conversation_id  502
+    │   └── ConversationMismatch        conversation_mismatch 502
     ├── CryptoError                     crypto_error        500
     │   └── DecryptionFailed            decryption_failed   500
     └── BackendError                    backend_error       503
@@ -65,6 +70,10 @@ class InvalidInput(HangarError):
 
 class InvalidName(InvalidInput):
     code = "invalid_name"
+
+
+class UnknownHarness(InvalidInput):
+    code = "unknown_harness"
 
 
 class InvalidSettings(InvalidInput):
@@ -164,6 +173,33 @@ class UnsafeArchive(HangarError):
 
     code = "unsafe_archive"
     status = 422
+
+
+class HarnessError(HangarError):
+    """An agent turn failed: the harness CLI exited non-zero or its output was unusable.
+    Recorded as the turn's outcome; the run log is kept."""
+
+    code = "harness_failed"
+    status = 502
+
+
+class HarnessMissing(HarnessError):
+    """The harness CLI is not installed in the sandbox."""
+
+    code = "harness_missing"
+
+
+class NoConversationId(HarnessError):
+    """The harness's output named no conversation, so the next turn could not resume it."""
+
+    code = "no_conversation_id"
+
+
+class ConversationMismatch(HarnessError):
+    """The harness continued another conversation than the one asked for (for example, it
+    silently started a new one for an unknown id)."""
+
+    code = "conversation_mismatch"
 
 
 class CryptoError(HangarError):

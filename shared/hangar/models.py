@@ -144,6 +144,9 @@ class Checkpoint(Record):
     harness: str | None = None
     harness_session: str | None = None
     cwd: str | None = None
+    conversation_dirs: list[str] = Field(
+        default_factory=list, description="the folders under HOME the agent archive may hold"
+    )
     parts: list[CheckpointPart] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     fingerprint: str | None = None

@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+from stat import S_ISDIR, S_ISLNK, S_ISREG
 
 # shutil, tempfile and threading are imported when parts are packed: the unchanged-fingerprint
 # path (every interval tick) must stay as quick as the interpreter's start.
@@ -35,6 +36,7 @@ GIT = [
     "-c", "diff.mnemonicPrefix=false",
     "-c", "diff.external=",
     "-c", "core.fsmonitor=false",
+    "-c", "core.hooksPath=/dev/null",
 ]  # fmt: skip
 STAGING_PREFIX = ".hangar-ckpt-"
 # Fields in a `git status --porcelain=v2` record (the path is the last, and may hold spaces).
@@ -149,7 +151,8 @@ def archive(cwd, members, out_path, compression):
     """tar the NUL-separated ``members`` (relative to ``cwd``) into ``out_path``, compressed."""
     tar = subprocess.Popen(
         ["tar", "-c", "-f", "-", "--null", "--no-recursion", "--hard-dereference",
-         "--warning=no-file-ignored", "--warning=no-file-changed", "-T", "-"],
+         "--ignore-failed-read", "--warning=no-file-ignored", "--warning=no-file-changed",
+         "--warning=no-failed-read", "-T", "-"],
         cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     feeder = threading.Thread(target=_feed, args=(tar.stdin, members))
@@ -185,45 +188,104 @@ def _feed(pipe, members):
             pass
 
 
-def walk_all(top, rel_to):
+def link_stays_inside(name, target):
+    """Whether symlink ``name`` -> ``target`` stays inside its folder by the rule restore
+    applies: relative, inside once normalised, and no ``..`` after a normal component (which a
+    link earlier on the path could turn into an escape)."""
+    if target.startswith("/") or not target:
+        return False
+    seen_normal = False
+    for part in target.split("/"):
+        if part == "..":
+            if seen_normal:
+                return False
+        elif part not in ("", "."):
+            seen_normal = True
+    resolved = os.path.normpath(os.path.join(os.path.dirname(name), target))
+    return resolved != ".." and not resolved.startswith("../")
+
+
+def keep_member(root, rel, skipped):
+    """Whether ``rel`` (under ``root``) goes into an archive: regular files, folders and links
+    that stay inside do; anything restore would refuse is left out and noted in ``skipped``."""
+    try:
+        st = os.lstat(os.path.join(root, rel))
+    except FileNotFoundError:
+        return False  # gone since it was listed
+    mode = st.st_mode
+    if S_ISREG(mode) or S_ISDIR(mode):
+        return True
+    if S_ISLNK(mode) and link_stays_inside(rel, os.readlink(os.path.join(root, rel))):
+        return True
+    skipped.append(rel)
+    return False
+
+
+def conversation_members(home, dirs, skipped, warnings):
+    """Every folder, file and inside link under the conversation folders, relative to HOME."""
     out = []
-    for dirpath, dirnames, filenames in os.walk(top):
-        rel_dir = os.path.relpath(dirpath, rel_to)
-        out.append(rel_dir)
-        for name in filenames:
-            out.append(os.path.join(rel_dir, name))
+    for rel in dirs:
+        top = os.path.join(home, rel)
+        if os.path.islink(top):
+            warnings.append("conversation folder ~/%s skipped: it is a symbolic link" % rel)
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):
+            rel_dir = os.path.relpath(dirpath, home)
+            out.append(rel_dir)
+            for name in dirnames + filenames:
+                member = os.path.join(rel_dir, name)
+                if os.path.islink(os.path.join(home, member)) or name in filenames:
+                    if keep_member(home, member, skipped):
+                        out.append(member)
     return out
 
 
+def skipped_warning(label, skipped):
+    shown = ", ".join(skipped[:5]) + (" and %d more" % (len(skipped) - 5) if len(skipped) > 5 else "")
+    return "%s skipped (not a regular file, folder or link inside): %s" % (label, shown)
+
+
 def make_bundle(repo, staging, head, base):
-    """The commits the remote lacks (or, without remote refs, those since ``base``)."""
+    """The commits since ``base``, the commit the session started from, which any fresh clone
+    has. (``--not --remotes`` would also leave out commits that only a stale or foreign
+    remote-tracking ref holds, which a fresh clone lacks.) Without a base: the commits no
+    remote-tracking ref has."""
     path = os.path.join(staging, "repo.bundle")
-    has_remotes = bool(git_out(repo, "for-each-ref", "--count=1", "refs/remotes"))
-    if has_remotes:
-        count = int(git_out(repo, "rev-list", "--count", PIN, "--not", "--remotes"))
-        if count == 0:
+    if base:
+        if base == head:
             return None
-        proc = git(repo, "bundle", "create", "-q", path, PIN, "--not", "--remotes", check=False)
-        if proc.returncode == 0:
-            return path
-    if base == head:
+        exclude = ["--not", base]
+    else:
+        exclude = ["--not", "--remotes"]
+    count = int(git_out(repo, "rev-list", "--count", PIN, *exclude))
+    if count == 0:
         return None
-    exclude = ["--not", base] if base else []
     git(repo, "bundle", "create", "-q", path, PIN, *exclude)
     return path
 
 
-def make_wip(repo, staging):
-    path = os.path.join(staging, "wip.patch")
+def make_diff(repo, staging, name, *args):
+    path = os.path.join(staging, name)
     with open(path, "wb") as out:
         proc = subprocess.run(
             GIT + ["-C", repo, "diff", "--binary", "--no-ext-diff", "--no-textconv",
-                   "--no-color", "--no-renames", PIN],
+                   "--no-color", "--no-renames", *args, PIN],
             stdout=out, stderr=subprocess.PIPE,
         )  # fmt: skip
     if proc.returncode != 0:
         raise Failure("git diff: %s" % proc.stderr.decode(errors="replace").strip())
     return path
+
+
+def make_wip(repo, staging):
+    """wip.patch: the pinned head to the working tree, staged and unstaged changes alike."""
+    return make_diff(repo, staging, "wip.patch")
+
+
+def make_staged(repo, staging):
+    """staged.patch: the pinned head to the index, so restore can rebuild what was staged."""
+    path = make_diff(repo, staging, "staged.patch", "--cached")
+    return path if os.path.getsize(path) else None
 
 
 def make_session_patch(repo, staging, base, untracked, limit):
@@ -233,9 +295,13 @@ def make_session_patch(repo, staging, base, untracked, limit):
     git_dir = git_out(repo, "rev-parse", "--absolute-git-dir")
     shutil.copyfile(os.path.join(git_dir, "index"), index)
     env = dict(os.environ, GIT_INDEX_FILE=index)
-    if untracked:
-        data = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in untracked)
-        git(repo, "add", "-N", "--pathspec-from-file=-", "--pathspec-file-nul", stdin=data, env=env)
+    present = [p for p in untracked if os.path.lexists(os.path.join(repo, p))]
+    if present:
+        data = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in present)
+        added = git(repo, "add", "-N", "--pathspec-from-file=-", "--pathspec-file-nul",
+                    stdin=data, env=env, check=False)  # fmt: skip
+        if added.returncode != 0:
+            return None, "session.patch skipped: %s" % added.stderr.decode(errors="replace").strip()
     path = os.path.join(staging, "session.patch")
     with open(path, "wb") as out:
         proc = subprocess.Popen(
@@ -256,7 +322,7 @@ def make_session_patch(repo, staging, base, untracked, limit):
             out.write(chunk)
         err = proc.stderr.read()
         if proc.wait() != 0:
-            raise Failure("git diff %s: %s" % (base, err.decode(errors="replace").strip()))
+            return None, "session.patch skipped: git diff: %s" % err.decode(errors="replace").strip()
     return path, None
 
 
@@ -302,7 +368,16 @@ def pack(cfg, staging, head, branch, records, fp):
     base = cfg.get("base") or upstream_base(repo, head)
     compression = compressor()
     warnings = []
-    untracked = [r[2:].decode("utf-8", "surrogateescape") for r in records if r[:2] == b"? "]
+    listed = [r[2:].decode("utf-8", "surrogateescape") for r in records if r[:2] == b"? "]
+    nested = [p for p in listed if p.endswith("/")]
+    if nested:
+        warnings.append("untracked nested repositories skipped: %s" % ", ".join(nested[:5]))
+    skipped = []
+    untracked = [p for p in listed if not p.endswith("/") and keep_member(repo, p, skipped)]
+    if skipped:
+        warnings.append(skipped_warning("untracked entries", skipped))
+    if os.path.exists(os.path.join(repo, ".gitmodules")):
+        warnings.append("changes inside submodules are not checkpointed")
     untracked_size = 0
     for p in untracked:
         try:
@@ -316,7 +391,7 @@ def pack(cfg, staging, head, branch, records, fp):
             % (untracked_size, len(untracked), cfg["max_untracked"])
         )
     ext = ".tar.zst" if compression == "zstd" else ".tar.gz"
-    existing_dirs = [d for d in dirs if os.path.isdir(os.path.join(home, d))]
+    existing_dirs = [d for d in dirs if os.path.lexists(os.path.join(home, d))]
 
     def untracked_job():
         if skip_untracked or not untracked:
@@ -332,9 +407,12 @@ def pack(cfg, staging, head, branch, records, fp):
     def agent_job():
         if not existing_dirs:
             return None
-        members = []
-        for d in existing_dirs:
-            members.extend(walk_all(os.path.join(home, d), home))
+        left_out = []
+        members = conversation_members(home, existing_dirs, left_out, warnings)
+        if left_out:
+            warnings.append(skipped_warning("conversation entries", left_out))
+        if not members:
+            return None
         path = os.path.join(staging, "agent" + ext)
         archive(home, members, path, compression)
         return path
@@ -363,6 +441,7 @@ def pack(cfg, staging, head, branch, records, fp):
         {
             "repo.bundle": lambda: make_bundle(repo, staging, head, base),
             "wip.patch": lambda: make_wip(repo, staging),
+            "staged.patch": lambda: make_staged(repo, staging),
             "untracked": untracked_and_patch_job,
             "agent" + ext: agent_job,
         }
@@ -384,8 +463,8 @@ def pack(cfg, staging, head, branch, records, fp):
     produced["meta.json"] = meta_path
 
     parts = []
-    order = ["meta.json", "repo.bundle", "wip.patch", "untracked" + ext, "agent" + ext,
-             "session.patch"]  # fmt: skip
+    order = ["meta.json", "repo.bundle", "staged.patch", "wip.patch", "untracked" + ext,
+             "agent" + ext, "session.patch"]  # fmt: skip
     for name in order:
         path = produced.get(name)
         if not path:
@@ -414,11 +493,15 @@ def main():
             line = {"fingerprint": fp, "head": head, "branch": branch, "unchanged": True}
             out.write(json.dumps(line).encode() + b"\n")
             return
+        import fcntl
         import shutil
         import tempfile
         import threading
 
         tmp = tempfile.gettempdir()
+        # One checkpoint at a time per sandbox: they share the pinned ref.
+        lock = os.open(os.path.join(tmp, ".hangar-checkpoint.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(lock, fcntl.LOCK_EX)
         clean_stale(tmp)
         staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=tmp)
         try:

@@ -15,6 +15,7 @@ reordered, dropped, truncated or extended stream fails, and so does any part sea
 
 from __future__ import annotations
 
+import io
 import secrets
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
@@ -71,19 +72,30 @@ def seal(data_key: bytes, aad: bytes, chunks: Iterable[bytes]) -> Iterator[bytes
     yield aead.encrypt(_nonce(prefix, index, True), pending, aad)
 
 
+def _read_full(stream: BinaryIO, size: int) -> bytes:
+    """Read ``size`` bytes, or fewer only at the end: streams may return short reads."""
+    buf = bytearray()
+    while len(buf) < size:
+        chunk = stream.read(size - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    return bytes(buf)
+
+
 def unseal(data_key: bytes, aad: bytes, stream: BinaryIO) -> Iterator[bytes]:
     """Yield the plaintext of a sealed stream, raising DecryptionFailed at the first chunk that
     does not authenticate. Plaintext is only trustworthy once the iterator has finished."""
-    header = stream.read(len(MAGIC) + 8)
+    header = _read_full(stream, len(MAGIC) + 8)
     if len(header) != len(MAGIC) + 8 or header[: len(MAGIC)] != MAGIC:
         raise DecryptionFailed("not a sealed hangar stream")
     prefix = header[len(MAGIC) :]
     aead = AESGCM(data_key)
     size = CHUNK + _TAG
-    current = stream.read(size)
+    current = _read_full(stream, size)
     index = 0
     while True:
-        following = stream.read(size) if len(current) == size else b""
+        following = _read_full(stream, size) if len(current) == size else b""
         last = not following
         try:
             yield aead.decrypt(_nonce(prefix, index, last), current, aad)
@@ -100,6 +112,4 @@ def seal_bytes(data_key: bytes, aad: bytes, data: bytes) -> bytes:
 
 
 def unseal_bytes(data_key: bytes, aad: bytes, sealed: bytes) -> bytes:
-    import io
-
     return b"".join(unseal(data_key, aad, io.BytesIO(sealed)))

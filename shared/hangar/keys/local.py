@@ -46,15 +46,22 @@ class LocalKeys:
     def _load_or_create(self) -> bytes:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass
-            else:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(secrets.token_bytes(_KEY_BYTES))
-                    out.flush()
-                    os.fsync(out.fileno())
+            if not self.path.exists():
+                # Written whole beside the key file, then linked into place: a process starting
+                # at the same moment sees no key or the whole key, and both end on one key.
+                tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                try:
+                    with os.fdopen(fd, "wb") as out:
+                        out.write(secrets.token_bytes(_KEY_BYTES))
+                        out.flush()
+                        os.fsync(out.fileno())
+                    try:
+                        os.link(tmp, self.path)
+                    except FileExistsError:
+                        pass
+                finally:
+                    os.unlink(tmp)
             key = self.path.read_bytes()
         except OSError as exc:
             raise BackendError(f"cannot use key file {self.path}: {exc.strerror}") from None

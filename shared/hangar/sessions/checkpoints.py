@@ -18,7 +18,7 @@ import logging
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -47,6 +47,7 @@ PART_NAMES = frozenset(
         "meta.json",
         "repo.bundle",
         "wip.patch",
+        "staged.patch",
         "session.patch",
         "untracked.tar.zst",
         "untracked.tar.gz",
@@ -55,6 +56,24 @@ PART_NAMES = frozenset(
     }
 )
 _MAX_MANIFEST = 1 << 20
+
+
+class _Bounded:
+    """A spool that refuses more than ``limit`` bytes: the sandbox's output is untrusted, and
+    must not fill the control plane's disk."""
+
+    def __init__(self, out: BinaryIO, limit: int) -> None:
+        self.out = out
+        self.limit = limit
+        self.written = 0
+
+    def write(self, data: bytes) -> int:
+        self.written += len(data)
+        if self.written > self.limit:
+            raise CheckpointError(
+                f"the sandbox's checkpoint output passed {self.limit} bytes", limit=self.limit
+            )
+        return self.out.write(data)
 
 
 @dataclass(frozen=True)
@@ -154,7 +173,7 @@ class Checkpointer:
             result = self.sandboxes.exec(
                 target.sandbox_id,
                 agent.command("checkpoint", json.dumps(config)),
-                stdout=spool,
+                stdout=cast(BinaryIO, _Bounded(spool, self._output_limit())),
                 timeout=self.settings.checkpoint_timeout_seconds,
             )
         except ExecTimeout:
@@ -170,6 +189,9 @@ class Checkpointer:
                 session_id=target.session_id,
             )
 
+    def _output_limit(self) -> int:
+        return len(PART_NAMES) * self.settings.max_part_bytes + _MAX_MANIFEST
+
     def _manifest(self, spool: BinaryIO) -> _Manifest:
         line = spool.readline(_MAX_MANIFEST)
         try:
@@ -178,8 +200,11 @@ class Checkpointer:
             raise CheckpointError(f"the sandbox's checkpoint manifest is malformed: {exc}") from None
         names = [p.name for p in manifest.parts]
         bad = [n for n in names if n not in PART_NAMES]
-        if bad or len(set(names)) != len(names) or any(p.size < 0 for p in manifest.parts):
+        if bad or len(set(names)) != len(names):
             raise CheckpointError(f"the sandbox's checkpoint manifest lists bad parts: {names}")
+        cap = self.settings.max_part_bytes
+        if any(not 0 <= p.size <= cap for p in manifest.parts):
+            raise CheckpointError(f"the sandbox's checkpoint manifest lists parts over {cap} bytes")
         return manifest
 
     def _store(
@@ -199,6 +224,7 @@ class Checkpointer:
             harness=target.harness,
             harness_session=target.harness_session,
             cwd=target.repo_dir,
+            conversation_dirs=list(target.conversation_dirs),
             warnings=manifest.warnings,
             fingerprint=manifest.fingerprint,
             wrapped_key=wrapped,

@@ -38,7 +38,7 @@ from hangar.sessions.parts import CheckpointParts
 
 logger = logging.getLogger(__name__)
 
-_RESTORED_PARTS = ("repo.bundle", "wip.patch", "untracked.", "agent.")
+_RESTORED_PARTS = ("repo.bundle", "staged.patch", "wip.patch", "untracked.", "agent.")
 _SPOOL_IN_MEMORY = 8 << 20
 
 
@@ -122,6 +122,7 @@ class Restorer:
                 "home": home,
                 "branch": checkpoint.branch,
                 "head": checkpoint.head,
+                "conversation_dirs": checkpoint.conversation_dirs,
                 "parts": [entry for entry, _ in opened],
             }
 

@@ -511,3 +511,137 @@ def test_a_checkpoint_that_times_out_stores_nothing_and_says_so(
         engine.checkpointer.take(engine.target(sandbox, workspace), CheckpointReason.MANUAL)
     assert blobs.list() == []
     assert db.list_checkpoints(engine.session.id) == []
+
+
+EDGE_STATE = """
+git status --porcelain=v1 --untracked-files=all | sort
+git diff --cached --stat | tail -1
+stat -c '%a %n' run.sh
+sha256sum 'name with spaces.txt' config.env src/main.py 2>&1 | sort
+ls README.md 2>&1 || true
+"""
+
+
+def test_a_restored_session_restores_again_with_its_index_deletions_and_modes(
+    engine: Engine,
+) -> None:
+    first, workspace = engine.sandbox()
+    engine.sh(
+        first,
+        """echo '*.env' > .gitignore && git add .gitignore && git commit -qm ignore
+        echo 'SECRET_NAME=1' > config.env && git add -f config.env
+        echo 'staged edit' >> src/main.py && git add src/main.py && echo 'unstaged' >> src/main.py
+        git rm -q README.md
+        printf '#!/bin/sh\\n' > run.sh && git add run.sh && git commit -qm run && chmod +x run.sh
+        echo spaced > 'name with spaces.txt'""",
+    )
+    before = engine.sh(first, EDGE_STATE)
+    engine.take(first, workspace)
+    engine.sandboxes.destroy(first)
+
+    second, again = engine.sandbox()
+    engine.restorer.restore(engine.session.id, second, again.repo_dir)
+    assert engine.sh(second, EDGE_STATE) == before
+    engine.take(second, again)
+    engine.sandboxes.destroy(second)
+
+    third, once_more = engine.sandbox()
+    report = engine.restorer.restore(engine.session.id, third, once_more.repo_dir)
+    assert report is not None and not report.fell_back
+    assert engine.sh(third, EDGE_STATE) == before
+    assert "config.env" in engine.sh(third, "git ls-files --cached config.env")
+
+
+def test_entries_restore_would_refuse_are_left_out_with_a_warning_and_the_rest_restores(
+    engine: Engine,
+) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(
+        sandbox,
+        f"""ln -s /etc/passwd link-out && ln -s src/main.py link-in && mkfifo pipe
+        mkdir -p nested && git -C nested init -q && echo n > nested/file
+        mkdir -p ~/.claude/projects/p ~/.claude/projects/-workspace-app && mkfifo ~/.claude/projects/p/fifo
+        echo '{{}}' > ~/{CONVERSATION} && echo kept > kept.txt""",
+    )
+    checkpoint = engine.take(sandbox, workspace)
+    warnings = " | ".join(checkpoint.warnings)
+    # git itself never lists a FIFO in the repo, so only the one in HOME needs a warning.
+    assert "link-out" in warnings and "fifo" in warnings
+    assert "nested" in warnings
+    engine.sandboxes.destroy(sandbox)
+
+    fresh, again = engine.sandbox()
+    report = engine.restorer.restore(engine.session.id, fresh, again.repo_dir)
+    assert report is not None and not report.fell_back
+    assert engine.sh(fresh, "cat kept.txt; readlink link-in; { ls link-out pipe 2>&1 || true; } | wc -l") == (
+        "kept\nsrc/main.py\n2\n"
+    )
+    assert engine.sh(fresh, f"cat ~/{CONVERSATION}") == "{}\n"
+
+
+def test_commits_only_a_stale_or_foreign_remote_ref_holds_still_restore(
+    engine: Engine, tmp_path: Path
+) -> None:
+    sandbox, workspace = engine.sandbox()
+    # A remote-tracking ref the next clone will not have: the commit exists only here.
+    engine.sh(
+        sandbox,
+        """echo f > f.txt && git add f.txt && git commit -qm pushed-elsewhere
+        git update-ref refs/remotes/fork/main HEAD
+        echo g > g.txt && git add g.txt && git commit -qm local""",
+    )
+    checkpoint = engine.take(sandbox, workspace)
+    engine.sandboxes.destroy(sandbox)
+    fresh, again = engine.sandbox()
+    report = engine.restorer.restore(engine.session.id, fresh, again.repo_dir)
+    assert report is not None and report.checkpoint.id == checkpoint.id and not report.fell_back
+    assert engine.sh(fresh, "git log --format=%s -2") == "local\npushed-elsewhere\n"
+
+
+def test_concurrent_checkpoints_of_one_sandbox_each_record_a_consistent_head(
+    engine: Engine,
+) -> None:
+    import threading
+
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, "echo 1 > one.txt && git add one.txt && git commit -qm one")
+    results: list[Checkpoint] = []
+    barrier = threading.Barrier(2)
+
+    def take() -> None:
+        barrier.wait()
+        results.append(engine.take(sandbox, workspace))
+
+    def commit_meanwhile() -> None:
+        barrier.wait()
+        engine.sh(sandbox, "echo 2 > two.txt && git add two.txt && git commit -qm two")
+
+    threads = [threading.Thread(target=take), threading.Thread(target=commit_meanwhile)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    results.append(engine.take(sandbox, workspace))
+    for checkpoint in results:
+        fresh, again = engine.sandbox()
+        engine.restorer.restore_checkpoint(checkpoint, fresh, again.repo_dir)
+        assert engine.sh(fresh, "git rev-parse HEAD").strip() == checkpoint.head
+        engine.sandboxes.destroy(fresh)
+
+
+def test_sandbox_output_past_the_cap_fails_the_checkpoint_and_stores_nothing(
+    settings: Settings,
+    db: SqliteDb,
+    blobs: LocalBlobs,
+    keys: LocalKeys,
+    sandboxes: LocalSandboxes,
+    remote: Path,
+) -> None:
+    # Parts under the per-part cap can still add up past what one checkpoint may send.
+    tiny = settings.replace(session_max_part_mb=0.002, session_max_untracked_mb=1)
+    engine = make_engine(tiny, db, blobs, keys, sandboxes, remote)
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, "head -c 400000 /dev/urandom > noise.bin")
+    checkpoint = engine.take(sandbox, workspace)
+    assert checkpoint.part("untracked.tar.zst") is None
+    assert any(w.startswith("untracked.tar.zst skipped") for w in checkpoint.warnings)

@@ -1,0 +1,185 @@
+"""Harness adapters: how each agent CLI runs one turn, resumes, forks and reports back.
+
+An adapter knows its CLI's command line (first turn, resumed turn, fork), its non-interactive
+permission flags (the sandbox is the boundary), the conversation folders under HOME that a
+checkpoint must carry (and nothing else of HOME), how to read the turn's outcome from the CLI's
+JSON output, and the command a person types to resume interactively. Adapters are pure: they
+build commands and parse output; running them detached in a sandbox is :mod:`.runs`.
+
+Every adapter checks its turn after the fact (:meth:`Harness.outcome`): a missing CLI, a
+non-zero exit, output with no conversation id, or a conversation other than the one asked for
+is a typed :class:`~hangar.errors.HarnessError` recorded as the turn's outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hangar.errors import (
+    ConversationMismatch,
+    HarnessError,
+    HarnessMissing,
+    NoConversationId,
+    UnknownHarness,
+)
+
+MISSING_EXIT = 127
+
+
+@dataclass(frozen=True)
+class TurnSpec:
+    """One turn to run.
+
+    ``conversation_id`` resumes that conversation; ``fork_from`` starts a new conversation that
+    branches off that one; with neither, the turn starts a new conversation. ``new_id`` is the
+    id hangar picks for a new or forked conversation where the CLI lets it choose (Claude Code).
+    """
+
+    prompt: str
+    cwd: str
+    model: str | None = None
+    conversation_id: str | None = None
+    fork_from: str | None = None
+    new_id: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """The command for a turn: ``argv`` with ``env`` added to the turn's environment."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What a finished turn reported. ``error`` is set when the turn failed."""
+
+    exit_code: int
+    conversation_id: str | None
+    summary: str | None
+    usage: dict[str, int] = field(default_factory=dict)
+    error: HarnessError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Harness(Protocol):
+    name: str
+    binary: str
+    conversation_dirs: tuple[str, ...]
+    can_resume: bool
+    can_fork: bool
+
+    def command(self, spec: TurnSpec) -> Invocation:
+        """The command for ``spec``; raises HarnessError for a request it cannot honour."""
+        ...
+
+    def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:
+        """Read the turn's outcome from the CLI's output and check it (see the module doc)."""
+        ...
+
+    def resume_hint(self, conversation_id: str) -> str:
+        """What a person types in the sandbox's terminal to carry on interactively."""
+        ...
+
+
+def json_lines(data: bytes) -> Iterator[dict[str, Any]]:
+    """The JSON objects among the lines of ``data``; other lines are skipped."""
+    for line in data.splitlines():
+        line = line.strip()
+        if not line.startswith(b"{"):
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            yield value
+
+
+def check(
+    harness: Harness,
+    spec: TurnSpec,
+    exit_code: int,
+    stderr: bytes,
+    conversation_id: str | None,
+    summary: str | None,
+    usage: dict[str, int],
+    failure: str | None = None,
+) -> TurnResult:
+    """The checks every adapter applies after a turn, in order of precedence."""
+    detail = stderr.decode(errors="replace").strip()[-1000:]
+    error: HarnessError | None = None
+    if exit_code == MISSING_EXIT and (not conversation_id) and (
+        "not found" in detail or "No such file" in detail or not detail
+    ):
+        error = HarnessMissing(
+            f"the {harness.name} CLI ({harness.binary}) is not installed in the sandbox",
+            harness=harness.name,
+        )
+    elif exit_code != 0 or failure:
+        reason = failure or detail or "no output"
+        error = HarnessError(
+            f"{harness.name} exited with status {exit_code}: {reason}",
+            harness=harness.name,
+            exit_code=exit_code,
+        )
+    elif not conversation_id:
+        error = NoConversationId(
+            f"{harness.name} reported no conversation id, so the next turn could not resume",
+            harness=harness.name,
+        )
+    elif spec.conversation_id and conversation_id != spec.conversation_id:
+        error = ConversationMismatch(
+            f"{harness.name} was asked to resume {spec.conversation_id} "
+            f"but continued {conversation_id}",
+            harness=harness.name,
+            expected=spec.conversation_id,
+            actual=conversation_id,
+        )
+    elif spec.fork_from and conversation_id == spec.fork_from:
+        error = ConversationMismatch(
+            f"{harness.name} was asked to fork {spec.fork_from} but continued it instead",
+            harness=harness.name,
+            expected="a new conversation",
+            actual=conversation_id,
+        )
+    elif spec.new_id and not spec.conversation_id and conversation_id != spec.new_id:
+        error = ConversationMismatch(
+            f"{harness.name} was asked to start {spec.new_id} but started {conversation_id}",
+            harness=harness.name,
+            expected=spec.new_id,
+            actual=conversation_id,
+        )
+    return TurnResult(exit_code, conversation_id, summary, usage, error)
+
+
+def get_harness(name: str) -> Harness:
+    """The adapter called ``name``; UnknownHarness (listing the known ones) otherwise."""
+    from hangar.harnesses.antigravity import Antigravity
+    from hangar.harnesses.claude import ClaudeCode
+    from hangar.harnesses.codex import Codex
+    from hangar.harnesses.pi import Pi
+
+    known: dict[str, Harness] = {
+        "claude": ClaudeCode(),
+        "codex": Codex(),
+        "pi": Pi(),
+        "antigravity": Antigravity(),
+    }
+    try:
+        return known[name]
+    except KeyError:
+        raise UnknownHarness(
+            f"unknown harness {name!r} (known: {', '.join(sorted(known))})", harness=name
+        ) from None
+
+
+HARNESS_NAMES = ("claude", "codex", "pi", "antigravity")

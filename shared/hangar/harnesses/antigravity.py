@@ -1,0 +1,61 @@
+"""Antigravity (``agy``). UNVERIFIED: its CLI cannot be installed here, so this adapter follows
+the spec and the interface pinned in the project's issue, and is tested against a scripted
+stand-in of that interface only.
+
+Assumed interface: a turn is ``agy -p PROMPT --output-format stream-json``, resumed with
+``--conversation ID``; the first event is ``{"type": "init", "conversation_id": ID, ...}``;
+assistant text arrives as ``{"type": "message", "role": "assistant", "content": ...}`` events and
+a closing ``{"type": "result", "result": TEXT, "usage": {...}}``. Conversations live in
+``~/.gemini/antigravity-cli/conversations/<id>.db``. An unknown id silently starts a new
+conversation: the post-turn check sees the init event's id differ from the one asked for and
+records a failed turn. It has no fork: a fork hands off (:mod:`hangar.harnesses.handoff`).
+"""
+
+from __future__ import annotations
+
+from hangar.errors import HarnessError
+from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, json_lines
+from hangar.harnesses.claude import _text, _usage
+
+
+class Antigravity:
+    name = "antigravity"
+    binary = "agy"
+    conversation_dirs: tuple[str, ...] = (".gemini/antigravity-cli/conversations",)
+    can_resume = True
+    can_fork = False
+
+    def command(self, spec: TurnSpec) -> Invocation:
+        if spec.fork_from:
+            raise HarnessError(
+                "antigravity cannot fork a conversation; start a new one with a handoff prompt",
+                harness=self.name,
+            )
+        argv = [self.binary, "-p", spec.prompt, "--output-format", "stream-json"]
+        if spec.model:
+            argv += ["--model", spec.model]
+        if spec.conversation_id:
+            argv += ["--conversation", spec.conversation_id]
+        return Invocation(argv=argv)
+
+    def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:
+        conversation: str | None = None
+        summary: str | None = None
+        usage: dict[str, int] = {}
+        failure: str | None = None
+        for event in json_lines(stdout):
+            kind = event.get("type")
+            if kind == "init" and isinstance(event.get("conversation_id"), str):
+                conversation = conversation or event["conversation_id"]
+            elif kind == "message" and event.get("role") == "assistant":
+                summary = _text(event.get("content")) or summary
+            elif kind == "result":
+                if isinstance(event.get("result"), str) and event["result"]:
+                    summary = event["result"]
+                usage = _usage(event.get("usage"))
+                if event.get("is_error"):
+                    failure = str(event.get("result") or "error")
+        return check(self, spec, exit_code, stderr, conversation, summary, usage, failure)
+
+    def resume_hint(self, conversation_id: str) -> str:
+        return f"agy --conversation {conversation_id}"

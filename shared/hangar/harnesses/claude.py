@@ -1,0 +1,82 @@
+"""Claude Code (``claude``): ``-p`` turns with ``--output-format stream-json``.
+
+A first turn names its conversation with ``--session-id UUID`` (hangar picks it); later turns
+``--resume UUID``; a fork resumes the original with ``--fork-session`` and names the branch with
+``--session-id NEW``. Permission prompts are off (``--dangerously-skip-permissions``, which as
+root needs ``IS_SANDBOX=1``): the sandbox is the boundary. Conversations live in
+``~/.claude/projects/<cwd slug>/<uuid>.jsonl``; credentials live elsewhere in ``~/.claude``.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, json_lines
+
+
+class ClaudeCode:
+    name = "claude"
+    binary = "claude"
+    conversation_dirs: tuple[str, ...] = (".claude/projects",)
+    can_resume = True
+    can_fork = True
+
+    def command(self, spec: TurnSpec) -> Invocation:
+        argv = [self.binary, "-p", spec.prompt, "--output-format", "stream-json", "--verbose"]
+        argv.append("--dangerously-skip-permissions")
+        if spec.model:
+            argv += ["--model", spec.model]
+        if spec.conversation_id:
+            argv += ["--resume", spec.conversation_id]
+        elif spec.fork_from:
+            argv += ["--resume", spec.fork_from, "--fork-session", "--session-id", self._id(spec)]
+        else:
+            argv += ["--session-id", self._id(spec)]
+        env = {
+            "IS_SANDBOX": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+        }
+        return Invocation(argv=argv, env=env)
+
+    @staticmethod
+    def _id(spec: TurnSpec) -> str:
+        return spec.new_id or str(uuid.uuid4())
+
+    def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:
+        conversation: str | None = None
+        summary: str | None = None
+        usage: dict[str, int] = {}
+        failure: str | None = None
+        for event in json_lines(stdout):
+            if isinstance(event.get("session_id"), str):
+                conversation = event["session_id"]
+            if event.get("type") == "assistant":
+                text = _text(event.get("message", {}).get("content"))
+                if text:
+                    summary = text
+            if event.get("type") == "result":
+                if isinstance(event.get("result"), str) and event["result"]:
+                    summary = event["result"]
+                usage = _usage(event.get("usage"))
+                if event.get("is_error"):
+                    failure = str(event.get("result") or event.get("subtype") or "error")
+        return check(self, spec, exit_code, stderr, conversation, summary, usage, failure)
+
+    def resume_hint(self, conversation_id: str) -> str:
+        return f"claude --resume {conversation_id}"
+
+
+def _text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        return "".join(parts)
+    return ""
+
+
+def _usage(raw: object) -> dict[str, int]:
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool)}

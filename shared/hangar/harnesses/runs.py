@@ -1,0 +1,168 @@
+"""Detached runs: a turn's harness process runs in the sandbox under tmux, not in a request.
+
+A run lives in ``~/.hangar/runs/<run id>/`` inside the sandbox (never in the repo or a
+conversation folder, so never in a checkpoint)::
+
+    run.sh      the script tmux runs
+    env         the turn's variables and secrets (mode 0600), deleted by run.sh as it starts
+    log         the harness's standard output (its JSON events): the run log
+    stderr      its standard error
+    exit        its exit status, written (atomically) only when it has ended
+
+:func:`start_run` returns as soon as tmux has the run. :func:`read_run` reads the log from a
+byte cursor, so a caller that went away (a restarted control plane) catches up from where it
+stopped. The environment reaches the harness process of this run only.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hangar.errors import InvalidInput, SandboxError
+from hangar.sandboxes import HOME, Sandboxes
+
+RUNS_DIR = f"{HOME}/.hangar/runs"
+TMUX = ["tmux", "-L", "hangar"]
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+INTERRUPTED_EXIT = 130
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """Log bytes from the cursor asked for, the cursor after them, and the exit status once the
+    run has ended (then the log is complete: the status is written after the log is closed)."""
+
+    data: bytes
+    cursor: int
+    exit_code: int | None
+
+    @property
+    def finished(self) -> bool:
+        return self.exit_code is not None
+
+
+def run_dir(run_id: str) -> str:
+    if not _RUN_ID.match(run_id):
+        raise InvalidInput(f"invalid run id {run_id!r}", run_id=run_id)
+    return f"{RUNS_DIR}/{run_id}"
+
+
+def _script(folder: str, argv: Sequence[str], cwd: str) -> str:
+    q = shlex.quote
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            f"run={q(folder)}",
+            'set -a; . "$run/env"; set +a; rm -f "$run/env"',
+            f'cd {q(cwd)} 2>>"$run/stderr" || {{ echo 1 > "$run/exit"; exit 1; }}',
+            f'{shlex.join(argv)} < /dev/null > "$run/log" 2>>"$run/stderr"',
+            'echo $? > "$run/exit.tmp" && mv "$run/exit.tmp" "$run/exit"',
+            "",
+        ]
+    )
+
+
+def start_run(
+    sandboxes: Sandboxes,
+    sandbox_id: str,
+    run_id: str,
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+) -> None:
+    """Start ``argv`` detached in the sandbox with ``env`` (variables and secrets) for this run
+    only. Returns at once. SandboxError if tmux cannot start it (the env file is removed)."""
+    folder = run_dir(run_id)
+    bad = [k for k in env if not _ENV_NAME.match(k)]
+    if bad:
+        raise InvalidInput(f"invalid environment variable names: {bad}", names=bad)
+    env_file = "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items())
+    sandboxes.put_file(sandbox_id, f"{folder}/env", env_file.encode(), mode=0o600)
+    sandboxes.put_file(sandbox_id, f"{folder}/run.sh", _script(folder, argv, cwd).encode(), mode=0o700)
+    started = sandboxes.exec(
+        sandbox_id, [*TMUX, "new-session", "-d", "-s", run_id, "bash", f"{folder}/run.sh"]
+    )
+    if not started.ok:
+        sandboxes.exec(sandbox_id, ["rm", "-f", f"{folder}/env"])
+        raise SandboxError(
+            f"could not start run {run_id}: {started.stderr.decode(errors='replace').strip()}",
+            run_id=run_id,
+        )
+
+
+_READ = """
+cd "$1" 2>/dev/null || exit 3
+size=$(stat -c %s log 2>/dev/null || echo 0)
+code=$(cat exit 2>/dev/null || echo -)
+printf '%s %s\\n' "$size" "$code"
+[ -f log ] && tail -c +$(($2 + 1)) log | head -c "$3"
+exit 0
+"""
+
+
+def read_run(
+    sandboxes: Sandboxes, sandbox_id: str, run_id: str, cursor: int = 0, limit: int = 1 << 20
+) -> RunStatus:
+    """Up to ``limit`` log bytes from ``cursor``. SandboxError if the run does not exist."""
+    folder = run_dir(run_id)
+    result = sandboxes.exec(sandbox_id, ["sh", "-c", _READ, "sh", folder, str(cursor), str(limit)])
+    if result.exit_code == 3:
+        raise SandboxError(f"no run {run_id} in sandbox {sandbox_id}", run_id=run_id)
+    header, _, data = result.stdout.partition(b"\n")
+    _size, _, code = header.decode().partition(" ")
+    exit_code = int(code) if code.strip().lstrip("-").isdigit() else None
+    status = RunStatus(data=data, cursor=cursor + len(data), exit_code=exit_code)
+    return status
+
+
+def read_stderr(sandboxes: Sandboxes, sandbox_id: str, run_id: str, limit: int = 8192) -> bytes:
+    """The last ``limit`` bytes of the run's standard error."""
+    result = sandboxes.exec(
+        sandbox_id, ["sh", "-c", 'tail -c "$2" "$1/stderr" 2>/dev/null; exit 0', "sh",
+                     run_dir(run_id), str(limit)]  # fmt: skip
+    )
+    return result.stdout
+
+
+def stop_run(sandboxes: Sandboxes, sandbox_id: str, run_id: str) -> None:
+    """End a run (its tmux session and the processes in it); a run that had not ended gets
+    exit status 130. Idempotent."""
+    folder = run_dir(run_id)
+    sandboxes.exec(sandbox_id, [*TMUX, "kill-session", "-t", run_id])
+    sandboxes.exec(
+        sandbox_id,
+        ["sh", "-c", f'[ -f "$1/exit" ] || echo {INTERRUPTED_EXIT} > "$1/exit"', "sh", folder],
+    )
+
+
+def wait_run(
+    sandboxes: Sandboxes,
+    sandbox_id: str,
+    run_id: str,
+    *,
+    timeout: float,
+    poll: float = 0.2,
+) -> tuple[bytes, int]:
+    """Wait for a run to end; returns its whole log and exit status. SandboxError on timeout
+    (the run goes on)."""
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    cursor = 0
+    while True:
+        status = read_run(sandboxes, sandbox_id, run_id, cursor)
+        chunks.append(status.data)
+        cursor = status.cursor
+        if status.finished and not status.data:
+            assert status.exit_code is not None
+            return b"".join(chunks), status.exit_code
+        if status.finished:
+            continue  # drain the rest of the log before returning
+        if time.monotonic() > deadline:
+            raise SandboxError(f"run {run_id} did not end within {timeout:g} s", run_id=run_id)
+        time.sleep(poll)
