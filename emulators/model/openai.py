@@ -182,9 +182,7 @@ def responses_stream(body: JSON, reply: Reply) -> list[SseEvent]:
             {"type": "response.output_text.delta", **where, "delta": part} for part in chunks(text)
         )
         data.append({"type": "response.output_text.done", **where, "text": text})
-        data.append(
-            {"type": "response.content_part.done", **where, "part": item["content"][0]}
-        )
+        data.append({"type": "response.content_part.done", **where, "part": item["content"][0]})
     data.append({"type": "response.output_item.done", "output_index": 0, "item": item})
     data.append(
         {
@@ -193,12 +191,14 @@ def responses_stream(body: JSON, reply: Reply) -> list[SseEvent]:
         }
     )
     return [
-        SseEvent(str(event["type"]), {**event, "sequence_number": n}) for n, event in enumerate(data)
+        SseEvent(str(event["type"]), {**event, "sequence_number": n})
+        for n, event in enumerate(data)
     ]
 
 
-RESPONSES = Wire("responses", responses_entries, responses_tools, responses_stream,
-                 responses_complete)
+RESPONSES = Wire(
+    "responses", responses_entries, responses_tools, responses_stream, responses_complete
+)
 
 
 # -- Chat Completions ---------------------------------------------------------------------------

@@ -31,7 +31,16 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from . import anthropic, openai
-from .scenario import JSON, Scenario, ScenarioError, choose, cwd_of, render_transcript, shell_call
+from .scenario import (
+    JSON,
+    Entry,
+    Scenario,
+    ScenarioError,
+    choose,
+    cwd_of,
+    render_transcript,
+    shell_call,
+)
 from .wire import Reply, Wire
 
 logger = logging.getLogger(__name__)
@@ -78,6 +87,7 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "hangar-model-stub/1"
+    _raw: bytes = b""  # this request's body, read by _dispatch before routing
 
     @property
     def stub(self) -> ModelStub:
@@ -105,6 +115,8 @@ class _Handler(BaseHTTPRequestHandler):
     # -- plumbing ------------------------------------------------------------------------------
 
     def _read_body(self) -> bytes:
+        """The whole request body, de-chunked and decompressed. Always read before routing,
+        so a keep-alive connection never desyncs on a body nobody wanted."""
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             parts = []
             while True:
@@ -120,15 +132,17 @@ class _Handler(BaseHTTPRequestHandler):
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         encoding = self.headers.get("Content-Encoding", "identity").lower()
         if encoding in ("gzip", "deflate"):
-            return zlib.decompress(raw, zlib.MAX_WBITS | 32)
+            try:
+                return zlib.decompress(raw, zlib.MAX_WBITS | 32)
+            except zlib.error as exc:
+                raise _HttpError(400, f"bad {encoding} body: {exc}") from exc
         if encoding not in ("identity", ""):
             raise _HttpError(415, f"unsupported Content-Encoding {encoding!r}")
         return raw
 
     def _json_body(self) -> Any:
-        raw = self._read_body()
         try:
-            return json.loads(raw or b"null")
+            return json.loads(self._raw or b"null")
         except json.JSONDecodeError as exc:
             raise _HttpError(400, f"body is not JSON: {exc}") from exc
 
@@ -148,6 +162,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         try:
+            self._raw = b""
+            try:
+                self._raw = self._read_body()
+            except ValueError as exc:  # a malformed Content-Length or chunk size
+                self.close_connection = True
+                raise _HttpError(400, f"bad request framing: {exc}") from exc
             self._handle(method, _route(self.path))
         except _HttpError as error:
             self._send_error_json(error)
@@ -205,7 +225,6 @@ class _Handler(BaseHTTPRequestHandler):
         elif route in _WIRES and method == "POST":
             self._model_call(_WIRES[route])
         else:
-            self.close_connection = True
             raise _HttpError(404, f"no route for {method} {self.path}", "not_found_error")
 
     def _model_body(self) -> JSON:
@@ -453,7 +472,7 @@ class ModelStub:
         return "chat"
 
     @staticmethod
-    def entries(body: Mapping[str, Any], api: str | None = None) -> list[Any]:
+    def entries(body: Mapping[str, Any], api: str | None = None) -> list[Entry]:
         """The normalised conversation of a request body (see :class:`scenario.Entry`)."""
         wire = {w.name: w for w in _WIRES.values()}[api or ModelStub.api_of(body)]
         return list(wire.entries(dict(body)))

@@ -20,7 +20,10 @@ from emulators.model import ModelStub, Scenario, ScenarioError
 
 SCENARIO: dict[str, Any] = {
     "rules": [
-        {"when": "make file", "steps": [{"shell": "echo hi > a.txt"}, {"text": "Made it: {prompt}"}]},
+        {
+            "when": "make file",
+            "steps": [{"shell": "echo hi > a.txt"}, {"text": "Made it: {prompt}"}],
+        },
         {"when": "two shells", "steps": [{"shell": "true"}, {"shell": "false"}]},
         {"when": "slowly", "steps": [{"text": "slow answer", "delay": 0.2}]},
         {"when": "forever", "delay": 60, "steps": [{"text": "never sent"}]},
@@ -154,7 +157,12 @@ def anthropic_tool_round(command: str, result: str, n: int = 1) -> list[dict[str
         {
             "role": "assistant",
             "content": [
-                {"type": "tool_use", "id": f"toolu_{n}", "name": "Bash", "input": {"command": command}}
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{n}",
+                    "name": "Bash",
+                    "input": {"command": command},
+                }
             ],
         },
         {
@@ -173,7 +181,7 @@ def anthropic_message(events: list[tuple[str | None, Any]]) -> dict[str, Any]:
     assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
     for name, data in events:
         assert data["type"] == name
-    message = events[0][1]["message"]
+    message: dict[str, Any] = events[0][1]["message"]
     blocks: dict[int, dict[str, Any]] = {}
     partial: dict[int, str] = {}
     open_blocks: set[int] = set()
@@ -236,7 +244,9 @@ def test_anthropic_prompt_as_a_plain_string_with_an_inline_reminder(stub: ModelS
 
 
 def test_count_tokens_answers_an_estimate(stub: ModelStub) -> None:
-    counted = post_json(stub, "/v1/messages/count_tokens", anthropic_body(anthropic_first_turn("x")))
+    counted = post_json(
+        stub, "/v1/messages/count_tokens", anthropic_body(anthropic_first_turn("x"))
+    )
     assert isinstance(counted["input_tokens"], int) and counted["input_tokens"] > 0
 
 
@@ -249,10 +259,18 @@ def responses_body(items: list[dict[str, Any]], tools: list[dict[str, Any]]) -> 
 
 def codex_first_turn(prompt: str) -> list[dict[str, Any]]:
     def user(text: str) -> dict[str, Any]:
-        return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+        return {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": text}],
+        }
 
     return [
-        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "rules"}]},
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "rules"}],
+        },
         user("<environment_context>\n  <cwd>/work/repo</cwd>\n</environment_context>"),
         user(prompt),
     ]
@@ -288,7 +306,9 @@ def responses_result(events: list[tuple[str | None, Any]]) -> dict[str, Any]:
 
 
 def test_responses_stream_calls_exec_command_with_cmd_and_workdir(stub: ModelStub) -> None:
-    events = sse(stub, "/v1/responses", responses_body(codex_first_turn("make file"), [EXEC_COMMAND_TOOL]))
+    events = sse(
+        stub, "/v1/responses", responses_body(codex_first_turn("make file"), [EXEC_COMMAND_TOOL])
+    )
     response = responses_result(events)
     [item] = response["output"]
     assert item["type"] == "function_call" and item["name"] == "exec_command"
@@ -317,7 +337,9 @@ def test_responses_stream_answers_text_after_the_function_call_output(stub: Mode
 
 
 def test_responses_without_stream_answers_one_response_object(stub: ModelStub) -> None:
-    response = post_json(stub, "/v1/responses", responses_body(codex_first_turn("hi"), [EXEC_COMMAND_TOOL]))
+    response = post_json(
+        stub, "/v1/responses", responses_body(codex_first_turn("hi"), [EXEC_COMMAND_TOOL])
+    )
     assert response["object"] == "response" and response["status"] == "completed"
     assert response["output"][0]["content"][0]["text"] == "default answer"
 
@@ -345,7 +367,9 @@ def chat_chunks(events: list[tuple[str | None, Any]]) -> list[dict[str, Any]]:
 
 
 def test_chat_stream_calls_bash_with_command(stub: ModelStub) -> None:
-    chunks = chat_chunks(sse(stub, "/v1/chat/completions", chat_body([{"role": "user", "content": "make file"}])))
+    chunks = chat_chunks(
+        sse(stub, "/v1/chat/completions", chat_body([{"role": "user", "content": "make file"}]))
+    )
     calls = [c["choices"][0]["delta"].get("tool_calls") for c in chunks if c["choices"]]
     parts = [call[0] for call in calls if call]
     assert parts[0]["type"] == "function" and parts[0]["function"]["name"] == "bash"
@@ -358,13 +382,17 @@ def test_chat_stream_calls_bash_with_command(stub: ModelStub) -> None:
 
 
 def test_chat_stream_answers_text_after_the_tool_message(stub: ModelStub) -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": [{"type": "text", "text": "make file"}]},
         {
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": "{}"},
+                }
             ],
         },
         {"role": "tool", "tool_call_id": "call_1", "content": "(no output)"},
@@ -376,7 +404,9 @@ def test_chat_stream_answers_text_after_the_tool_message(stub: ModelStub) -> Non
 
 
 def test_chat_without_stream_answers_one_completion(stub: ModelStub) -> None:
-    completion = post_json(stub, "/v1/chat/completions", chat_body([{"role": "user", "content": "make file"}]))
+    completion = post_json(
+        stub, "/v1/chat/completions", chat_body([{"role": "user", "content": "make file"}])
+    )
     choice = completion["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
     assert choice["message"]["tool_calls"][0]["function"]["name"] == "bash"
@@ -390,7 +420,9 @@ def first_text(message: dict[str, Any]) -> Any:
     return block["text"] if block["type"] == "text" else block["input"]
 
 
-def test_a_new_prompt_after_a_finished_turn_starts_its_own_rule_at_step_zero(stub: ModelStub) -> None:
+def test_a_new_prompt_after_a_finished_turn_starts_its_own_rule_at_step_zero(
+    stub: ModelStub,
+) -> None:
     history = (
         anthropic_first_turn("make file")
         + anthropic_tool_round("echo hi > a.txt", "")
@@ -403,13 +435,22 @@ def test_a_new_prompt_after_a_finished_turn_starts_its_own_rule_at_step_zero(stu
 
 
 def test_steps_past_the_end_repeat_final_text_or_say_done(stub: ModelStub) -> None:
-    rounds = anthropic_tool_round("a", "", 1) + anthropic_tool_round("b", "", 2) + anthropic_tool_round("c", "", 3)
+    rounds = (
+        anthropic_tool_round("a", "", 1)
+        + anthropic_tool_round("b", "", 2)
+        + anthropic_tool_round("c", "", 3)
+    )
     text_rule = anthropic_first_turn("make file") + rounds
-    assert first_text(post_json(stub, "/v1/messages", anthropic_body(text_rule))) == "Made it: make file"
+    assert (
+        first_text(post_json(stub, "/v1/messages", anthropic_body(text_rule)))
+        == "Made it: make file"
+    )
     shell_rule = anthropic_first_turn("two shells") + rounds
     assert first_text(post_json(stub, "/v1/messages", anthropic_body(shell_rule))) == "done"
     second = anthropic_first_turn("two shells") + anthropic_tool_round("true", "")
-    assert first_text(post_json(stub, "/v1/messages", anthropic_body(second))) == {"command": "false"}
+    assert first_text(post_json(stub, "/v1/messages", anthropic_body(second))) == {
+        "command": "false"
+    }
 
 
 def test_parallel_tool_calls_in_one_response_count_as_one_round(stub: ModelStub) -> None:
@@ -435,7 +476,10 @@ def test_side_requests_without_tools_get_the_side_text_and_consume_no_step(stub:
     title = anthropic_body(anthropic_first_turn("make file"), tools=False)
     assert first_text(post_json(stub, "/v1/messages", title)) == "side answer"
     chat_title = chat_body([{"role": "user", "content": "make file"}], tools=False)
-    assert post_json(stub, "/v1/chat/completions", chat_title)["choices"][0]["message"]["content"] == "side answer"
+    assert (
+        post_json(stub, "/v1/chat/completions", chat_title)["choices"][0]["message"]["content"]
+        == "side answer"
+    )
     turn = anthropic_body(anthropic_first_turn("make file"))
     assert first_text(post_json(stub, "/v1/messages", turn)) == {"command": "echo hi > a.txt"}
 
@@ -460,7 +504,13 @@ def test_a_delayed_request_is_logged_on_arrival_and_stop_cuts_the_wait_short() -
     stub = ModelStub(SCENARIO).start()
     try:
         with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
-            call(stub, "POST", "/v1/messages", anthropic_body(anthropic_first_turn("forever")), timeout=0.3)
+            call(
+                stub,
+                "POST",
+                "/v1/messages",
+                anthropic_body(anthropic_first_turn("forever")),
+                timeout=0.3,
+            )
         [entry] = stub.wait_for_requests(1, timeout=5)
         assert "forever" in ModelStub.transcript(entry["body"])
     finally:
@@ -553,7 +603,9 @@ def test_unknown_paths_get_404_and_bad_json_400(stub: ModelStub) -> None:
 
 
 def test_transcript_carries_prompt_tool_call_and_result_for_each_api() -> None:
-    anthropic = anthropic_body(anthropic_first_turn("make file") + anthropic_tool_round("echo hi", "RESULT-A"))
+    anthropic = anthropic_body(
+        anthropic_first_turn("make file") + anthropic_tool_round("echo hi", "RESULT-A")
+    )
     responses = responses_body(codex_first_turn("make file") + codex_tool_round("RESULT-R"), [])
     chat = chat_body(
         [
@@ -561,7 +613,9 @@ def test_transcript_carries_prompt_tool_call_and_result_for_each_api() -> None:
             {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{}"}}],
+                "tool_calls": [
+                    {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+                ],
             },
             {"role": "tool", "tool_call_id": "c", "content": "RESULT-C"},
         ]
@@ -585,7 +639,17 @@ def test_command_line_prints_the_url_and_serves(tmp_path: Path) -> None:
     scenario.write_text(json.dumps({"default": [{"text": "from file"}]}))
     log = tmp_path / "log.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "emulators.model", "--port", "0", "--scenario", str(scenario), "--log", str(log)],
+        [
+            sys.executable,
+            "-m",
+            "emulators.model",
+            "--port",
+            "0",
+            "--scenario",
+            str(scenario),
+            "--log",
+            str(log),
+        ],
         stdout=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).resolve().parents[2],

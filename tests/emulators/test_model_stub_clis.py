@@ -91,7 +91,9 @@ class Workspace:
             text=True,
             timeout=TIMEOUT,
         )
-        assert proc.returncode == 0, f"{argv[0]} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        assert proc.returncode == 0, (
+            f"{argv[0]} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
         return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
     def turn_requests(self, api: str) -> list[dict[str, Any]]:
@@ -146,7 +148,9 @@ def offered_tools(request: dict[str, Any]) -> list[str]:
     return names
 
 
-def test_claude_code_runs_a_shell_step_and_resumes_with_its_conversation(workspace: Workspace) -> None:
+def test_claude_code_runs_a_shell_step_and_resumes_with_its_conversation(
+    workspace: Workspace,
+) -> None:
     ws = workspace
     claude = str(harness_bin("claude"))
     env = ws.env(
@@ -156,8 +160,14 @@ def test_claude_code_runs_a_shell_step_and_resumes_with_its_conversation(workspa
         DISABLE_AUTOUPDATER="1",
         IS_SANDBOX="1",
     )
-    common = ["--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions",
-              "--model", "claude-sonnet-4-5"]
+    common = [
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--dangerously-skip-permissions",
+        "--model",
+        "claude-sonnet-4-5",
+    ]
     session = str(uuid.uuid4())
     lines = ws.run([claude, "-p", PROMPT, "--session-id", session, *common], env)
 

@@ -1,32 +1,55 @@
 """Restore a checkpoint inside a fresh sandbox. Standard library only; run as
-``python3 -I -c SRC`` with the checkpoint on standard input.
+``python3 -I -S -c SRC`` with the checkpoint on standard input.
 
 Standard input is one JSON line (the plan) followed by the bytes of each part it lists, in
 order, each exactly ``size`` bytes::
 
     repo, home          where the repo and HOME are
     branch, head        check out ``branch`` at ``head`` (detached when branch is null)
-    parts               [{"name", "size", "compression"}]: any of repo.bundle, wip.patch,
-                        untracked.tar.*, agent.tar.*
+    conversation_dirs   folders relative to HOME that agent.tar.* may write (absent: none)
+    parts               [{"name", "size", "compression"}]: any of repo.bundle, staged.patch,
+                        wip.patch, untracked.tar.*, agent.tar.*
 
-Steps, in order: check every archive (nothing is written if one is unsafe), reset and clean the
-tree, fetch the bundle, check out, apply wip.patch, unpack the untracked files into the repo and
-the conversation folders into HOME. Archive members may not be absolute, contain ``..``, be
-hard links or devices, pass through a symbolic link, or be links that lead out of their folder.
+Steps, in order:
 
-Standard output is one JSON line: ``{"ok": true}`` or ``{"ok": false, "code", "step", "error"}``.
+1. Receive the parts into a private staging folder (removed at the end).
+2. Check every archive by its content alone. A member must be a relative path without ``..``,
+   a file, folder or symbolic link (no hard links, devices or FIFOs), must not be or pass
+   through an earlier link member, and must not turn an earlier folder into a file or back.
+   Untracked members may not have a ``.git`` component; agent members must lie in (or be the
+   folder of) one of ``conversation_dirs``. A link's target must be relative, stay inside the
+   root once normalised, have no ``..`` after a normal component (so a chain of links cannot
+   climb out), and obey the same ``.git``/conversation rule. A refusal here happens before the
+   repo or HOME is touched.
+3. git: reset --hard, clean -fd, verify and fetch repo.bundle, check out, apply staged.patch to
+   the index only, then wip.patch (head to working tree) to the working tree.
+4. Check the tree on disk: a member that would go through a symbolic link now on disk is
+   refused (unsafe_archive); a file member where a folder is (or the reverse) fails
+   (restore_failed). Either comes after the git steps of 3 but before any member is written.
+5. Unpack the untracked files into the repo, then the agent files into HOME. Every write is
+   made through a folder descriptor reached from the root one component at a time with
+   O_NOFOLLOW, so a link swapped in mid-restore is refused (unsafe_archive), never followed:
+   nothing is written outside the repo and HOME. A failure during this step (such a race, or
+   an I/O error) leaves the members already unpacked in place, inside the repo or HOME.
+
+Standard output is one JSON line: ``{"ok": true}`` or ``{"ok": false, "code", "step", "error"}``
+with code ``unsafe_archive`` or ``restore_failed``; the exit status is 0 or 3.
 """
 
+import errno
 import json
 import os
 import posixpath
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
 import tempfile
 
 GIT = ["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"]
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Failure(Exception):
@@ -35,11 +58,16 @@ class Failure(Exception):
         self.code, self.step, self.message = code, step, message
 
 
+def unsafe(message, step="check"):
+    return Failure("unsafe_archive", step, message)
+
+
 def git(repo, step, *args):
     proc = subprocess.run(GIT + ["-C", repo, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if proc.returncode != 0:
-        err = proc.stderr.decode(errors="replace").strip()
-        raise Failure("restore_failed", step, "git %s: %s" % (args[0], err))
+        # Some failures say why only on standard output; ours is reserved for the JSON answer.
+        err = (proc.stderr or proc.stdout).decode(errors="replace").strip()
+        raise Failure("restore_failed", step, "git %s: %s" % (args[0], err or "failed"))
     return proc.stdout
 
 
@@ -53,7 +81,7 @@ def read_exact(stream, size, out):
         remaining -= len(chunk)
 
 
-def decompress(path, compression, staging):
+def decompress(path, compression):
     """Return the path of the plain tar of a compressed archive."""
     plain = path + ".tar"
     with open(path, "rb") as src, open(plain, "wb") as out:
@@ -80,7 +108,7 @@ def decompress(path, compression, staging):
 
 def clean_name(name):
     """The member's normalised relative path, or None when it is not a safe relative path."""
-    if name.startswith("/") or "\0" in name:
+    if not isinstance(name, str) or name.startswith("/") or "\0" in name:
         return None
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if not parts or ".." in parts:
@@ -88,110 +116,245 @@ def clean_name(name):
     return "/".join(parts)
 
 
-def check_members(tar_path, label):
+def untracked_rule(path, is_folder):
+    # Anything under .git (hooks, config) would run or steer git; any case, for case-folding
+    # file systems.
+    if any(p.lower() == ".git" for p in path.split("/")):
+        return "is inside .git"
+    return None
+
+
+def agent_rule(dirs):
+    def rule(path, is_folder):
+        for d in dirs:
+            if path.startswith(d + "/") or (path == d and is_folder):
+                return None
+        return "is outside the conversation folders %s" % (dirs,)
+
+    return rule
+
+
+def link_problem(name, target):
+    """Why the link ``name -> target`` is refused, or None (with its root-relative resolution)."""
+    if not target or target.startswith("/") or "\0" in target:
+        return "is not relative", None
+    seen_normal = False
+    for part in target.split("/"):
+        if part == "..":
+            # `a/..` is only `.` textually: when `a` is itself a link it is somewhere else.
+            if seen_normal:
+                return "has .. after a folder name", None
+        elif part not in ("", "."):
+            seen_normal = True
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
+    if resolved == ".." or resolved.startswith("../"):
+        return "leads out", None
+    return None, resolved
+
+
+def check_members(tar_path, label, rule):
     """Check every member of an archive by its own content; return [(member, clean name)]."""
     try:
-        tf = tarfile.open(tar_path, "r:")
-        members = tf.getmembers()
+        with tarfile.open(tar_path, "r:") as tf:
+            members = tf.getmembers()
     except (tarfile.TarError, OSError) as exc:
         raise Failure("restore_failed", "unpack", "%s: not a readable archive (%s)" % (label, exc))
     checked = []
-    links = set()
+    kinds = {}  # path -> "dir" | "file" | "link", as the members so far leave it
     for m in members:
         name = clean_name(m.name)
         if name is None:
-            raise Failure("unsafe_archive", "check", "%s: member %r is not a safe relative path"
-                          % (label, m.name))  # fmt: skip
+            raise unsafe("%s: member %r is not a safe relative path" % (label, m.name))
         if not (m.isfile() or m.isdir() or m.issym()):
-            raise Failure("unsafe_archive", "check", "%s: member %r is a %s, which is refused"
-                          % (label, m.name, "hard link" if m.islnk() else "special file"))  # fmt: skip
-        parents = name.split("/")[:-1]
-        for i in range(1, len(parents) + 1):
-            if "/".join(parents[:i]) in links:
-                raise Failure("unsafe_archive", "check", "%s: member %r passes through a link"
-                              % (label, m.name))  # fmt: skip
+            kind = "hard link" if m.islnk() else "special file"
+            raise unsafe("%s: member %r is a %s, which is refused" % (label, m.name, kind))
+        why = rule(name, m.isdir())
+        if why:
+            raise unsafe("%s: member %r %s" % (label, m.name, why))
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            prefix = "/".join(parts[:i])
+            if kinds.get(prefix) == "link":
+                raise unsafe("%s: member %r passes through the link %r" % (label, m.name, prefix))
+            if kinds.get(prefix) == "file":
+                raise unsafe("%s: member %r is beneath the file %r" % (label, m.name, prefix))
+            kinds[prefix] = "dir"
+        kind = "dir" if m.isdir() else "link" if m.issym() else "file"
+        before = kinds.get(name)
+        if before == "link":
+            # Anything landing on an earlier link would be made through it (chmod, mkdir).
+            raise unsafe("%s: member %r has the name of an earlier link" % (label, m.name))
+        if before is not None and (before == "dir") != (kind == "dir"):
+            raise unsafe("%s: member %r turns a folder into a file or back" % (label, m.name))
         if m.issym():
-            target = m.linkname
-            resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
-            if target.startswith("/") or resolved == ".." or resolved.startswith("../"):
-                raise Failure("unsafe_archive", "check", "%s: link %r leads out (to %r)"
-                              % (label, m.name, target))  # fmt: skip
-            links.add(name)
+            why, resolved = link_problem(name, m.linkname)
+            why = why or rule(resolved, True)
+            if why:
+                raise unsafe("%s: link %r -> %r %s" % (label, m.name, m.linkname, why))
+        kinds[name] = kind
         checked.append((m, name))
-    tf.close()
     return checked
 
 
 def check_on_disk(root, checked, label):
-    """No member may land beneath a symbolic link that is already on disk."""
+    """Refuse before writing anything when the tree on disk is already in the way. Unpacking
+    repeats these checks without races; this pass only keeps a refusal from leaving an archive
+    half unpacked in the usual case, where nothing else is changing the tree."""
     seen = set()
     for m, name in checked:
-        parents = name.split("/")[:-1] if not m.isdir() else name.split("/")
-        for i in range(1, len(parents) + 1):
-            rel = "/".join(parents[:i])
+        parts = name.split("/")
+        folders = len(parts) if m.isdir() else len(parts) - 1
+        for i in range(1, folders + 1):
+            rel = "/".join(parts[:i])
             if rel in seen:
                 continue
             seen.add(rel)
-            if os.path.islink(os.path.join(root, rel)):
-                raise Failure("unsafe_archive", "check", "%s: member %r would pass through the "
-                              "link %r on disk" % (label, m.name, rel))  # fmt: skip
-
-
-def extract(tar_path, root, checked):
-    os.makedirs(root, exist_ok=True)
-    dir_times = []
-    with tarfile.open(tar_path, "r:") as tf:
-        for m, name in checked:
-            dest = os.path.join(root, name)
-            parent = os.path.dirname(dest)
-            os.makedirs(parent, exist_ok=True)
-            if m.isdir():
-                if os.path.lexists(dest) and not os.path.isdir(dest):
-                    os.unlink(dest)
-                os.makedirs(dest, exist_ok=True)
-                os.chmod(dest, (m.mode & 0o777) | 0o700)
-                dir_times.append((dest, m.mtime))
-                continue
-            if os.path.isdir(dest) and not os.path.islink(dest):
-                shutil.rmtree(dest)
-            fd, tmp = tempfile.mkstemp(dir=parent, prefix=".hangar-restore-")
             try:
-                if m.issym():
-                    os.close(fd)
-                    os.unlink(tmp)
-                    os.symlink(m.linkname, tmp)
-                else:
-                    with os.fdopen(fd, "wb") as out:
-                        src = tf.extractfile(m)
-                        shutil.copyfileobj(src, out, 1 << 20)
-                    os.chmod(tmp, m.mode & 0o777)
-                    os.utime(tmp, (m.mtime, m.mtime))
-                # Replacing (not opening) the destination never follows a link that is there.
-                os.replace(tmp, dest)
-            except BaseException:
-                if os.path.lexists(tmp):
-                    os.unlink(tmp)
+                st = os.lstat(os.path.join(root, rel))
+            except FileNotFoundError:
+                break  # nothing beneath a missing folder is on disk either
+            if stat.S_ISLNK(st.st_mode):
+                raise unsafe("%s: member %r would pass through the link %r on disk"
+                             % (label, m.name, rel))  # fmt: skip
+            if not stat.S_ISDIR(st.st_mode):
+                raise Failure("restore_failed", "unpack", "%s: member %r needs a folder where "
+                              "the file %r is" % (label, m.name, rel))  # fmt: skip
+        if not m.isdir():
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                raise Failure("restore_failed", "unpack", "%s: member %r would replace the "
+                              "folder on disk" % (label, m.name))  # fmt: skip
+
+
+def open_dir(parent, name, where, create):
+    """Open folder ``name`` in the folder ``parent`` (a descriptor) without following a link,
+    making it first when missing and ``create``. ``where`` names the path for messages."""
+    for attempt in (1, 2):
+        try:
+            return os.open(name, DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create or attempt == 2:
                 raise
-    for path, mtime in reversed(dir_times):
-        os.utime(path, (mtime, mtime))
+            try:
+                os.mkdir(name, 0o755, dir_fd=parent)
+            except FileExistsError:
+                pass  # made meanwhile by someone else: the second open decides
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            # O_NOFOLLOW|O_DIRECTORY fails on a link with ELOOP or ENOTDIR: look at what it is.
+            try:
+                is_file = stat.S_ISREG(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+            except OSError:
+                is_file = False  # it changed again: something is racing us
+            if is_file:
+                raise Failure("restore_failed", "unpack", "%s is a file on disk, not a folder"
+                              % where) from None  # fmt: skip
+            raise unsafe("%s is a symbolic link on disk (or changed under the restore)" % where,
+                         "unpack") from None  # fmt: skip
+
+
+def walk(root_fd, parts, label, create=True):
+    """A new descriptor of the folder ``parts`` beneath ``root_fd``, never through a link."""
+    fd = os.dup(root_fd)
+    try:
+        for i, part in enumerate(parts):
+            nxt = open_dir(fd, part, "%s: %r" % (label, "/".join(parts[: i + 1])), create)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def place(tf, parent, leaf, m):
+    """Write file or link member ``m`` as ``leaf`` in folder ``parent``: made under a fresh
+    name with O_EXCL|O_NOFOLLOW, then renamed over whatever was there (never opened)."""
+    tmp = ".hangar-restore-" + os.urandom(8).hex()
+    made = False
+    try:
+        if m.issym():
+            os.symlink(m.linkname, tmp, dir_fd=parent)
+            made = True
+            os.utime(tmp, (m.mtime, m.mtime), dir_fd=parent, follow_symlinks=False)
+        else:
+            fd = os.open(tmp, FILE_FLAGS, 0o600, dir_fd=parent)
+            made = True
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(tf.extractfile(m), out, 1 << 20)
+                out.flush()
+                os.fchmod(fd, m.mode & 0o777)  # no setuid/setgid/sticky bits
+                os.utime(fd, (m.mtime, m.mtime))
+        os.replace(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
+        made = False
+    finally:
+        if made:
+            try:
+                os.unlink(tmp, dir_fd=parent)
+            except OSError:
+                pass
+
+
+def extract(tar_path, root, checked, label):
+    os.makedirs(root, exist_ok=True)  # the root itself comes from the control plane
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    dir_times = []
+    name = None
+    try:
+        with tarfile.open(tar_path, "r:") as tf:
+            for m, name in checked:
+                parts = name.split("/")
+                parent = walk(root_fd, parts[:-1], label)
+                try:
+                    if m.isdir():
+                        fd = open_dir(parent, parts[-1], "%s: %r" % (label, name), True)
+                        try:
+                            os.fchmod(fd, (m.mode & 0o777) | 0o700)
+                        finally:
+                            os.close(fd)
+                        dir_times.append((parts, m.mtime))
+                    else:
+                        place(tf, parent, parts[-1], m)
+                finally:
+                    os.close(parent)
+        # Folder times last, deepest first: writing inside a folder changes its time.
+        for parts, mtime in reversed(dir_times):
+            name = "/".join(parts)
+            fd = walk(root_fd, parts, label, create=False)
+            try:
+                os.utime(fd, (mtime, mtime))
+            finally:
+                os.close(fd)
+    except (OSError, tarfile.TarError) as exc:
+        raise Failure("restore_failed", "unpack", "%s: %r: %s" % (label, name, exc)) from None
+    finally:
+        os.close(root_fd)
 
 
 def restore(plan, staging):
     repo, home = plan["repo"], plan["home"]
     paths = {}
     for part in plan["parts"]:
+        if "/" in part["name"] or part["name"] in ("", ".", ".."):
+            raise Failure("restore_failed", "receive", "bad part name %r" % part["name"])
         path = os.path.join(staging, part["name"])
         with open(path, "wb") as out:
             read_exact(sys.stdin.buffer, part["size"], out)
         paths[part["name"]] = (path, part.get("compression", "none"))
 
+    conversation_dirs = [clean_name(d) for d in plan.get("conversation_dirs") or []]
+    rules = {"untracked": untracked_rule, "agent": agent_rule([d for d in conversation_dirs if d])}
     archives = []
-    for name, root in (("untracked", repo), ("agent", home)):
-        found = [n for n in paths if n.startswith(name + ".tar")]
+    for kind, root in (("untracked", repo), ("agent", home)):
+        found = [n for n in paths if n.startswith(kind + ".tar")]
         if found:
             path, compression = paths[found[0]]
-            plain = decompress(path, compression, staging)
-            archives.append((found[0], root, plain, check_members(plain, found[0])))
+            plain = decompress(path, compression)
+            archives.append((found[0], root, plain, check_members(plain, found[0], rules[kind])))
 
     if not os.path.isdir(os.path.join(repo, ".git")):
         raise Failure("restore_failed", "reset", "%s is not a git checkout" % repo)
@@ -200,7 +363,8 @@ def restore(plan, staging):
     head = plan["head"]
     if "repo.bundle" in paths:
         bundle = paths["repo.bundle"][0]
-        git(repo, "bundle", "bundle", "verify", "-q", bundle)
+        # Not -q: with it, git says nothing about missing prerequisites.
+        git(repo, "bundle", "bundle", "verify", bundle)
         git(repo, "fetch", "fetch", "-q", "--no-tags", bundle,
             "refs/hangar/checkpoint:refs/hangar/checkpoint")  # fmt: skip
     probe = subprocess.run(GIT + ["-C", repo, "cat-file", "-e", head + "^{commit}"],
@@ -211,24 +375,29 @@ def restore(plan, staging):
         git(repo, "checkout", "checkout", "-q", "-f", "-B", plan["branch"], head)
     else:
         git(repo, "checkout", "checkout", "-q", "-f", "--detach", head)
-    if "wip.patch" in paths and os.path.getsize(paths["wip.patch"][0]) > 0:
-        git(repo, "apply", "apply", "--binary", "--whitespace=nowarn", paths["wip.patch"][0])
+    # staged.patch is head -> index: applied to the index alone it stages exactly what was
+    # staged, ignored files included. wip.patch (head -> working tree) then fills the tree.
+    for part, where in (("staged.patch", ["--cached"]), ("wip.patch", [])):
+        if part in paths and os.path.getsize(paths[part][0]) > 0:
+            git(repo, "apply", "apply", *where, "--binary", "--whitespace=nowarn", paths[part][0])
 
     for label, root, plain, checked in archives:
         check_on_disk(root, checked, label)
     for label, root, plain, checked in archives:
-        extract(plain, root, checked)
+        extract(plain, root, checked, label)
 
 
 def main():
-    line = sys.stdin.buffer.readline()
-    plan = json.loads(line)
     staging = tempfile.mkdtemp(prefix=".hangar-restore-")
     try:
+        plan = json.loads(sys.stdin.buffer.readline())
         restore(plan, staging)
         result = {"ok": True}
     except Failure as exc:
         result = {"ok": False, "code": exc.code, "step": exc.step, "error": exc.message}
+    except Exception as exc:  # the answer must stay one JSON line, whatever went wrong
+        result = {"ok": False, "code": "restore_failed", "step": "internal",
+                  "error": "%s: %s" % (type(exc).__name__, exc)}  # fmt: skip
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     sys.stdout.write(json.dumps(result) + "\n")

@@ -81,6 +81,11 @@ class Harness(Protocol):
         """The command for ``spec``; raises HarnessError for a request it cannot honour."""
         ...
 
+    def home_files(self, spec: TurnSpec) -> dict[str, str]:
+        """Configuration files (path under HOME -> content) to write before the turn, derived
+        from the turn's environment; never conversation folders, never secrets' values."""
+        ...
+
     def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:
         """Read the turn's outcome from the CLI's output and check it (see the module doc)."""
         ...
@@ -113,8 +118,10 @@ def check(
     summary: str | None,
     usage: dict[str, int],
     failure: str | None = None,
+    chosen_id: str | None = None,
 ) -> TurnResult:
-    """The checks every adapter applies after a turn, in order of precedence."""
+    """The checks every adapter applies after a turn, in order of precedence. ``chosen_id`` is
+    the id the adapter told the CLI to give a new or forked conversation, if it could."""
     detail = stderr.decode(errors="replace").strip()[-1000:]
     error: HarnessError | None = None
     if exit_code == MISSING_EXIT and (not conversation_id) and (
@@ -151,11 +158,11 @@ def check(
             expected="a new conversation",
             actual=conversation_id,
         )
-    elif spec.new_id and not spec.conversation_id and conversation_id != spec.new_id:
+    elif chosen_id and not spec.conversation_id and conversation_id != chosen_id:
         error = ConversationMismatch(
-            f"{harness.name} was asked to start {spec.new_id} but started {conversation_id}",
+            f"{harness.name} was asked to start {chosen_id} but started {conversation_id}",
             harness=harness.name,
-            expected=spec.new_id,
+            expected=chosen_id,
             actual=conversation_id,
         )
     return TurnResult(exit_code, conversation_id, summary, usage, error)

@@ -38,6 +38,9 @@ class Antigravity:
             argv += ["--conversation", spec.conversation_id]
         return Invocation(argv=argv)
 
+    def home_files(self, spec: TurnSpec) -> dict[str, str]:
+        return {}
+
     def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:
         conversation: str | None = None
         summary: str | None = None

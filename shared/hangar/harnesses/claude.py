@@ -9,8 +9,7 @@ root needs ``IS_SANDBOX=1``): the sandbox is the boundary. Conversations live in
 
 from __future__ import annotations
 
-import uuid
-
+from hangar.errors import InvalidInput
 from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, json_lines
 
 
@@ -41,7 +40,12 @@ class ClaudeCode:
 
     @staticmethod
     def _id(spec: TurnSpec) -> str:
-        return spec.new_id or str(uuid.uuid4())
+        if not spec.new_id:
+            raise InvalidInput("a new Claude Code conversation needs an id (TurnSpec.new_id)")
+        return spec.new_id
+
+    def home_files(self, spec: TurnSpec) -> dict[str, str]:
+        return {}
 
     def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:
         conversation: str | None = None
@@ -61,7 +65,9 @@ class ClaudeCode:
                 usage = _usage(event.get("usage"))
                 if event.get("is_error"):
                     failure = str(event.get("result") or event.get("subtype") or "error")
-        return check(self, spec, exit_code, stderr, conversation, summary, usage, failure)
+        return check(
+            self, spec, exit_code, stderr, conversation, summary, usage, failure, spec.new_id
+        )
 
     def resume_hint(self, conversation_id: str) -> str:
         return f"claude --resume {conversation_id}"

@@ -22,78 +22,12 @@ from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
 from hangar.sessions.parts import part_key
 from hangar.sessions.restore import Restorer
 from hangar.sessions.workspace import Workspace, clone
-from tests.conftest import GIT_IDENTITY, git
+from tests.conftest import git
+from tests.rig import Engine, make_engine
 
 pytestmark = pytest.mark.sandbox
 
 CONVERSATION = ".claude/projects/-workspace-app/conv.jsonl"
-
-
-@dataclass
-class Engine:
-    db: SqliteDb
-    blobs: LocalBlobs
-    sandboxes: LocalSandboxes
-    checkpointer: Checkpointer
-    restorer: Restorer
-    session: Session
-    remote: Path
-
-    def sandbox(self) -> tuple[str, Workspace]:
-        """A fresh sandbox with the remote cloned on the session's work branch."""
-        info = self.sandboxes.create(
-            SandboxSpec(
-                labels={"hangar.session": self.session.id},
-                ro_paths=[str(self.remote)],
-                env=GIT_IDENTITY,
-            )
-        )
-        workspace = clone(
-            self.sandboxes, info.id, str(self.remote), work_branch=self.session.branch
-        )
-        return info.id, workspace
-
-    def sh(self, sandbox_id: str, script: str, cwd: str = "/workspace/app") -> str:
-        result = self.sandboxes.exec(sandbox_id, ["bash", "-euo", "pipefail", "-c", script], cwd=cwd)
-        assert result.ok, result.stderr.decode()
-        return result.stdout.decode()
-
-    def target(self, sandbox_id: str, workspace: Workspace) -> CheckpointTarget:
-        return CheckpointTarget(
-            session_id=self.session.id,
-            sandbox_id=sandbox_id,
-            repo_dir=workspace.repo_dir,
-            base=workspace.base_commit,
-            harness="claude",
-            harness_session="conv",
-        )
-
-    def take(self, sandbox_id: str, workspace: Workspace, **kw: object) -> Checkpoint:
-        checkpoint = self.checkpointer.take(
-            self.target(sandbox_id, workspace), CheckpointReason.TURN, **kw  # type: ignore[arg-type]
-        )
-        assert checkpoint is not None
-        return checkpoint
-
-
-def make_engine(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
-    remote: Path,
-) -> Engine:
-    session = db.create_session(Session(name="demo", environment="app", harness="claude"))
-    return Engine(
-        db=db,
-        blobs=blobs,
-        sandboxes=sandboxes,
-        checkpointer=Checkpointer(db, blobs, keys, sandboxes, settings),
-        restorer=Restorer(db, blobs, keys, sandboxes, settings),
-        session=session,
-        remote=remote,
-    )
 
 
 @pytest.fixture

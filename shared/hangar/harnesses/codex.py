@@ -1,0 +1,75 @@
+"""Codex (``codex exec --json``).
+
+A first turn is a plain ``codex exec``; its conversation id is the ``thread_id`` of the first
+JSON line. Later turns are ``codex exec resume ID``; a fork is ``codex exec fork ID`` (a new
+thread id). Approvals and Codex's own sandbox are off
+(``--dangerously-bypass-approvals-and-sandbox``): the hangar sandbox is the boundary. Only the
+Responses wire API works with custom endpoints: when the turn's environment has
+``OPENAI_BASE_URL``, a ``hangar`` provider pointing at it (key from ``OPENAI_API_KEY``) is set
+with ``-c`` overrides, so no config file is written. Conversations live in
+``~/.codex/sessions/YYYY/MM/DD/rollout-*-<id>.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, json_lines
+from hangar.harnesses.claude import _usage
+
+
+class Codex:
+    name = "codex"
+    binary = "codex"
+    conversation_dirs: tuple[str, ...] = (".codex/sessions",)
+    can_resume = True
+    can_fork = True
+
+    def command(self, spec: TurnSpec) -> Invocation:
+        argv = [self.binary, "exec", "--json", "--skip-git-repo-check"]
+        argv.append("--dangerously-bypass-approvals-and-sandbox")
+        if spec.model:
+            argv += ["--model", spec.model]
+        base_url = spec.env.get("OPENAI_BASE_URL")
+        if base_url:
+            provider = {
+                "name": "hangar",
+                "base_url": base_url,
+                "env_key": "OPENAI_API_KEY",
+                "wire_api": "responses",
+            }
+            inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in provider.items())
+            argv += ["-c", 'model_provider="hangar"', "-c", f"model_providers.hangar={{{inline}}}"]
+        if spec.conversation_id:
+            argv += ["resume", spec.conversation_id]
+        elif spec.fork_from:
+            argv += ["fork", spec.fork_from]
+        argv += ["--", spec.prompt]
+        return Invocation(argv=argv)
+
+    def home_files(self, spec: TurnSpec) -> dict[str, str]:
+        return {}
+
+    def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:
+        conversation: str | None = None
+        summary: str | None = None
+        usage: dict[str, int] = {}
+        failure: str | None = None
+        for event in json_lines(stdout):
+            kind = event.get("type")
+            if kind == "thread.started" and isinstance(event.get("thread_id"), str):
+                conversation = conversation or event["thread_id"]
+            elif kind == "item.completed":
+                item = event.get("item") or {}
+                if item.get("type") == "agent_message" and isinstance(item.get("text"), str):
+                    summary = item["text"]
+            elif kind == "turn.completed":
+                usage = _usage(event.get("usage"))
+            elif kind in ("turn.failed", "error"):
+                error = event.get("error")
+                message = error.get("message") if isinstance(error, dict) else event.get("message")
+                failure = str(message or kind)
+        return check(self, spec, exit_code, stderr, conversation, summary, usage, failure)
+
+    def resume_hint(self, conversation_id: str) -> str:
+        return f"codex resume {conversation_id}"

@@ -1,0 +1,77 @@
+"""pi (``pi -p --mode json``).
+
+This release has no ``--session-id``: the conversation id is the ``id`` of the first JSON line
+(``{"type": "session", ...}``); later turns pass ``--session ID`` (an unknown id fails loudly)
+and a fork ``--fork ID``. pi asks no permissions. The model is ``provider/id``; when the turn's
+environment has ``OPENAI_BASE_URL``, the adapter declares a ``hangar`` provider for it in
+``~/.pi/agent/models.json`` (Chat Completions, key from ``OPENAI_API_KEY``) and uses
+``hangar/<model>``. Conversations live in ``~/.pi/agent/sessions/<cwd slug>/<ts>_<id>.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, json_lines
+from hangar.harnesses.claude import _text
+
+PROVIDER = "hangar"
+
+
+class Pi:
+    name = "pi"
+    binary = "pi"
+    conversation_dirs: tuple[str, ...] = (".pi/agent/sessions",)
+    can_resume = True
+    can_fork = True
+
+    def command(self, spec: TurnSpec) -> Invocation:
+        argv = [self.binary, "-p", "--mode", "json"]
+        model = spec.model
+        if spec.env.get("OPENAI_BASE_URL"):
+            model = f"{PROVIDER}/{spec.model or 'default'}"
+        if model:
+            argv += ["--model", model]
+        if spec.conversation_id:
+            argv += ["--session", spec.conversation_id]
+        elif spec.fork_from:
+            argv += ["--fork", spec.fork_from]
+        argv.append(spec.prompt)
+        return Invocation(argv=argv, env={"PI_OFFLINE": "1"})
+
+    def home_files(self, spec: TurnSpec) -> dict[str, str]:
+        base_url = spec.env.get("OPENAI_BASE_URL")
+        if not base_url:
+            return {}
+        provider = {
+            "baseUrl": base_url,
+            "api": "openai-completions",
+            "apiKey": "OPENAI_API_KEY",
+            "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+            "models": [{"id": spec.model or "default", "contextWindow": 128000, "maxTokens": 16384}],
+        }
+        return {".pi/agent/models.json": json.dumps({"providers": {PROVIDER: provider}}, indent=2)}
+
+    def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:
+        conversation: str | None = None
+        summary: str | None = None
+        usage: dict[str, int] = {}
+        failure: str | None = None
+        for event in json_lines(stdout):
+            kind = event.get("type")
+            if kind == "session" and isinstance(event.get("id"), str) and conversation is None:
+                conversation = event["id"]
+            elif kind == "agent_end":
+                for message in event.get("messages") or []:
+                    if not isinstance(message, dict) or message.get("role") != "assistant":
+                        continue
+                    summary = _text(message.get("content")) or summary
+                    if message.get("stopReason") == "error" and message.get("errorMessage"):
+                        failure = str(message["errorMessage"])
+                    for key, value in (message.get("usage") or {}).items():
+                        if isinstance(value, int) and not isinstance(value, bool):
+                            usage[key] = usage.get(key, 0) + value
+        return check(self, spec, exit_code, stderr, conversation, summary, usage, failure)
+
+    def resume_hint(self, conversation_id: str) -> str:
+        return f"pi --session {conversation_id}"

@@ -1,0 +1,185 @@
+"""The real Claude Code, Codex and pi CLIs, in local sandboxes, against the model stub: a turn
+that commits, leaves a change and an untracked file; checkpoint; destroy; restore into a new
+sandbox; a resumed turn that carries the whole first turn. And forks that diverge."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from emulators.model import ModelStub
+from hangar.blobs.local import LocalBlobs
+from hangar.config import Settings
+from hangar.db.sqlite import SqliteDb
+from hangar.harnesses import Harness, TurnResult, TurnSpec, get_harness
+from hangar.harnesses.runs import wait_run
+from hangar.harnesses.turns import start_turn, turn_result
+from hangar.keys.local import LocalKeys
+from hangar.models import Session
+from hangar.sandboxes.local import LocalSandboxes
+from hangar.sessions.checkpoints import Checkpointer
+from hangar.sessions.restore import Restorer
+from tests.conftest import GIT_IDENTITY
+from tests.harness.conftest import harness_dir
+from tests.rig import Engine
+
+pytestmark = [pytest.mark.harness, pytest.mark.sandbox]
+
+TURN_ONE = "turn one: make the first change"
+TURN_TWO = "turn two: carry on from where you were"
+TOOL_MARKER = "TOOL-RESULT-7f3a"
+SCENARIO = {
+    "rules": [
+        {
+            "when": "turn one",
+            "steps": [
+                {"shell": "echo one > committed.txt && git add committed.txt && "
+                          "git commit -qm 'first change' && echo COMMITTED"},  # fmt: skip
+                {"shell": f"echo 'uncommitted line' >> README.md && echo note > notes.txt && "
+                          f"echo {TOOL_MARKER}"},  # fmt: skip
+                {"text": "Turn one done."},
+            ],
+        },
+        {"when": "turn two", "steps": [{"text": "Turn two done."}]},
+        {"when": "fork branch", "steps": [{"text": "Forked: {prompt}"}]},
+        {"when": "again", "steps": [{"text": "Again: {prompt}"}]},
+    ],
+    "models": ["claude-sonnet-4-5", "gpt-5-codex", "stub-model"],
+}
+MODELS = {"claude": "claude-sonnet-4-5", "codex": "gpt-5-codex", "pi": "stub-model"}
+API = {"claude": "anthropic", "codex": "responses", "pi": "chat"}
+TURN_TIMEOUT = 180
+
+
+@pytest.fixture
+def stub() -> Iterator[ModelStub]:
+    with ModelStub(SCENARIO) as running:
+        yield running
+
+
+@dataclass
+class Agent:
+    """One harness driven through the engine in real sandboxes."""
+
+    engine: Engine
+    harness: Harness
+    stub: ModelStub
+
+    def env(self) -> dict[str, str]:
+        if self.harness.name == "claude":
+            keys = {"ANTHROPIC_BASE_URL": self.stub.url, "ANTHROPIC_API_KEY": "sk-stub"}
+        else:
+            keys = {"OPENAI_BASE_URL": f"{self.stub.url}/v1", "OPENAI_API_KEY": "sk-stub"}
+        return {**GIT_IDENTITY, **keys}
+
+    def spec(self, prompt: str, **kw: str | None) -> TurnSpec:
+        return TurnSpec(
+            prompt=prompt, cwd="/workspace/app", model=MODELS[self.harness.name], env=self.env(), **kw  # type: ignore[arg-type]
+        )
+
+    def turn(self, sandbox: str, spec: TurnSpec) -> TurnResult:
+        run_id = f"run-{uuid.uuid4().hex[:8]}"
+        start_turn(self.engine.sandboxes, sandbox, self.harness, spec, run_id)
+        log, code = wait_run(self.engine.sandboxes, sandbox, run_id, timeout=TURN_TIMEOUT)
+        result = turn_result(self.engine.sandboxes, sandbox, self.harness, spec, run_id, log, code)
+        assert result.ok, f"{result.error!r}\n{log.decode(errors='replace')[-3000:]}"
+        return result
+
+    def last_request(self) -> str:
+        requests = [r for r in self.stub.requests(API[self.harness.name]) if r["body"].get("tools")]
+        return ModelStub.transcript(requests[-1]["body"])
+
+
+@pytest.fixture(params=["claude", "codex", "pi"])
+def agent(
+    request: pytest.FixtureRequest,
+    settings: Settings,
+    db: SqliteDb,
+    blobs: LocalBlobs,
+    keys: LocalKeys,
+    tmp_path: Path,
+    remote: Path,
+    stub: ModelStub,
+) -> Iterator[Agent]:
+    harness = get_harness(request.param)
+    sandboxes = LocalSandboxes(tmp_path / "sandboxes", harness_dir())
+    session = db.create_session(Session(name="demo", environment="app", harness=harness.name))
+    engine = Engine(
+        db=db,
+        blobs=blobs,
+        sandboxes=sandboxes,
+        checkpointer=Checkpointer(db, blobs, keys, sandboxes, settings),
+        restorer=Restorer(db, blobs, keys, sandboxes, settings),
+        session=session,
+        remote=remote,
+        conversation_dirs=harness.conversation_dirs,
+    )
+    yield Agent(engine=engine, harness=harness, stub=stub)
+    for info in sandboxes.list():
+        sandboxes.destroy(info.id, hooks=False)
+
+
+def first_turn_then_checkpoint(agent: Agent) -> str:
+    """Turn one in a sandbox, a checkpoint, and the sandbox destroyed; returns the conversation."""
+    engine = agent.engine
+    sandbox, workspace = engine.sandbox()
+    first = agent.turn(sandbox, agent.spec(TURN_ONE, new_id=str(uuid.uuid4())))
+    assert first.summary == "Turn one done."
+    assert first.conversation_id
+    engine.take(sandbox, workspace)
+    engine.sandboxes.destroy(sandbox)
+    return first.conversation_id
+
+
+def test_a_resumed_turn_in_a_new_sandbox_carries_the_whole_first_turn(agent: Agent) -> None:
+    engine = agent.engine
+    conversation = first_turn_then_checkpoint(agent)
+
+    sandbox, workspace = engine.sandbox()
+    report = engine.restorer.restore(engine.session.id, sandbox, workspace.repo_dir)
+    assert report is not None and not report.fell_back
+    assert engine.sh(sandbox, "git log -1 --format=%s; cat notes.txt; git diff --stat | tail -1") == (
+        "first change\nnote\n 1 file changed, 1 insertion(+)\n"
+    )
+
+    second = agent.turn(sandbox, agent.spec(TURN_TWO, conversation_id=conversation))
+    assert second.conversation_id == conversation
+    assert second.summary == "Turn two done."
+    sent = agent.last_request()
+    assert TURN_ONE in sent and TOOL_MARKER in sent and TURN_TWO in sent
+    assert sent.index(TURN_ONE) < sent.index(TOOL_MARKER) < sent.index(TURN_TWO)
+
+
+def test_forks_carry_the_history_and_diverge_afterwards(agent: Agent) -> None:
+    if not agent.harness.can_fork:
+        pytest.fail(f"{agent.harness.name} should fork natively")
+    engine = agent.engine
+    original = first_turn_then_checkpoint(agent)
+
+    forks: dict[str, str] = {}
+    sandboxes: dict[str, str] = {}
+    for branch in ("alpha", "beta"):
+        sandbox, workspace = engine.sandbox()
+        engine.restorer.restore(engine.session.id, sandbox, workspace.repo_dir)
+        result = agent.turn(
+            sandbox, agent.spec(f"fork branch {branch}", fork_from=original, new_id=str(uuid.uuid4()))
+        )
+        assert result.summary == f"Forked: fork branch {branch}"
+        sent = agent.last_request()
+        assert TURN_ONE in sent and TOOL_MARKER in sent
+        assert result.conversation_id
+        forks[branch] = result.conversation_id
+        sandboxes[branch] = sandbox
+    assert len({original, forks["alpha"], forks["beta"]}) == 3
+
+    again = agent.turn(
+        sandboxes["alpha"], agent.spec("alpha again", conversation_id=forks["alpha"])
+    )
+    assert again.conversation_id == forks["alpha"]
+    sent = agent.last_request()
+    assert "fork branch alpha" in sent and TURN_ONE in sent
+    assert "fork branch beta" not in sent
