@@ -1,0 +1,56 @@
+#!/usr/bin/python3
+"""A scripted stand-in for the Antigravity CLI (``agy``), which cannot be installed here.
+
+It implements the interface hangar assumes (see hangar/harnesses/antigravity.py): ``agy -p
+PROMPT --output-format stream-json [--conversation ID] [--model M]``; conversations in
+``~/.gemini/antigravity-cli/conversations/<id>.db`` (SQLite); an ``init`` event first; an
+unknown id silently starts a new conversation. Its reply says how much history it saw.
+Test knobs: AGY_STANDIN_EXIT=N exits N after a message on stderr; AGY_STANDIN_NO_INIT=1 leaves
+the init event out.
+"""
+
+import argparse
+import json
+import os
+import sqlite3
+import sys
+import uuid
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="agy")
+    parser.add_argument("-p", dest="prompt", required=True)
+    parser.add_argument("--output-format", default="text")
+    parser.add_argument("--conversation")
+    parser.add_argument("--model")
+    args = parser.parse_args()
+    if os.environ.get("AGY_STANDIN_EXIT"):
+        sys.stderr.write("agy: the model service refused the request\n")
+        return int(os.environ["AGY_STANDIN_EXIT"])
+    folder = os.path.expanduser("~/.gemini/antigravity-cli/conversations")
+    os.makedirs(folder, exist_ok=True)
+    conversation = args.conversation
+    if not conversation or not os.path.exists(os.path.join(folder, conversation + ".db")):
+        conversation = str(uuid.uuid4())  # the real CLI does this silently too
+    db = sqlite3.connect(os.path.join(folder, conversation + ".db"))
+    db.execute("CREATE TABLE IF NOT EXISTS messages (role TEXT, text TEXT)")
+    history = db.execute("SELECT role, text FROM messages ORDER BY rowid").fetchall()
+
+    def emit(event: dict) -> None:
+        sys.stdout.write(json.dumps(event) + "\n")
+
+    if not os.environ.get("AGY_STANDIN_NO_INIT"):
+        emit({"type": "init", "conversation_id": conversation, "model": args.model or "agy-1"})
+    first = history[0][1] if history else args.prompt
+    reply = "Seen %d earlier messages; the task began with: %s" % (len(history), first)
+    db.executemany(
+        "INSERT INTO messages VALUES (?, ?)", [("user", args.prompt), ("assistant", reply)]
+    )
+    db.commit()
+    emit({"type": "message", "role": "assistant", "content": reply})
+    emit({"type": "result", "result": reply, "usage": {"input_tokens": 10, "output_tokens": 5}})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

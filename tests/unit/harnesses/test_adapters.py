@@ -1,0 +1,135 @@
+"""The adapters' command lines and outcome checks, from recorded CLI output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hangar.errors import ConversationMismatch, HarnessError, InvalidInput, NoConversationId
+from hangar.harnesses import TurnSpec, get_harness
+from hangar.harnesses.handoff import MARKER, TurnRecord, handoff_prompt
+
+
+def lines(*events: dict[str, object]) -> bytes:
+    return b"".join(json.dumps(e).encode() + b"\n" for e in events)
+
+
+def test_claude_names_new_conversations_resumes_them_and_forks_with_a_new_id() -> None:
+    claude = get_harness("claude")
+    first = claude.command(TurnSpec("do it", "/workspace/app", model="m", new_id="u1")).argv
+    assert first[:3] == ["claude", "-p", "do it"] and first[-2:] == ["--session-id", "u1"]
+    assert "--dangerously-skip-permissions" in first and ["--model", "m"] == first[7:9]
+    resumed = claude.command(TurnSpec("more", "/w", conversation_id="u1")).argv
+    assert resumed[-2:] == ["--resume", "u1"]
+    fork = claude.command(TurnSpec("fork", "/w", fork_from="u1", new_id="u2")).argv
+    assert fork[-5:] == ["--resume", "u1", "--fork-session", "--session-id", "u2"]
+    assert claude.command(TurnSpec("x", "/w", new_id="u")).env["IS_SANDBOX"] == "1"
+    with pytest.raises(InvalidInput):
+        claude.command(TurnSpec("x", "/w"))
+
+
+def test_codex_resumes_and_forks_by_thread_and_points_at_a_custom_endpoint() -> None:
+    codex = get_harness("codex")
+    env = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+    argv = codex.command(TurnSpec("go", "/w", conversation_id="t1", env=env)).argv
+    assert argv[:3] == ["codex", "exec", "--json"]
+    assert "--dangerously-bypass-approvals-and-sandbox" in argv
+    assert argv[-4:] == ["resume", "t1", "--", "go"]
+    assert 'model_provider="hangar"' in argv
+    assert any('base_url = "http://127.0.0.1:9/v1"' in a for a in argv)
+    assert codex.command(TurnSpec("go", "/w", fork_from="t1")).argv[-4:] == ["fork", "t1", "--", "go"]
+
+
+def test_pi_resumes_by_session_forks_and_declares_a_provider_for_a_custom_endpoint() -> None:
+    pi = get_harness("pi")
+    env = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+    spec = TurnSpec("go", "/w", model="m1", conversation_id="p1", env=env)
+    assert pi.command(spec).argv == ["pi", "-p", "--mode", "json", "--model", "hangar/m1",
+                                     "--session", "p1", "go"]  # fmt: skip
+    models = json.loads(pi.home_files(spec)[".pi/agent/models.json"])
+    assert models["providers"]["hangar"]["baseUrl"] == "http://127.0.0.1:9/v1"
+    assert models["providers"]["hangar"]["models"][0]["id"] == "m1"
+    assert pi.home_files(TurnSpec("go", "/w")) == {}
+    assert "--fork" in pi.command(TurnSpec("go", "/w", fork_from="p1")).argv
+
+
+def test_each_adapter_reads_the_conversation_summary_and_usage_from_its_output() -> None:
+    claude = get_harness("claude").outcome(
+        TurnSpec("x", "/w", new_id="u1"),
+        0,
+        lines({"type": "system", "session_id": "u1"},
+              {"type": "result", "result": "All done.", "session_id": "u1",
+               "usage": {"input_tokens": 3, "output_tokens": 4}}),  # fmt: skip
+        b"",
+    )
+    assert (claude.conversation_id, claude.summary, claude.usage) == (
+        "u1", "All done.", {"input_tokens": 3, "output_tokens": 4})  # fmt: skip
+    codex = get_harness("codex").outcome(
+        TurnSpec("x", "/w"),
+        0,
+        lines({"type": "thread.started", "thread_id": "t9"},
+              {"type": "item.completed", "item": {"type": "agent_message", "text": "Fixed."}},
+              {"type": "turn.completed", "usage": {"input_tokens": 8}}),  # fmt: skip
+        b"",
+    )
+    assert (codex.conversation_id, codex.summary, codex.usage) == ("t9", "Fixed.", {"input_tokens": 8})
+    pi = get_harness("pi").outcome(
+        TurnSpec("x", "/w"),
+        0,
+        lines({"type": "session", "id": "p7"},
+              {"type": "agent_end", "messages": [
+                  {"role": "assistant", "content": [{"type": "text", "text": "Yes."}],
+                   "usage": {"input": 2, "output": 1}}]}),  # fmt: skip
+        b"",
+    )
+    assert (pi.conversation_id, pi.summary, pi.usage) == ("p7", "Yes.", {"input": 2, "output": 1})
+
+
+def test_a_resume_that_lands_in_another_conversation_is_a_mismatch() -> None:
+    result = get_harness("codex").outcome(
+        TurnSpec("x", "/w", conversation_id="t1"), 0, lines({"type": "thread.started", "thread_id": "t2"}), b""
+    )
+    assert isinstance(result.error, ConversationMismatch)
+
+
+def test_a_reported_failure_fails_the_turn_even_with_exit_zero() -> None:
+    result = get_harness("codex").outcome(
+        TurnSpec("x", "/w"),
+        0,
+        lines({"type": "thread.started", "thread_id": "t1"},
+              {"type": "turn.failed", "error": {"message": "rate limited"}}),  # fmt: skip
+        b"",
+    )
+    assert type(result.error) is HarnessError and "rate limited" in result.error.message
+
+
+def test_garbage_output_is_no_conversation_id() -> None:
+    result = get_harness("pi").outcome(TurnSpec("x", "/w"), 0, b"not json\n{broken\n", b"")
+    assert isinstance(result.error, NoConversationId)
+
+
+def test_each_harness_has_its_own_conversation_folder_and_resume_hint() -> None:
+    folders = {n: get_harness(n).conversation_dirs for n in ("claude", "codex", "pi", "antigravity")}
+    assert folders == {
+        "claude": (".claude/projects",),
+        "codex": (".codex/sessions",),
+        "pi": (".pi/agent/sessions",),
+        "antigravity": (".gemini/antigravity-cli/conversations",),
+    }
+    assert get_harness("claude").resume_hint("u1") == "claude --resume u1"
+    assert get_harness("codex").resume_hint("t1") == "codex resume t1"
+
+
+def test_a_handoff_prompt_gives_the_compact_account_and_says_it_is_lossy() -> None:
+    prompt = handoff_prompt(
+        "now add the email step",
+        [TurnRecord("build the onboarding flow", "Built the form."), TurnRecord("add tests", None)],
+        branch="hangar/session/early-signal",
+        last_check="pytest: 12 passed",
+    )
+    assert prompt.startswith(MARKER) and "lossy" in prompt
+    assert "Original task: build the onboarding flow" in prompt
+    assert "Built the form." in prompt and "(no summary)" in prompt
+    assert "hangar/session/early-signal" in prompt and "pytest: 12 passed" in prompt
+    assert prompt.rstrip().endswith("now add the email step")
