@@ -13,24 +13,24 @@ order, each exactly ``size`` bytes::
 Steps, in order:
 
 1. Receive the parts into a private staging folder (removed at the end).
-2. Check every archive by its content alone. A member must be a relative path without ``..``,
-   a file, folder or symbolic link (no hard links, devices or FIFOs), must not be or pass
-   through an earlier link member, and must not turn an earlier folder into a file or back.
-   Untracked members may not have a ``.git`` component; agent members must lie in (or be the
-   folder of) one of ``conversation_dirs``. A link's target must be relative, stay inside the
-   root once normalised, have no ``..`` after a normal component (so a chain of links cannot
-   climb out), and obey the same ``.git``/conversation rule. A refusal here happens before the
-   repo or HOME is touched.
+2. Check every archive by its content alone: each member is a relative path without ``..``;
+   a file, folder or symbolic link (no hard links, devices, FIFOs); not an earlier link member
+   nor beneath one; not a file where an earlier member put a folder, or the reverse. Untracked
+   members have no ``.git`` component; agent members lie under one of ``conversation_dirs`` (or
+   are its folder). A link's target is relative, stays inside the root once normalised, has no
+   ``..`` after a normal component (so chained links cannot climb out) and obeys the same
+   ``.git``/conversation rule. A refusal here comes before the repo or HOME is touched.
 3. git: reset --hard, clean -fd, verify and fetch repo.bundle, check out, apply staged.patch to
    the index only, then wip.patch (head to working tree) to the working tree.
 4. Check the tree on disk: a member that would go through a symbolic link now on disk is
-   refused (unsafe_archive); a file member where a folder is (or the reverse) fails
-   (restore_failed). Either comes after the git steps of 3 but before any member is written.
-5. Unpack the untracked files into the repo, then the agent files into HOME. Every write is
-   made through a folder descriptor reached from the root one component at a time with
-   O_NOFOLLOW, so a link swapped in mid-restore is refused (unsafe_archive), never followed:
-   nothing is written outside the repo and HOME. A failure during this step (such a race, or
-   an I/O error) leaves the members already unpacked in place, inside the repo or HOME.
+   refused (unsafe_archive); a file where a folder is, or the reverse, fails (restore_failed).
+   Either comes after the git steps of 3 but before any member is written.
+5. Unpack the untracked files into the repo, then the agent files into HOME, every write made
+   through a folder descriptor reached from the root one component at a time with O_NOFOLLOW:
+   a link swapped in mid-restore is refused (unsafe_archive), never followed, so nothing is
+   written outside the repo and HOME (short of another process moving a folder out after it
+   was opened, where that process could write anyway). A failure in this step (such a race,
+   an I/O error) leaves the members already unpacked in place, all inside the repo or HOME.
 
 Standard output is one JSON line: ``{"ok": true}`` or ``{"ok": false, "code", "step", "error"}``
 with code ``unsafe_archive`` or ``restore_failed``; the exit status is 0 or 3.
@@ -117,8 +117,7 @@ def clean_name(name):
 
 
 def untracked_rule(path, is_folder):
-    # Anything under .git (hooks, config) would run or steer git; any case, for case-folding
-    # file systems.
+    # Anything in .git (hooks, config) would run or steer git; any case, for case-folding disks.
     if any(p.lower() == ".git" for p in path.split("/")):
         return "is inside .git"
     return None
@@ -126,9 +125,8 @@ def untracked_rule(path, is_folder):
 
 def agent_rule(dirs):
     def rule(path, is_folder):
-        for d in dirs:
-            if path.startswith(d + "/") or (path == d and is_folder):
-                return None
+        if any(path.startswith(d + "/") or (path == d and is_folder) for d in dirs):
+            return None
         return "is outside the conversation folders %s" % (dirs,)
 
     return rule
@@ -174,10 +172,9 @@ def check_members(tar_path, label, rule):
         parts = name.split("/")
         for i in range(1, len(parts)):
             prefix = "/".join(parts[:i])
-            if kinds.get(prefix) == "link":
-                raise unsafe("%s: member %r passes through the link %r" % (label, m.name, prefix))
-            if kinds.get(prefix) == "file":
-                raise unsafe("%s: member %r is beneath the file %r" % (label, m.name, prefix))
+            if kinds.get(prefix) in ("link", "file"):
+                raise unsafe("%s: member %r is beneath the %s %r"
+                             % (label, m.name, kinds[prefix], prefix))  # fmt: skip
             kinds[prefix] = "dir"
         kind = "dir" if m.isdir() else "link" if m.issym() else "file"
         before = kinds.get(name)
@@ -219,14 +216,10 @@ def check_on_disk(root, checked, label):
             if not stat.S_ISDIR(st.st_mode):
                 raise Failure("restore_failed", "unpack", "%s: member %r needs a folder where "
                               "the file %r is" % (label, m.name, rel))  # fmt: skip
-        if not m.isdir():
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except FileNotFoundError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                raise Failure("restore_failed", "unpack", "%s: member %r would replace the "
-                              "folder on disk" % (label, m.name))  # fmt: skip
+        dest = os.path.join(root, name)
+        if not m.isdir() and os.path.isdir(dest) and not os.path.islink(dest):
+            raise Failure("restore_failed", "unpack", "%s: member %r would replace the folder "
+                          "on disk" % (label, m.name))  # fmt: skip
 
 
 def open_dir(parent, name, where, create):
