@@ -100,7 +100,9 @@ class Restorer:
         self, checkpoint: Checkpoint, sandbox_id: str, repo_dir: str, *, home: str = HOME
     ) -> None:
         """Restore one checkpoint. Raises DecryptionFailed or BlobNotFound (before the sandbox is
-        touched), UnsafeArchive (nothing unpacked), or RestoreFailed."""
+        touched), UnsafeArchive (an archive member would land outside its folder: refused before
+        anything is unpacked, or mid-unpack if a process in the sandbox races the restore; never
+        written outside the repo or HOME), or RestoreFailed."""
         if checkpoint.head is None:
             raise RestoreFailed(f"checkpoint {checkpoint.id} has no head", checkpoint=checkpoint.id)
         data_key = self.parts.data_key(checkpoint)
