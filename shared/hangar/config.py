@@ -51,6 +51,9 @@ class Settings(BaseModel):
     session_checkpoint_minutes: float = Field(10, ge=0)
     exchange_max_patch_mb: float = Field(10, gt=0)
     checkpoint_timeout_seconds: float = Field(300, gt=0)
+    sandbox_ttl_minutes: float = Field(120, gt=0)
+    activity_grace_seconds: float = Field(90, ge=0)
+    setup_timeout_minutes: float = Field(15, gt=0)
 
     @model_validator(mode="before")
     @classmethod

@@ -22,6 +22,7 @@ once shipped; messages may.
     │   ├── VersionConflict             version_conflict    409
     │   ├── AlreadyExists               already_exists      409
     │   ├── NameTaken                   name_taken          409
+    │   ├── InvalidState                invalid_state       409
     │   └── SessionBusy                 session_busy        409
     ├── SandboxError                    sandbox_error       502
     │   ├── SandboxUnavailable          sandbox_unavailable 503
@@ -126,6 +127,13 @@ class AlreadyExists(Conflict):
 
 class NameTaken(Conflict):
     code = "name_taken"
+
+
+class InvalidState(Conflict):
+    """The action does not apply to the session's current state (e.g. sending to an archived
+    session)."""
+
+    code = "invalid_state"
 
 
 class SessionBusy(Conflict):

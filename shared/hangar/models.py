@@ -87,9 +87,20 @@ class Session(Record):
     branch: str = ""
     base_commit: str | None = None
     harness_session: str | None = None
+    fork_from: str | None = Field(
+        default=None, description="the conversation the first turn forks (a session made by fork)"
+    )
     sandbox_id: str | None = None
+    sandbox_expires_at: datetime | None = None
     state: SessionState = SessionState.STARTING
-    idle_minutes: float = 30
+    idle_minutes: float = Field(30, ge=0)
+    needs_input: str | None = None
+    shells: dict[str, datetime] = Field(
+        default_factory=dict,
+        description="open shells and terminals: lease id -> lease expiry (activity while held)",
+    )
+    restored_from: str | None = Field(default=None, description="the checkpoint the sandbox came from")
+    error: str | None = None
     job_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     last_active_at: datetime = Field(default_factory=utcnow)
@@ -115,6 +126,11 @@ class Turn(Record):
     harness_session: str | None = None
     usage: dict[str, int] = Field(default_factory=dict)
     log_cursor: int = 0
+    error_code: str | None = None
+    log_key: str | None = Field(
+        default=None, description="the stored run log's data key, wrapped (base64); set once stored"
+    )
+    handoff: bool = Field(default=False, description="the prompt carried a lossy handoff account")
 
 
 class CheckpointPart(BaseModel):

@@ -6,14 +6,17 @@ PROMPT --output-format stream-json [--conversation ID] [--model M]``; conversati
 ``~/.gemini/antigravity-cli/conversations/<id>.db`` (SQLite); an ``init`` event first; an
 unknown id silently starts a new conversation. Its reply says how much history it saw.
 Test knobs: AGY_STANDIN_EXIT=N exits N after a message on stderr; AGY_STANDIN_NO_INIT=1 leaves
-the init event out.
+the init event out; a prompt line ``run: CMD`` runs CMD with bash in the working folder (a tool
+call, as far as tests care); a line ``wait-for: PATH`` waits (up to a minute) until PATH exists.
 """
 
 import argparse
 import json
 import os
 import sqlite3
+import subprocess
 import sys
+import time
 import uuid
 
 
@@ -41,6 +44,13 @@ def main() -> int:
 
     if not os.environ.get("AGY_STANDIN_NO_INIT"):
         emit({"type": "init", "conversation_id": conversation, "model": args.model or "agy-1"})
+    for line in args.prompt.splitlines():
+        if line.startswith("run: "):
+            subprocess.run(["bash", "-c", line[5:]], check=False)
+        elif line.startswith("wait-for: "):
+            deadline = time.monotonic() + 60
+            while not os.path.exists(line[10:]) and time.monotonic() < deadline:
+                time.sleep(0.05)
     first = history[0][1] if history else args.prompt
     reply = "Seen %d earlier messages; the task began with: %s" % (len(history), first)
     db.executemany(

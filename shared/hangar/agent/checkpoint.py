@@ -481,23 +481,49 @@ def pack(cfg, staging, head, branch, records, fp):
     return manifest, parts
 
 
+def emit_patch(cfg, records, out):
+    """Mode ``patch``: write the session patch (base to working tree, untracked files
+    included) to ``out``; exit status 4 when it passes ``max_patch``."""
+    repo = cfg["repo"]
+    if not cfg.get("base"):
+        raise Failure("the session's base commit is not known")
+    untracked = [r[2:].decode("utf-8", "surrogateescape") for r in records
+                 if r[:2] == b"? " and not r.endswith(b"/")]  # fmt: skip
+    untracked = [p for p in untracked if keep_member(repo, p, [])]
+    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX)
+    try:
+        path, warning = make_session_patch(repo, staging, cfg["base"], untracked, cfg["max_patch"])
+        if path is None:
+            sys.stderr.write("%s\n" % warning)
+            sys.exit(4)
+        with open(path, "rb") as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+        out.flush()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def main():
     global shutil, tempfile, threading
     cfg = json.loads(sys.argv[1])
     out = sys.stdout.buffer
     try:
         head, branch, records = repo_state(cfg["repo"])
-        fp = fingerprint(cfg["repo"], cfg["home"], cfg.get("conversation_dirs") or [], head,
-                         branch, records)  # fmt: skip
-        if cfg.get("skip_if_fingerprint") == fp:
-            line = {"fingerprint": fp, "head": head, "branch": branch, "unchanged": True}
-            out.write(json.dumps(line).encode() + b"\n")
-            return
+        patch_mode = cfg.get("mode") == "patch"
+        if not patch_mode:
+            fp = fingerprint(cfg["repo"], cfg["home"], cfg.get("conversation_dirs") or [], head,
+                             branch, records)  # fmt: skip
+            if cfg.get("skip_if_fingerprint") == fp:
+                line = {"fingerprint": fp, "head": head, "branch": branch, "unchanged": True}
+                out.write(json.dumps(line).encode() + b"\n")
+                return
         import fcntl
         import shutil
         import tempfile
         import threading
 
+        if patch_mode:
+            return emit_patch(cfg, records, out)
         tmp = tempfile.gettempdir()
         # One checkpoint at a time per sandbox: they share the pinned ref.
         lock = os.open(os.path.join(tmp, ".hangar-checkpoint.lock"), os.O_RDWR | os.O_CREAT, 0o600)

@@ -1,0 +1,36 @@
+"""The runtime: every backend opened once from :class:`~hangar.config.Settings`, and the session
+service over them. Entry points (``hangar serve``, the Cloud Run functions, tests) build one;
+nothing is opened at import time."""
+
+from __future__ import annotations
+
+from hangar.blobs import Blobs, open_blobs
+from hangar.config import Settings
+from hangar.db import Db, open_db
+from hangar.keys import Keys, open_keys
+from hangar.sandboxes import Sandboxes, open_sandboxes
+from hangar.sessions.service import SessionService
+from hangar.ticks import Ticks, open_ticks
+
+
+class Runtime:
+    """Opens the backends the settings name. :meth:`start` delivers ticks to the session
+    service (the embedded ticker runs in this process); :meth:`close` stops and closes."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.db: Db = open_db(settings.db, settings)
+        self.blobs: Blobs = open_blobs(settings.session_store, settings)
+        self.keys: Keys = open_keys(settings.keys, settings)
+        self.sandboxes: Sandboxes = open_sandboxes(settings.sandboxes, settings)
+        self.ticks: Ticks = open_ticks(settings.ticks, settings, self.db)
+        self.sessions = SessionService(
+            settings, self.db, self.blobs, self.keys, self.sandboxes, self.ticks
+        )
+
+    def start(self) -> None:
+        self.ticks.start(self.sessions.handle_tick)
+
+    def close(self) -> None:
+        self.ticks.stop()
+        self.db.close()

@@ -1,0 +1,127 @@
+"""Environments: where sessions' sandboxes come from (a repo, a branch, setup, vars, secrets).
+
+Secrets are sealed with the keys port the moment they arrive (each with its own data key, bound
+to the environment and the secret's name) and opened only to build a turn's or a setup's
+environment inside the sandbox. They never appear in a listing, a log or a checkpoint.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import subprocess
+
+from hangar.db import Db
+from hangar.errors import EnvironmentNotFound, InvalidInput, InvalidName
+from hangar.keys import Keys
+from hangar.keys.envelope import new_data_key, seal_bytes, unseal_bytes
+from hangar.models import NAME_PATTERN, Environment
+
+_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+LS_REMOTE_TIMEOUT = 30
+
+
+def _aad(env_name: str, secret: str) -> bytes:
+    return f"hangar/secret\x00{env_name}\x00{secret}".encode()
+
+
+def check_name(kind: str, name: str) -> str:
+    if not NAME_PATTERN.match(name):
+        raise InvalidName(
+            f"{kind} name {name!r} must be lowercase letters, digits and dashes "
+            "(1-64, not starting or ending with a dash)",
+            name=name,
+        )
+    return name
+
+
+def check_vars(values: dict[str, str]) -> dict[str, str]:
+    bad = [k for k in values if not _VAR_NAME.match(k)]
+    if bad:
+        raise InvalidInput(f"invalid variable names: {', '.join(bad)}", names=bad)
+    return values
+
+
+class Environments:
+    def __init__(self, db: Db, keys: Keys) -> None:
+        self.db = db
+        self.keys = keys
+
+    def add(
+        self,
+        name: str,
+        repo: str,
+        *,
+        branch: str | None = None,
+        setup: str | None = None,
+        vars: dict[str, str] | None = None,
+        secrets: dict[str, str] | None = None,
+    ) -> Environment:
+        """Check everything, including that the repo (and branch) can be reached with
+        ``git ls-remote``, then create the environment. Creates nothing on any error."""
+        check_name("environment", name)
+        check_vars(vars or {})
+        check_vars(secrets or {})
+        self._check_reachable(repo, branch)
+        sealed = {k: self._seal(name, k, v) for k, v in (secrets or {}).items()}
+        env = Environment(
+            name=name, repo=repo, branch=branch, setup=setup, vars=vars or {}, secrets=sealed
+        )
+        return self.db.create_environment(env)
+
+    def _check_reachable(self, repo: str, branch: str | None) -> None:
+        if repo.startswith("-"):
+            raise InvalidInput(f"repo {repo!r} is not a git URL or a path", repo=repo)
+        if "://" not in repo and ":" not in repo.split("/")[0] and not os.path.isabs(repo):
+            raise InvalidInput(f"a local repo must be an absolute path, not {repo!r}", repo=repo)
+        argv = ["git", "ls-remote", "--quiet", "--", repo]
+        argv += [f"refs/heads/{branch}"] if branch else ["HEAD"]
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "/bin/false"}
+        try:
+            proc = subprocess.run(
+                argv, capture_output=True, text=True, timeout=LS_REMOTE_TIMEOUT, env=env
+            )
+        except subprocess.TimeoutExpired:
+            raise InvalidInput(f"repo {repo!r} did not answer within {LS_REMOTE_TIMEOUT} s",
+                               repo=repo) from None  # fmt: skip
+        if proc.returncode != 0:
+            reason = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "no answer"
+            raise InvalidInput(f"repo {repo!r} cannot be reached: {reason}", repo=repo)
+        if branch and not proc.stdout.strip():
+            raise InvalidInput(f"repo {repo!r} has no branch {branch!r}", repo=repo, branch=branch)
+
+    def _seal(self, env_name: str, secret: str, value: str) -> str:
+        data_key = new_data_key()
+        wrapped = self.keys.wrap(data_key)
+        sealed = seal_bytes(data_key, _aad(env_name, secret), value.encode())
+        return base64.b64encode(len(wrapped).to_bytes(2, "big") + wrapped + sealed).decode()
+
+    def _open(self, env_name: str, secret: str, stored: str) -> str:
+        raw = base64.b64decode(stored)
+        size = int.from_bytes(raw[:2], "big")
+        data_key = self.keys.unwrap(raw[2 : 2 + size])
+        return unseal_bytes(data_key, _aad(env_name, secret), raw[2 + size :]).decode()
+
+    def get(self, name: str) -> Environment:
+        return self.db.get_environment(name)
+
+    def list(self) -> list[Environment]:
+        return self.db.list_environments()
+
+    def delete(self, name: str) -> None:
+        self.db.get_environment(name)
+        self.db.delete_environment(name)
+
+    def turn_env(self, env: Environment) -> dict[str, str]:
+        """The environment's variables and opened secrets, for one turn or one setup run."""
+        opened = {k: self._open(env.name, k, v) for k, v in env.secrets.items()}
+        return {**env.vars, **opened}
+
+    def require(self, name: str) -> Environment:
+        try:
+            return self.db.get_environment(name)
+        except EnvironmentNotFound:
+            raise EnvironmentNotFound(f"no environment {name!r}", name=name) from None
+
+

@@ -1,0 +1,357 @@
+"""The session service on the embedded backends, with real sandboxes and the Antigravity
+stand-in as the agent (it runs ``run:`` lines of its prompt as shell commands and remembers its
+conversation in HOME), so whole lifecycles run in seconds without a model."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hangar.blobs.local import LocalBlobs
+from hangar.config import Settings
+from hangar.db.sqlite import SqliteDb
+from hangar.errors import (
+    EnvironmentNotFound,
+    InvalidInput,
+    InvalidName,
+    NameTaken,
+    SessionBusy,
+    SessionNotFound,
+    UnknownHarness,
+)
+from hangar.keys.local import LocalKeys
+from hangar.models import CheckpointReason, SessionState, TickDue, TurnOutcome, utcnow
+from hangar.sandboxes.local import LocalSandboxes
+from hangar.sessions.service import SessionService
+
+pytestmark = pytest.mark.sandbox
+
+STANDIN = Path(__file__).parents[2] / "harness" / "agy_standin.py"
+TURN_ONE = """turn one: start the work
+run: echo one > committed.txt && git add committed.txt && git commit -qm 'first change'
+run: echo 'uncommitted line' >> README.md && echo note > notes.txt"""
+
+
+@dataclass
+class FakeTicks:
+    """Our own ticks port, recording due-times; tests deliver ticks by hand."""
+
+    due: dict[str, TickDue] = field(default_factory=dict)
+
+    def schedule(self, key: str, kind: str, due_at: datetime,
+                 payload: dict[str, Any] | None = None) -> None:  # fmt: skip
+        self.due[key] = TickDue(key=key, kind=kind, due_at=due_at, payload=payload or {})
+
+    def cancel(self, key: str) -> None:
+        self.due.pop(key, None)
+
+    def start(self, handler: Any) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+@dataclass
+class World:
+    service: SessionService
+    ticks: FakeTicks
+    sandboxes: LocalSandboxes
+    db: SqliteDb
+    blobs: LocalBlobs
+
+    def sh(self, ref: str, script: str) -> str:
+        session = self.service.resolve(ref)
+        assert session.sandbox_id
+        result = self.sandboxes.exec(session.sandbox_id, ["bash", "-c", script],
+                                     cwd="/workspace/app")  # fmt: skip
+        assert result.ok, result.stderr
+        return result.stdout.decode()
+
+    def tick(self, key: str) -> None:
+        self.service.handle_tick(self.ticks.due[key])
+
+
+@pytest.fixture
+def world(
+    tmp_path: Path, db: SqliteDb, blobs: LocalBlobs, keys: LocalKeys, remote: Path
+) -> Iterator[World]:
+    harnesses = tmp_path / "agy-harness"
+    (harnesses / "bin").mkdir(parents=True)
+    shutil.copy(STANDIN, harnesses / "bin" / "agy")
+    (harnesses / "bin" / "agy").chmod(0o755)
+    settings = Settings.build(data_dir=tmp_path / "data", harness_dir=harnesses,
+                              activity_grace_seconds=0)  # fmt: skip
+    sandboxes = LocalSandboxes(tmp_path / "sandboxes", harnesses)
+    ticks = FakeTicks()
+    service = SessionService(settings, db, blobs, keys, sandboxes, ticks)
+    service.environments.add(
+        "app", str(remote),
+        vars={"GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "A",
+              "GIT_COMMITTER_EMAIL": "a@x"},
+        secrets={"API_TOKEN": "tok-123456789"},
+    )  # fmt: skip
+    yield World(service, ticks, sandboxes, db, blobs)
+    for info in sandboxes.list():
+        sandboxes.destroy(info.id, hooks=False)
+
+
+def start(world: World, name: str = "demo", message: str = TURN_ONE, **kw: Any) -> str:
+    world.service.new(name, message, "app", harness="antigravity", **kw)
+    turn = world.service.wait(name, timeout=60, poll=0.05)
+    assert turn.outcome is TurnOutcome.EXITED, turn
+    return name
+
+
+def test_a_first_turn_runs_detached_then_ends_idle_with_a_turn_checkpoint(world: World) -> None:
+    detail = world.service.new("demo", TURN_ONE, "app", harness="antigravity")
+    assert detail.state in (SessionState.ACTIVE, SessionState.IDLE)
+    assert detail.turns[0].n == 1 and detail.sandbox_id
+    turn = world.service.wait("demo", timeout=60, poll=0.05)
+    assert turn.outcome is TurnOutcome.EXITED
+    assert turn.summary and turn.summary.startswith("Seen 0 earlier messages")
+    session = world.service.get("demo")
+    assert session.state is SessionState.IDLE
+    assert session.harness_session == turn.harness_session
+    assert [c.reason for c in session.checkpoints] == [CheckpointReason.TURN]
+    assert "idle:" + session.id in world.ticks.due
+
+
+def test_suspend_releases_the_sandbox_and_a_later_send_resumes_everything(world: World) -> None:
+    start(world)
+    first = world.service.get("demo")
+    suspended = world.service.suspend("demo")
+    assert suspended.state is SessionState.SUSPENDED and suspended.sandbox_id is None
+    assert world.sandboxes.list() == []
+
+    world.service.send("demo", "turn two: what do you remember")
+    turn = world.service.wait("demo", timeout=60, poll=0.05)
+    assert turn.summary == "Seen 2 earlier messages; the task began with: " + TURN_ONE
+    session = world.service.get("demo")
+    assert session.harness_session == first.harness_session
+    assert session.sandbox_id and session.sandbox_id != first.sandbox_id
+    assert world.sh("demo", "git log -1 --format=%s; cat notes.txt; git diff --stat | tail -1") == (
+        "first change\nnote\n 1 file changed, 1 insertion(+)\n"
+    )
+    reasons = [c.reason for c in session.checkpoints]
+    assert reasons == [CheckpointReason.TURN, CheckpointReason.SUSPEND, CheckpointReason.TURN]
+
+
+def test_two_concurrent_sends_start_exactly_one_turn(world: World) -> None:
+    start(world)
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def send(n: int) -> None:
+        barrier.wait()
+        try:
+            world.service.send("demo", f"wait-for: /tmp/release\nconcurrent {n}")
+            outcomes.append("started")
+        except SessionBusy:
+            outcomes.append("busy")
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["busy", "started"]
+    with pytest.raises(SessionBusy, match="busy"):
+        world.service.send("demo", "a third while the turn runs")
+    world.sh("demo", "touch /tmp/release")
+    assert world.service.wait("demo", timeout=60, poll=0.05).outcome is TurnOutcome.EXITED
+    assert len(world.service.get("demo").turns) == 2
+
+
+def test_a_sandbox_destroyed_from_outside_leaves_a_destroy_checkpoint_and_resumes(
+    world: World,
+) -> None:
+    start(world)
+    sandbox = world.service.resolve("demo").sandbox_id
+    assert sandbox
+    world.sh("demo", "echo late > late.txt")
+    world.sandboxes.destroy(sandbox)
+    session = world.service.get("demo")
+    assert session.state is SessionState.SUSPENDED and session.sandbox_id is None
+    assert session.checkpoints[-1].reason is CheckpointReason.DESTROY
+    world.service.open("demo")
+    assert world.sh("demo", "cat late.txt") == "late\n"
+
+
+def test_the_reaper_takes_expired_sandboxes_through_the_pre_destroy_hook(world: World) -> None:
+    start(world)
+    session = world.service.resolve("demo")
+    world.db.update_session(session.model_copy(update={"sandbox_expires_at": utcnow()}))
+    reaped = world.service.reap()
+    assert reaped == [session.sandbox_id]
+    after = world.service.get("demo")
+    assert after.state is SessionState.SUSPENDED
+    assert after.checkpoints[-1].reason is CheckpointReason.DESTROY
+
+
+def test_an_idle_session_suspends_itself_but_not_while_a_shell_runs(world: World) -> None:
+    start(world, idle_minutes=0.0001)
+    session = world.service.resolve("demo")
+    ran: list[int] = []
+
+    def shell() -> None:
+        ran.append(world.service.exec("demo", ["bash", "-c", "while [ ! -e /tmp/done ]; do sleep 0.05; done"]))
+
+    runner = threading.Thread(target=shell)
+    runner.start()
+    try:
+        for _ in range(200):  # bounded wait until the shell has touched the session
+            if world.service.resolve("demo").last_active_at > session.last_active_at:
+                break
+            threading.Event().wait(0.01)
+        world.service.handle_tick(TickDue(key="idle:x", kind="idle", due_at=utcnow(),
+                                          payload={"session": session.id}))  # fmt: skip
+        assert world.service.resolve("demo").state is SessionState.IDLE, "the shell is activity"
+    finally:
+        world.sh("demo", "touch /tmp/done")
+        runner.join()
+    assert ran == [0]
+    # activity_grace_seconds is 0 here, so only the running shell kept it up: once it ended
+    # (and the tiny idle time passed), the idle tick suspends.
+    for _ in range(200):
+        world.service.handle_tick(TickDue(key="idle:x", kind="idle", due_at=utcnow(),
+                                          payload={"session": session.id}))  # fmt: skip
+        if world.service.resolve("demo").state is SessionState.SUSPENDED:
+            break
+        threading.Event().wait(0.01)
+    after = world.service.get("demo")
+    assert after.state is SessionState.SUSPENDED
+    assert after.checkpoints[-1].reason is CheckpointReason.SUSPEND
+
+
+def test_idle_zero_means_never_suspend(world: World) -> None:
+    start(world, idle_minutes=0)
+    session = world.service.resolve("demo")
+    world.service.handle_tick(TickDue(key="idle:x", kind="idle", due_at=utcnow(),
+                                      payload={"session": session.id}))  # fmt: skip
+    assert world.service.resolve("demo").state is SessionState.IDLE
+    assert f"idle:{session.id}" not in world.ticks.due
+
+
+def test_an_interval_checkpoint_is_taken_only_when_something_changed(world: World) -> None:
+    start(world)
+    session = world.service.resolve("demo")
+    tick = TickDue(key=f"interval:{session.id}", kind="interval", due_at=utcnow(),
+                   payload={"session": session.id})  # fmt: skip
+    world.service.handle_tick(tick)
+    assert len(world.db.list_checkpoints(session.id)) == 1
+    world.sh("demo", "echo more >> notes.txt")
+    world.service.handle_tick(tick)
+    checkpoints = world.db.list_checkpoints(session.id)
+    assert [c.reason for c in checkpoints] == [CheckpointReason.TURN, CheckpointReason.INTERVAL]
+
+
+def test_a_restarted_service_finishes_a_turn_that_ended_while_it_was_down(
+    world: World, db: SqliteDb, blobs: LocalBlobs, keys: LocalKeys
+) -> None:
+    world.service.new("demo", "wait-for: /tmp/release\nslow turn", "app", harness="antigravity")
+    world.sh("demo", "touch /tmp/release")
+    restarted = SessionService(world.service.settings, db, blobs, keys, world.sandboxes, FakeTicks())
+    turn = restarted.wait("demo", timeout=60, poll=0.05)
+    assert turn.outcome is TurnOutcome.EXITED
+    assert restarted.get("demo").state is SessionState.IDLE
+
+
+def test_archive_drops_the_checkpoints_and_keeps_the_turns(world: World) -> None:
+    start(world)
+    archived = world.service.archive("demo")
+    assert archived.state is SessionState.ARCHIVED and archived.sandbox_id is None
+    detail = world.service.get("demo")
+    assert detail.checkpoints == [] and len(detail.turns) == 1 and detail.turns[0].summary
+    assert not [k for k in world.blobs.list() if "/ckp-" in k]
+
+
+def test_delete_removes_the_session_and_everything_it_stored(world: World) -> None:
+    start(world)
+    session_id = world.service.resolve("demo").id
+    world.service.delete("demo")
+    with pytest.raises(SessionNotFound):
+        world.service.get("demo")
+    assert not [k for k in world.blobs.list() if session_id in k]
+    assert world.sandboxes.list() == []
+
+
+def test_fork_restores_one_checkpoint_into_new_sessions_that_hand_off(world: World) -> None:
+    start(world)
+    forks = world.service.fork("demo", 2)
+    assert [f.name for f in forks] == ["demo-fork-1", "demo-fork-2"]
+    for fork in forks:
+        detail = world.service.get(fork.name)
+        assert detail.state is SessionState.IDLE and detail.fork_from
+        assert [c.reason for c in detail.checkpoints] == [CheckpointReason.MANUAL]
+        assert world.sh(fork.name, "git log -1 --format=%s; cat notes.txt") == "first change\nnote\n"
+    world.service.send("demo-fork-1", "continue on the fork")
+    turn = world.service.wait("demo-fork-1", timeout=60, poll=0.05)
+    assert turn.handoff and turn.outcome is TurnOutcome.EXITED
+    assert "turn one: start the work" in (turn.summary or "")
+
+
+def test_the_patch_comes_live_from_the_sandbox_or_from_the_newest_checkpoint(world: World) -> None:
+    start(world)
+    live = world.service.patch("demo")
+    assert b"+note" in live and b"+uncommitted line" in live and b"committed.txt" in live
+    world.service.suspend("demo")
+    assert world.service.patch("demo") == live
+
+
+def test_a_turns_log_can_be_read_after_its_sandbox_is_gone(world: World) -> None:
+    start(world)
+    world.service.suspend("demo")
+    log = world.service.log("demo", 1)
+    assert b'"type": "init"' in log and b'"type": "result"' in log
+
+
+def test_secrets_reach_the_turn_but_not_the_checkpoint_or_the_record(world: World) -> None:
+    start(world, message="run: echo \"$API_TOKEN\" > token-seen.txt")
+    assert world.sh("demo", "cat token-seen.txt") == "tok-123456789\n"
+    stored = world.db.get_environment("app").secrets["API_TOKEN"]
+    assert "tok-123456789" not in stored
+    world.sh("demo", "rm token-seen.txt")
+    world.service.suspend("demo")
+    for key in world.blobs.list():
+        assert b"tok-123456789" not in world.blobs.get(key)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"name": "Bad Name"}, InvalidName),
+        ({"harness": "cursor"}, UnknownHarness),
+        ({"env": "nowhere"}, EnvironmentNotFound),
+        ({"message": "   "}, InvalidInput),
+        ({"idle_minutes": -1}, InvalidInput),
+    ],
+)
+def test_bad_input_to_new_is_refused_and_creates_nothing(
+    world: World, kwargs: dict[str, Any], error: type[Exception]
+) -> None:
+    args: dict[str, Any] = {"name": "demo", "message": "hi", "env": "app", "harness": "antigravity"}
+    args.update(kwargs)
+    with pytest.raises(error):
+        world.service.new(args.pop("name"), args.pop("message"), args.pop("env"), **args)
+    assert world.service.list_sessions() == [] and world.sandboxes.list() == []
+
+
+def test_a_taken_name_is_refused(world: World) -> None:
+    start(world)
+    with pytest.raises(NameTaken):
+        world.service.new("demo", "again", "app", harness="antigravity")
+    assert len(world.service.list_sessions()) == 1
+
+
+def test_an_unreachable_repo_creates_no_environment(world: World, tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="cannot be reached"):
+        world.service.environments.add("ghost", str(tmp_path / "missing.git"))
+    assert [e.name for e in world.service.environments.list()] == ["app"]
