@@ -123,17 +123,23 @@ class Db(Protocol):
 
     # tick due-times
     def set_due(self, due: TickDue) -> TickDue:
-        """Create or move the due-time with this key (an upsert; the version it returns counts
-        the moves)."""
+        """Create or move the due-time with this key (an upsert, not a compare-and-set: the
+        version passed in is ignored). The version it returns counts the moves since the key
+        was created; a key that was cleared and set again starts over at 1."""
         ...
 
     def list_due(self, before: datetime, limit: int = 100) -> list[TickDue]:
-        """Due-times at or before ``before``, earliest first."""
+        """Due-times at or before ``before``, earliest first (ties by key), at most ``limit``."""
         ...
 
-    def clear_due(self, key: str, version: int | None = None) -> bool:
-        """Remove a due-time; with ``version``, only if it was not moved since it was read.
-        Returns whether something was removed."""
+    def clear_due(
+        self, key: str, version: int | None = None, due_at: datetime | None = None
+    ) -> bool:
+        """Remove a due-time. With ``version`` and/or ``due_at``, only if the stored one still
+        has them (compared to the microsecond), so a clear after handling a tick never removes
+        a due-time that was moved meanwhile. Pass both: versions restart at 1 after a clear, so
+        a version alone can match a due-time that was cleared and set again while the tick was
+        handled. Returns whether something was removed; a missing key is not an error."""
         ...
 
     def close(self) -> None: ...

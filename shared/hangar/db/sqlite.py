@@ -617,11 +617,17 @@ class SqliteDb:
             (_micros(before), limit),
         )
 
-    def clear_due(self, key: str, version: int | None = None) -> bool:
-        """Remove the due-time; with ``version``, only if it is still at that version (not
-        moved since it was read). Returns whether a row was removed."""
+    def clear_due(
+        self, key: str, version: int | None = None, due_at: datetime | None = None
+    ) -> bool:
+        """Remove the due-time; with ``version`` and/or ``due_at``, only if the stored one still
+        has them (not moved since it was read). Returns whether a row was removed."""
         sql, params = "DELETE FROM ticks WHERE key = ?", list[object]([key])
         if version is not None:
-            sql, params = sql + " AND version = ?", [key, version]
+            sql += " AND version = ?"
+            params.append(version)
+        if due_at is not None:
+            sql += " AND due_at = ?"
+            params.append(_micros(due_at))
         with self._write() as conn:
             return conn.execute(sql, params).rowcount > 0

@@ -741,3 +741,26 @@ class DbConformance:
     def test_clear_due_of_a_missing_key_returns_false(self, db: Db) -> None:
         assert db.clear_due("nothing") is False
         assert db.clear_due("nothing", version=1) is False
+
+    def test_clear_due_with_the_version_and_due_at_read_spares_one_cleared_and_set_again(
+        self, db: Db
+    ) -> None:
+        handled = db.set_due(make_due("idle:ses-1", 5))
+        db.clear_due("idle:ses-1")
+        again = db.set_due(make_due("idle:ses-1", 9))
+        assert again.version == handled.version
+        assert db.clear_due("idle:ses-1", version=handled.version, due_at=handled.due_at) is False
+        assert db.list_due(at(10)) == [again]
+
+    def test_clear_due_with_the_current_version_and_due_at_removes_it(self, db: Db) -> None:
+        due = db.set_due(make_due("idle:ses-1", 5))
+        assert db.clear_due("idle:ses-1", version=due.version, due_at=due.due_at) is True
+        assert db.list_due(at(10)) == []
+
+    def test_clear_due_with_a_due_at_off_by_a_microsecond_does_nothing(self, db: Db) -> None:
+        due = db.set_due(make_due("idle:ses-1", 5))
+        later = due.due_at + timedelta(microseconds=1)
+        assert db.clear_due("idle:ses-1", due_at=later) is False
+        assert db.clear_due("idle:ses-1", version=due.version, due_at=later) is False
+        assert db.list_due(at(10)) == [due]
+        assert db.clear_due("idle:ses-1", due_at=due.due_at) is True

@@ -1,0 +1,83 @@
+"""The ticks port: scheduled hints (the idle check, the checkpoint interval, the turn watch, the
+reaper), each a due-time under a key, kept in the db so that a restart loses none.
+
+Contract for every backend (checked by :mod:`hangar.testing.ticks`):
+
+- ``schedule`` creates the due-time with this key or moves it (kind and payload too); there is
+  at most one per key. ``cancel`` removes it and is idempotent. Both work whether or not the
+  ticker was started: the due-time lives in the db, not in the ticker.
+- Delivery is **at-least-once and never early**: a handler is called with the
+  :class:`~hangar.models.TickDue` at or after its ``due_at``, possibly more than once (after a
+  crash, a restart, or by two tickers on one db), possibly late.
+- A tick is removed only after its handler returned, and only if it was not moved meanwhile:
+  a handler that reschedules its own key keeps the new due-time, which is delivered in turn.
+- A handler that raises is logged (``logger.exception``) and gets the same tick again after a
+  backoff (growing, capped); the tick is not removed.
+- **Ticks are hints.** A handler re-reads the state it acts on and is idempotent; a lost, late,
+  duplicated or forged tick must never lose work.
+- A ticker takes due ticks one at a time in due order. Handlers for different keys may run
+  concurrently if the backend says so; a ticker never runs two handlers for one key at once.
+- ``stop`` returns once no handler of this ticker is running and the ticks whose handlers
+  returned are settled (removed or kept as above); nothing is delivered after it. It is
+  idempotent, and must not be called from inside a handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from hangar.config import Settings
+from hangar.db import Db
+from hangar.errors import InvalidSettings
+from hangar.models import TickDue
+
+TickHandler = Callable[[TickDue], None]
+"""What a ticker calls with each due tick."""
+
+
+class Ticks(Protocol):
+    def schedule(
+        self, key: str, kind: str, due_at: datetime, payload: dict[str, Any] | None = None
+    ) -> None:
+        """Create or move the due-time with this key (a naive ``due_at`` is UTC), and wake the
+        ticker if it is now earlier than what it sleeps toward."""
+        ...
+
+    def cancel(self, key: str) -> None:
+        """Remove the due-time with this key, if any. A handler already running is not
+        interrupted (it re-reads state anyway)."""
+        ...
+
+    def start(self, handler: TickHandler) -> None:
+        """Begin delivering due ticks to ``handler``."""
+        ...
+
+    def stop(self) -> None:
+        """Stop delivering; wait for running handlers. Idempotent."""
+        ...
+
+
+def _open_local(url: str, settings: Settings, db: Db) -> Ticks:
+    from hangar.ticks.local import LocalTicks
+
+    return LocalTicks.from_url(url, settings, db)
+
+
+_BACKENDS: dict[str, Callable[[str, Settings, Db], Ticks]] = {"local": _open_local}
+
+
+def open_ticks(url: str, settings: Settings, db: Db) -> Ticks:
+    """Open the backend the URL's scheme names, keeping due-times in ``db``; InvalidSettings
+    for an unknown scheme."""
+    scheme = urlsplit(url).scheme
+    try:
+        opener = _BACKENDS[scheme]
+    except KeyError:
+        raise InvalidSettings(
+            f"HANGAR_TICKS: unknown scheme {scheme!r} (known: {', '.join(sorted(_BACKENDS))})",
+            setting="HANGAR_TICKS",
+        ) from None
+    return opener(url, settings, db)
