@@ -32,6 +32,9 @@ $(STAMP): pyproject.toml
 test: install harnesses
 	$(BIN)/python -m pytest $(ARGS)
 
+run: install harnesses
+	$(BIN)/hangar serve $(ARGS)
+
 bench: install
 	$(BIN)/python -m tests.bench.run $(ARGS)
 

@@ -11,6 +11,8 @@ once shipped; messages may.
     │   ├── InvalidName                 invalid_name        400
     │   ├── UnknownHarness              unknown_harness     400
     │   └── InvalidSettings             invalid_settings    400
+    ├── Unauthorized                    unauthorized        401
+    ├── Forbidden                       forbidden           403
     ├── NotFound                        not_found           404
     │   ├── SessionNotFound             session_not_found   404
     │   ├── CheckpointNotFound          checkpoint_not_found 404
@@ -79,6 +81,20 @@ class UnknownHarness(InvalidInput):
 
 class InvalidSettings(InvalidInput):
     code = "invalid_settings"
+
+
+class Unauthorized(HangarError):
+    """No token, or a token hangar does not know."""
+
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(HangarError):
+    """A known token without the scope the call needs."""
+
+    code = "forbidden"
+    status = 403
 
 
 class NotFound(HangarError):
