@@ -53,8 +53,9 @@ def feed(
 ) -> None:
     """Stream bytes, a binary file or byte chunks into ``pipe``, then close it (a thread body).
 
-    A command that stops reading is not an error (the pipe breaks); an error reading the source
-    is put in ``errors`` for the caller to raise.
+    Chunks from an iterable are flushed one by one, so an interactive source (a terminal's
+    keystrokes) reaches the command as it comes. A command that stops reading is not an error
+    (the pipe breaks); an error reading the source is put in ``errors`` for the caller to raise.
     """
     try:
         if isinstance(source, (bytes, bytearray, memoryview)):
@@ -65,6 +66,7 @@ def feed(
         else:
             for chunk in source:
                 pipe.write(chunk)
+                pipe.flush()
     except BrokenPipeError:
         pass  # the command stopped reading (or was killed): not an error
     except Exception as exc:  # the caller's source failed: hand it back to the caller
