@@ -22,6 +22,7 @@ from hangar.errors import (
     InvalidInput,
     InvalidName,
     NameTaken,
+    SandboxError,
     SessionBusy,
     SessionNotFound,
     UnknownHarness,
@@ -355,3 +356,29 @@ def test_an_unreachable_repo_creates_no_environment(world: World, tmp_path: Path
     with pytest.raises(InvalidInput, match="cannot be reached"):
         world.service.environments.add("ghost", str(tmp_path / "missing.git"))
     assert [e.name for e in world.service.environments.list()] == ["app"]
+
+
+def test_the_environments_setup_runs_in_every_new_sandbox_with_its_vars_and_secrets(
+    world: World, remote: Path
+) -> None:
+    world.service.environments.add(
+        "with-setup", str(remote), setup='echo "$GREETING $API_TOKEN" > ~/setup-ran && touch .built',
+        vars={"GREETING": "hello"}, secrets={"API_TOKEN": "tok-secret"},
+    )  # fmt: skip
+    world.service.new("built", "hi", "with-setup", harness="antigravity")
+    world.service.wait("built", timeout=60, poll=0.05)
+    assert world.sh("built", "cat ~/setup-ran; ls .built") == "hello tok-secret\n.built\n"
+    world.service.suspend("built")
+    world.service.open("built")
+    assert world.sh("built", "cat ~/setup-ran") == "hello tok-secret\n"
+
+
+def test_a_failing_setup_fails_the_session_with_the_reason_and_leaves_no_sandbox(
+    world: World, remote: Path
+) -> None:
+    world.service.environments.add("broken", str(remote), setup="echo 'no such tool' >&2; exit 7")
+    with pytest.raises(SandboxError, match="setup failed: no such tool"):
+        world.service.new("doomed", "hi", "broken", harness="antigravity")
+    session = world.service.get("doomed")
+    assert session.state is SessionState.FAILED and "no such tool" in (session.error or "")
+    assert world.sandboxes.list() == []
