@@ -1,4 +1,8 @@
-"""Bearer tokens: only the SHA-256 of a token's secret is stored; every call is checked."""
+"""Bearer tokens: only the SHA-256 of a token's secret is stored; every call is checked.
+
+The admin token of an embedded server lives in ``DATA_DIR/admin-token`` (mode 0600), made on
+first start; its secret is never printed or logged.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from hangar.errors import Forbidden, TokenNotFound, Unauthorized
 from hangar.models import Token
 
 ADMIN = "admin"
+TOKEN_FILE = "admin-token"
 
 
 def secret_hash(secret: str) -> str:
@@ -19,11 +24,14 @@ def secret_hash(secret: str) -> str:
 
 
 def authenticate(db: Db, header: str | None, *, scope: str = ADMIN) -> Token:
-    """The token an ``Authorization: Bearer ...`` header names, if it has ``scope``."""
-    if not header or not header.startswith("Bearer ") or not header[7:].strip():
+    """The token an ``Authorization: Bearer SECRET`` header names. Unauthorized without a
+    known token; Forbidden when the token lacks ``scope``."""
+    kind, _, secret = (header or "").partition(" ")
+    secret = secret.strip()
+    if kind.lower() != "bearer" or not secret:
         raise Unauthorized("a bearer token is required (Authorization: Bearer TOKEN)")
     try:
-        token = db.find_token(secret_hash(header[7:].strip()))
+        token = db.find_token(secret_hash(secret))
     except TokenNotFound:
         raise Unauthorized("the bearer token is not valid") from None
     if scope not in token.scopes:
@@ -32,15 +40,24 @@ def authenticate(db: Db, header: str | None, *, scope: str = ADMIN) -> Token:
 
 
 def ensure_admin_token(db: Db, path: Path) -> bool:
-    """Make an admin token on first start: its secret goes to ``path`` (mode 0600, created
-    exclusively), its hash to the db. Returns whether one was made. The secret is never
-    printed or logged."""
-    if path.exists():
-        return False
-    secret = secrets.token_urlsafe(32)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(secret + "\n")
-    db.create_token(Token(secret_hash=secret_hash(secret), scopes=[ADMIN], label="admin"))
-    return True
+    """Make sure ``path`` holds the secret of an admin token the db knows. On first start a
+    new secret is written there (created exclusively, mode 0600) and its hash stored; a file
+    whose hash the db lost (a new database) is registered again. Returns whether a new secret
+    was made. The secret is never printed or logged."""
+    try:
+        secret = path.read_text().strip()
+    except FileNotFoundError:
+        secret = ""
+    made = not secret
+    if made:
+        secret = secrets.token_urlsafe(32)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.unlink(missing_ok=True)  # an empty file left by a crash
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secret + "\n")
+    try:
+        db.find_token(secret_hash(secret))
+    except TokenNotFound:
+        db.create_token(Token(secret_hash=secret_hash(secret), scopes=[ADMIN], label="admin"))
+    return made

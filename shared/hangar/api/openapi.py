@@ -1,17 +1,17 @@
-"""The OpenAPI 3.1 document, built from the route table and the pydantic models' schemas."""
+"""The OpenAPI 3.1 document, built from the route table and the pydantic models' JSON schemas
+(which are JSON Schema 2020-12, as OpenAPI 3.1 uses)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
 from hangar import __version__
+from hangar.api import terminal
+from hangar.api.routes import JSON, Endpoint, Query
 from hangar.api.schemas import ErrorView
-
-if TYPE_CHECKING:
-    from hangar.api.app import Endpoint
 
 REF = "#/components/schemas/{model}"
 
@@ -25,21 +25,15 @@ def document(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
         schemas[model.__name__] = schema
         return {"$ref": REF.format(model=model.__name__)}
 
-    error = {"application/json": {"schema": ref(ErrorView)}}
+    errors = {"description": "an error with a stable code",
+              "content": {JSON: {"schema": ref(ErrorView)}}}  # fmt: skip
     paths: dict[str, dict[str, Any]] = {}
     for e in endpoints:
         op: dict[str, Any] = {"summary": e.summary, "security": [{"bearer": []}]}
-        params = [p.strip("{}") for p in e.path.split("/") if p.startswith("{")]
-        if params:
-            op["parameters"] = [
-                {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-                for p in params
-            ]
+        if parameters := _parameters(e.path, e.query):
+            op["parameters"] = parameters
         if e.body is not None:
-            op["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": ref(e.body)}},
-            }
+            op["requestBody"] = {"required": True, "content": {JSON: {"schema": ref(e.body)}}}
         ok: dict[str, Any] = {"description": "success"}
         if e.response is not None:
             schema: dict[str, Any] = ref(e.response)
@@ -48,17 +42,40 @@ def document(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
             ok["content"] = {e.media: {"schema": schema}}
         elif e.status != 204:
             ok["content"] = {e.media: {"schema": {"type": "string"}}}
-        op["responses"] = {
-            str(e.status): ok,
-            "default": {"description": "an error with a stable code", "content": error},
-        }
+        op["responses"] = {str(e.status): ok, "default": errors}
         paths.setdefault(e.path, {})[e.method.lower()] = op
+    paths[terminal.PATH] = {"get": {
+        "summary": terminal.SUMMARY,
+        "security": [{"bearer": []}],
+        "parameters": _parameters(terminal.PATH, terminal.QUERY),
+        "responses": {"101": {"description": "switching to the websocket"}, "default": errors},
+    }}  # fmt: skip
+    paths["/api/openapi.json"] = {"get": {
+        "summary": "This document (no token needed)",
+        "responses": {"200": {"description": "OpenAPI 3.1",
+                              "content": {JSON: {"schema": {"type": "object"}}}}},
+    }}  # fmt: skip
     return {
         "openapi": "3.1.0",
-        "info": {"title": "hangar", "version": __version__},
+        "info": {"title": "hangar", "version": __version__,
+                 "description": "Sessions of coding agents whose work survives the sandbox."},
         "paths": paths,
         "components": {
             "schemas": schemas,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
-    }
+    }  # fmt: skip
+
+
+def _parameters(path: str, query: Sequence[Query]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {"name": p.strip("{}"), "in": "path", "required": True, "schema": {"type": "string"}}
+        for p in path.split("/")
+        if p.startswith("{")
+    ]
+    out += [
+        {"name": q.name, "in": "query", "required": False, "description": q.description,
+         "schema": {"type": q.type}}
+        for q in query
+    ]  # fmt: skip
+    return out

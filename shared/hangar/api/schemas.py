@@ -1,60 +1,93 @@
-"""Wire shapes of the REST API: requests and views, as pydantic models."""
+"""Wire shapes of the REST API: requests and views, as pydantic models.
+
+Views are built from the stored records by their ``of`` class methods; they never carry a
+secret's value, a wrapped key or a conversation's content. Summaries in lists go through
+:func:`~hangar.redact.redact`.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 
 from hangar.harnesses import get_harness
 from hangar.models import Checkpoint, Environment, Session, SessionDetail, Turn
 from hangar.redact import redact
+from hangar.sandboxes import SandboxInfo
+from hangar.sessions.service import SESSION_LABEL
 
 
-class Request(BaseModel):
+def _base64(value: object) -> bytes:
+    if not isinstance(value, str):
+        raise ValueError("must be a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error:
+        raise ValueError("is not valid base64") from None
+
+
+Base64 = Annotated[
+    bytes,
+    PlainValidator(_base64),
+    WithJsonSchema({"type": "string", "contentEncoding": "base64"}),
+]
+
+
+class Body(BaseModel):
+    """A request body: unknown fields are an error, not silently dropped."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class NewSession(Request):
-    name: str
-    message: str
-    env: str
-    harness: str = "claude"
+class NewSession(Body):
+    name: str = Field(description="a lowercase slug, unique among sessions")
+    message: str = Field(description="the first turn's message")
+    env: str = Field(description="the environment the session's sandboxes come from")
+    harness: str = Field("claude", description="claude, codex, pi or antigravity")
     model: str | None = None
-    title: str | None = None
-    idle_minutes: float | None = None
+    title: str | None = Field(None, description="default: the message's first line")
+    idle_minutes: float | None = Field(
+        None, ge=0, description="suspend after this long unused (0: never; default 30)"
+    )
 
 
-class SendMessage(Request):
+class SendMessage(Body):
     message: str
 
 
-class Keep(Request):
-    idle_minutes: float = Field(ge=0)
+class Keep(Body):
+    idle_minutes: float = Field(ge=0, description="0: never suspend for idleness")
 
 
-class Fork(Request):
-    n: int = Field(ge=1, le=10)
+class Fork(Body):
+    n: int = Field(ge=1, le=10, description="how many sessions to make")
 
 
-class Wait(Request):
-    turn: int | None = None
-    timeout: float = Field(30, ge=0, le=600)
+class Wait(Body):
+    turn: int | None = Field(None, ge=1, description="default: the latest turn")
+    timeout: float = Field(30, ge=0, le=600, description="seconds; the turn comes back "
+                           "unfinished (finished_at null) if it is still running")  # fmt: skip
 
 
-class Exec(Request):
-    argv: list[str] = Field(min_length=1)
-    stdin: str | None = Field(default=None, description="base64 bytes for the command's stdin")
-    timeout: float | None = Field(default=None, gt=0)
+class Exec(Body):
+    argv: list[str] = Field(min_length=1, description="the command, run in the repo folder")
+    stdin: Base64 | None = Field(None, description="the command's standard input")
+    timeout: float | None = Field(None, gt=0, le=86400, description="seconds")
 
 
-class NewEnvironment(Request):
+class NewEnvironment(Body):
     name: str
-    repo: str
-    branch: str | None = None
-    setup: str | None = None
+    repo: str = Field(description="a git URL, or an absolute path on the server")
+    branch: str | None = Field(None, description="default: the remote's HEAD")
+    setup: str | None = Field(None, description="run with bash in every new sandbox")
     vars: dict[str, str] = Field(default_factory=dict)
-    secrets: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(default_factory=dict, description="stored encrypted, never "
+                                    "shown again, given to every turn")  # fmt: skip
 
 
 class TurnView(BaseModel):
@@ -63,9 +96,10 @@ class TurnView(BaseModel):
     started_at: datetime
     finished_at: datetime | None
     exit_code: int | None
-    outcome: str | None
+    outcome: str | None = Field(description="exited, failed, interrupted or timed_out")
     summary: str | None
     error_code: str | None
+    harness_session: str | None
     handoff: bool
     usage: dict[str, int]
 
@@ -75,7 +109,8 @@ class TurnView(BaseModel):
             n=turn.n, message=turn.message, started_at=turn.started_at,
             finished_at=turn.finished_at, exit_code=turn.exit_code,
             outcome=turn.outcome.value if turn.outcome else None, summary=turn.summary,
-            error_code=turn.error_code, handoff=turn.handoff, usage=turn.usage,
+            error_code=turn.error_code, harness_session=turn.harness_session,
+            handoff=turn.handoff, usage=turn.usage,
         )  # fmt: skip
 
 
@@ -86,7 +121,7 @@ class CheckpointView(BaseModel):
     head: str | None
     base: str | None
     warnings: list[str]
-    size: int
+    size: int = Field(description="bytes stored")
 
     @classmethod
     def of(cls, c: Checkpoint) -> CheckpointView:
@@ -94,14 +129,16 @@ class CheckpointView(BaseModel):
                    warnings=c.warnings, size=c.total_size)  # fmt: skip
 
 
-class SessionView(BaseModel):
+class SessionSummary(BaseModel):
+    """A session as lists show it: no turns, no checkpoints, the last summary redacted."""
+
     id: str
     name: str
     title: str
     state: str
     harness: str
     model: str | None
-    harness_session: str | None
+    harness_session: str | None = Field(description="the harness's conversation id")
     sandbox_id: str | None
     environment: str
     repo: str | None
@@ -111,27 +148,42 @@ class SessionView(BaseModel):
     last_active_at: datetime
     created_at: datetime
     error: str | None
-    summary: str | None = Field(default=None, description="the last turn's summary, redacted")
-    resume_hint: str | None
-    turns: list[TurnView] | None = None
-    checkpoints: list[CheckpointView] | None = None
+    resume_hint: str | None = Field(description="what to type in the terminal to carry on")
+    summary: str | None = Field(description="the last turn's summary (redacted in lists)")
 
     @classmethod
-    def of(cls, s: Session, *, summary: str | None = None) -> SessionView:
+    def fields_of(cls, s: Session, summary: str | None) -> dict[str, object]:
         hint = get_harness(s.harness).resume_hint(s.harness_session) if s.harness_session else None
-        view = cls(
+        return dict(
             id=s.id, name=s.name, title=s.title, state=s.state.value, harness=s.harness,
             model=s.model, harness_session=s.harness_session, sandbox_id=s.sandbox_id,
             environment=s.environment, repo=s.repo, branch=s.branch,
             idle_minutes=s.idle_minutes, needs_input=s.needs_input,
             last_active_at=s.last_active_at, created_at=s.created_at, error=s.error,
-            summary=redact(summary), resume_hint=hint,
+            resume_hint=hint, summary=summary,
         )  # fmt: skip
-        if isinstance(s, SessionDetail):
-            view.turns = [TurnView.of(t) for t in s.turns]
-            view.checkpoints = [CheckpointView.of(c) for c in s.checkpoints]
-            view.summary = s.turns[-1].summary if s.turns else None
-        return view
+
+    @classmethod
+    def of(cls, s: Session, last: Turn | None = None) -> SessionSummary:
+        fields = cls.fields_of(s, redact(last.summary) if last else None)
+        fields["title"] = redact(s.title) or ""  # a title is the first message's first line
+        return cls.model_validate(fields)
+
+
+class SessionView(SessionSummary):
+    """A session with its turns (oldest first) and checkpoints (newest last)."""
+
+    turns: list[TurnView]
+    checkpoints: list[CheckpointView]
+
+    @classmethod
+    def detail(cls, s: SessionDetail) -> SessionView:
+        fields = cls.fields_of(s, s.turns[-1].summary if s.turns else None)
+        return cls.model_validate({
+            **fields,
+            "turns": [TurnView.of(t) for t in s.turns],
+            "checkpoints": [CheckpointView.of(c) for c in s.checkpoints],
+        })  # fmt: skip
 
 
 class EnvironmentView(BaseModel):
@@ -141,23 +193,36 @@ class EnvironmentView(BaseModel):
     setup: str | None
     vars: list[str] = Field(description="variable names; values are not shown")
     secrets: list[str] = Field(description="secret names; values are never shown")
+    created_at: datetime
 
     @classmethod
     def of(cls, e: Environment) -> EnvironmentView:
         return cls(name=e.name, repo=e.repo, branch=e.branch, setup=e.setup,
-                   vars=sorted(e.vars), secrets=sorted(e.secrets))  # fmt: skip
+                   vars=sorted(e.vars), secrets=sorted(e.secrets),
+                   created_at=e.created_at)  # fmt: skip
 
 
 class SandboxView(BaseModel):
     id: str
     labels: dict[str, str]
     created_at: datetime
+    session: str | None = Field(description="the name of the session it belongs to")
+
+    @classmethod
+    def of(cls, info: SandboxInfo, names: Mapping[str, str]) -> SandboxView:
+        owner = info.labels.get(SESSION_LABEL)
+        return cls(id=info.id, labels=dict(info.labels), created_at=info.created_at,
+                   session=names.get(owner, owner) if owner else None)  # fmt: skip
 
 
 class ErrorBody(BaseModel):
-    code: str
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(description="stable: clients match on it")
     message: str
 
 
 class ErrorView(BaseModel):
+    """Every error: ``{"error": {"code", "message", ...fields naming what was wrong}}``."""
+
     error: ErrorBody

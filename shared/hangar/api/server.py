@@ -3,16 +3,41 @@
 On first start it makes an admin token, writes it to ``DATA_DIR/admin-token`` (mode 0600) and
 says where it is (never what it is). It starts the in-process ticker, so turns finish, idle
 sessions suspend and expired sandboxes are reaped with nobody calling in, and serves the REST
-API with uvicorn until SIGINT or SIGTERM.
+API with uvicorn until SIGINT or SIGTERM, then stops cleanly (open requests get a few seconds to
+finish, the ticker stops, the database closes) and returns 0.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import socket
+import stat
 import sys
+from types import FrameType
 
-from hangar.api.auth import ensure_admin_token
+from hangar.api.auth import TOKEN_FILE, ensure_admin_token
 from hangar.config import Settings
+from hangar.errors import InvalidSettings
+
+GRACE_SECONDS = 5
+
+
+def _say(text: str) -> None:
+    print(f"hangar: {text}", file=sys.stderr, flush=True)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: any free port); InvalidSettings if the
+    address cannot be used."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family, backlog=128)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise InvalidSettings(f"cannot listen on {host}:{port}: {reason}",
+                              host=host, port=port) from None  # fmt: skip
 
 
 def serve(settings: Settings, host: str, port: int) -> int:
@@ -21,18 +46,41 @@ def serve(settings: Settings, host: str, port: int) -> int:
     from hangar.api.app import create_app
     from hangar.runtime import Runtime
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sock = listen(host, port)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     runtime = Runtime(settings)
-    token_file = settings.data_dir / "admin-token"
-    if ensure_admin_token(runtime.db, token_file):
-        print(f"hangar: made an admin token; it is in {token_file} (mode 0600)", file=sys.stderr)
-    else:
-        print(f"hangar: the admin token is in {token_file}", file=sys.stderr)
-    runtime.start()
-    print(f"hangar: serving http://{host}:{port}/api (data in {settings.data_dir})",
-          file=sys.stderr, flush=True)  # fmt: skip
     try:
-        uvicorn.run(create_app(runtime), host=host, port=port, log_level="warning")
+        token_file = settings.data_dir / TOKEN_FILE
+        if ensure_admin_token(runtime.db, token_file):
+            _say(f"made an admin token; it is in {token_file} (mode 0600)")
+        else:
+            _say(f"the admin token is in {token_file}")
+        if stat.S_IMODE(token_file.stat().st_mode) & 0o077:
+            _say(f"warning: {token_file} can be read by others; chmod 600 it")
+        bound_host, bound_port = sock.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        config = uvicorn.Config(create_app(runtime), log_level="warning", lifespan="off",
+                                timeout_graceful_shutdown=GRACE_SECONDS)  # fmt: skip
+        server = uvicorn.Server(config)
+        runtime.start()
+        _say(f"serving http://{shown}:{bound_port}/api (data in {settings.data_dir})")
+        # uvicorn stops on SIGINT/SIGTERM and then raises the signal again under the handler
+        # it found: with these no-op handlers that ends run() instead of the process, so the
+        # runtime below is closed.
+        previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            server.run(sockets=[sock])
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     finally:
         runtime.close()
+        sock.close()
+    _say("stopped")
     return 0
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    pass

@@ -1,59 +1,39 @@
-"""What each ``hangar`` command does, over the REST client."""
+"""What each ``hangar`` command does, over the REST client. Results go to stdout; progress
+(``-w``) goes to stderr, so ``--json`` output stays clean."""
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
+import stat
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
-from hangar.cli.client import ApiError, Client
+from hangar.cli import UsageError
+from hangar.cli.client import ApiError, Client, session_path
 from hangar.cli.render import describe_event, print_envs, print_sandboxes, print_session
 from hangar.cli.render import print_sessions
 from hangar.config import Settings
-from hangar.errors import InvalidInput
 
-WAIT_SLICE = 10.0
-
-
-def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InvalidInput(f"{flag} takes KEY=VALUE, not {item!r}")
-        out[key] = value
-    return out
+WAIT_SLICE = 60.0
 
 
-def client(settings: Settings) -> Client:
-    token = settings.token or os.environ.get("HANGAR_TOKEN")
-    if not token:
-        path = settings.data_dir / "admin-token"
-        try:
-            token = path.read_text().strip()
-        except OSError:
-            token = None
-    return Client(settings.url, token)
-
-
-def _out(data: Any) -> None:
-    print(json.dumps(data, indent=2))
-
-
-def run(args: argparse.Namespace, settings: Settings) -> int:
+def run(args: argparse.Namespace, env: dict[str, str]) -> int:
     if args.command == "serve":
         from hangar.api.server import serve
 
-        return serve(settings, args.host, args.port)
+        if args.data_dir:
+            env = {**env, "HANGAR_DATA_DIR": args.data_dir}
+        return serve(Settings.from_env(env), args.host, args.port)
     if args.command == "doctor":
         from hangar.cli.doctor import doctor
 
-        return doctor(settings, client(settings))
-    api = client(settings)
+        return doctor(env)
+    api = client(Settings.from_env(env))
     handlers: dict[str, Callable[[Client, argparse.Namespace], int]] = {
         "env": _env,
         "session": _session,
@@ -62,127 +42,188 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return handlers[args.command](api, args)
 
 
+def client(settings: Settings) -> Client:
+    """A client for ``settings.url`` with HANGAR_TOKEN, else the token file in the data dir."""
+    token = settings.token
+    path = settings.data_dir / "admin-token"
+    if not token:
+        try:
+            token = path.read_text().strip() or None
+        except OSError:
+            token = None
+    hint = (f"no token: set HANGAR_TOKEN, or HANGAR_DATA_DIR to the server's data folder "
+            f"(no readable {path})")  # fmt: skip
+    return Client(settings.url, token, hint)
+
+
+def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} takes KEY=VALUE, not {item!r}")
+        out[key] = value
+    return out
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
 def _env(api: Client, args: argparse.Namespace) -> int:
     if args.action == "add":
-        body = {"name": args.name, "repo": args.repo, "branch": args.branch, "setup": args.setup,
-                "vars": _pairs(args.var, "--var"), "secrets": _pairs(args.secret, "--secret")}  # fmt: skip
+        body = {"name": args.name, "repo": args.repo, "branch": args.branch,
+                "setup": args.setup, "vars": _pairs(args.var, "--var"),
+                "secrets": _pairs(args.secret, "--secret")}  # fmt: skip
         env = api.call("POST", "/api/envs", body)
-        print(f"added environment {env['name']} ({env['repo']})")
+        if args.json:
+            _print_json(env)
+        else:
+            print(f"added environment {env['name']} ({env['repo']})")
     elif args.action == "list":
         envs = api.call("GET", "/api/envs")
-        _out(envs) if args.json else print_envs(envs)
+        _print_json(envs) if args.json else print_envs(envs)
     else:
-        api.call("DELETE", f"/api/envs/{args.name}")
+        api.call("DELETE", f"/api/envs/{quote(args.name, safe='')}")
         print(f"deleted environment {args.name}")
     return 0
 
 
 def _session(api: Client, args: argparse.Namespace) -> int:
     a = args.action
-    base = f"/api/sessions/{getattr(args, 'name', '')}"
+    path = session_path(getattr(args, "name", ""))
     if a == "new":
         body = {"name": args.name, "message": args.message, "env": args.env,
                 "harness": args.harness, "model": args.model, "title": args.title,
                 "idle_minutes": args.idle}  # fmt: skip
         session = api.call("POST", "/api/sessions", body)
-        print(f"session {session['name']} started turn 1 ({session['harness']}, {session['id']})",
-              file=sys.stderr)  # fmt: skip
-        return _wait(api, session["name"], 1) if args.wait else 0
+        return _started(api, args, session["name"], 1, session)
     if a == "send":
-        turn = api.call("POST", base + "/send", {"message": args.message})
-        print(f"session {args.name} started turn {turn['n']}", file=sys.stderr)
-        return _wait(api, args.name, turn["n"]) if args.wait else 0
+        turn = api.call("POST", f"{path}/send", {"message": args.message})
+        return _started(api, args, args.name, turn["n"], turn)
     if a == "list":
         sessions = api.call("GET", "/api/sessions")
-        if args.json:
-            _out([{k: v for k, v in s.items() if k not in ("turns", "checkpoints")}
-                  for s in sessions])  # fmt: skip
-        else:
-            print_sessions(sessions)
+        _print_json(sessions) if args.json else print_sessions(sessions)
         return 0
-    if a in ("get", "open", "suspend", "archive"):
-        method, path = ("GET", base) if a == "get" else ("POST", f"{base}/{a}")
-        session = api.call(method, path)
-        _out(session) if args.json else print_session(session)
+    if a in ("get", "open"):
+        session = api.call("GET", path) if a == "get" else api.call("POST", f"{path}/open")
+        _print_json(session) if args.json else print_session(session)
+        return 0
+    if a in ("suspend", "archive"):
+        session = api.call("POST", f"{path}/{a}")
+        if args.json:
+            _print_json(session)
+        else:
+            print(f"session {session['name']} is {session['state']}")
         return 0
     if a == "keep":
-        api.call("POST", base + "/keep", {"idle_minutes": args.idle})
-        print(f"session {args.name}: idle after {args.idle:g} minutes" if args.idle else
-              f"session {args.name}: never suspended for idleness")  # fmt: skip
+        session = api.call("POST", f"{path}/keep", {"idle_minutes": args.idle})
+        if args.json:
+            _print_json(session)
+        elif args.idle:
+            print(f"session {args.name} suspends after {args.idle:g} minutes unused")
+        else:
+            print(f"session {args.name} never suspends for idleness")
         return 0
     if a == "delete":
-        api.call("DELETE", base)
+        api.call("DELETE", path)
         print(f"deleted session {args.name}")
         return 0
     if a == "fork":
-        forks = api.call("POST", base + "/fork", {"n": args.n})
-        _out(forks) if args.json else [print(f["name"]) for f in forks]
+        forks = api.call("POST", f"{path}/fork", {"n": args.n})
+        _print_json(forks) if args.json else print("\n".join(f["name"] for f in forks))
         return 0
     if a == "patch":
-        sys.stdout.buffer.write(api.call("GET", base + "/patch"))
+        _write(api.call("GET", f"{path}/patch"))
         return 0
     if a == "log":
-        params = {"turn": args.turn} if args.turn else None
-        sys.stdout.buffer.write(api.call("GET", base + "/log", params=params))
+        _write(api.call("GET", f"{path}/log", params={"turn": args.turn} if args.turn else None))
         return 0
-    if a == "shell":
-        argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-        if argv:
-            return _exec(api, args.name, argv)
-        from hangar.cli.terminal import terminal
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv  # a == "shell"
+    if argv:
+        return _exec(api, args.name, argv)
+    from hangar.cli.terminal import terminal
 
-        return terminal(api, args.name)
-    raise InvalidInput(f"unknown action {a}")
+    return terminal(api, args.name)
 
 
 def _sandbox(api: Client, args: argparse.Namespace) -> int:
     if args.action == "list":
         boxes = api.call("GET", "/api/sandboxes")
-        _out(boxes) if args.json else print_sandboxes(boxes)
+        _print_json(boxes) if args.json else print_sandboxes(boxes)
     else:
-        api.call("DELETE", f"/api/sandboxes/{args.id}")
+        api.call("DELETE", f"/api/sandboxes/{quote(args.id, safe='')}")
         print(f"destroyed sandbox {args.id}")
     return 0
 
 
-def _exec(api: Client, name: str, argv: list[str]) -> int:
-    import base64
+def _write(data: bytes) -> None:
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
 
-    stdin = None if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
-    for frame in api.stream_exec(name, argv, stdin):
+
+def _started(api: Client, args: argparse.Namespace, name: str, n: int, record: Any) -> int:
+    if args.wait:
+        return wait_turn(api, name, n, as_json=args.json)
+    if args.json:
+        _print_json(record)
+    else:
+        print(f"session {name}: turn {n} started")
+    return 0
+
+
+def wait_turn(api: Client, name: str, n: int, *, as_json: bool = False) -> int:
+    """Show turn ``n``'s progress on stderr (one line per notable event of its run log) until
+    it ends, then print its summary; 1 (and one line on stderr) if the turn did not exit well."""
+    try:
+        follow = {"turn": n, "follow": "true"}
+        for line in api.lines("GET", session_path(name, "log"), params=follow):
+            text = describe_event(line)
+            if text:
+                print(f"  {text}", file=sys.stderr, flush=True)
+    except ApiError as exc:
+        if exc.code != "unreachable":
+            raise
+        # The stream broke (a restarted server?): wait without progress; the turn goes on.
+    while True:
+        turn = api.call("POST", session_path(name, "wait"), {"turn": n, "timeout": WAIT_SLICE})
+        if turn["finished_at"]:
+            break
+    if as_json:
+        _print_json(turn)
+    elif turn["outcome"] == "exited":
+        print(turn["summary"] or "(no summary)")
+    if turn["outcome"] == "exited":
+        return 0
+    code = turn.get("error_code") or turn["outcome"]
+    raise ApiError(code, f"turn {n} of {name} {turn['outcome']}: {turn['summary'] or ''}")
+
+
+def _stdin() -> bytes | None:
+    """Standard input when it is a pipe or a file (a terminal, or nothing, is no input)."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):  # no stdin, or a stand-in without a file
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    return sys.stdin.buffer.read()
+
+
+def _exec(api: Client, name: str, argv: list[str]) -> int:
+    """Run ``argv`` in the session, streaming its output here; returns its exit status."""
+    body: dict[str, Any] = {"argv": argv}
+    stdin = _stdin()
+    if stdin:
+        body["stdin"] = base64.b64encode(stdin).decode()
+    for frame in api.frames(session_path(name, "exec"), body):
         if "stdout" in frame:
-            sys.stdout.buffer.write(base64.b64decode(frame["stdout"]))
-            sys.stdout.buffer.flush()
+            _write(base64.b64decode(frame["stdout"]))
         elif "stderr" in frame:
             sys.stderr.buffer.write(base64.b64decode(frame["stderr"]))
             sys.stderr.buffer.flush()
         elif "exit" in frame:
             return int(frame["exit"])
         elif "error" in frame:
-            raise ApiError(frame["error"]["code"], frame["error"]["message"])
+            raise ApiError(str(frame["error"]["code"]), str(frame["error"]["message"]))
     raise ApiError("internal", "the command's output ended without an exit status")
-
-
-def _wait(api: Client, name: str, n: int) -> int:
-    """Print the turn's progress until it ends, then its summary; 1 if it failed."""
-    shown = 0
-    while True:
-        turn = api.call("POST", f"/api/sessions/{name}/wait", {"turn": n, "timeout": WAIT_SLICE})
-        log = api.call("GET", f"/api/sessions/{name}/log", params={"turn": n})
-        for line in log[shown:].splitlines(keepends=True):
-            if not line.endswith(b"\n") and not turn["finished_at"]:
-                break  # an unfinished line: show it whole next time
-            shown += len(line)
-            text = describe_event(line)
-            if text:
-                print(f"  {text}", file=sys.stderr, flush=True)
-        if turn["finished_at"]:
-            break
-        time.sleep(0.2)
-    if turn["outcome"] == "exited":
-        print(turn["summary"] or "(no summary)")
-        return 0
-    code = turn.get("error_code") or turn["outcome"]
-    print(f"hangar: turn {n} {turn['outcome']}: {turn['summary'] or ''} ({code})",
-          file=sys.stderr)  # fmt: skip
-    return 1

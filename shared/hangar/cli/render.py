@@ -1,16 +1,30 @@
-"""Human output for the CLI: short tables and one-line event descriptions."""
+"""Human output for the CLI: short tables, and one line per notable event of a run log."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 
-def _ago(ts: str | None) -> str:
-    return (ts or "")[:19].replace("T", " ")
+def ago(ts: str | None, now: datetime | None = None) -> str:
+    """``ts`` (ISO 8601) as "just now", "5 min ago", "3 h ago" or "2 d ago"."""
+    if not ts:
+        return "-"
+    try:
+        then = datetime.fromisoformat(ts)
+    except ValueError:
+        return ts
+    seconds = ((now or datetime.now(UTC)) - then).total_seconds()
+    if seconds < 60:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit} ago"
+    return ts
 
 
-def _line(text: str | None, width: int = 60) -> str:
+def one_line(text: str | None, width: int = 60) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -19,29 +33,30 @@ def print_sessions(sessions: list[dict[str, Any]]) -> None:
     if not sessions:
         print("no sessions")
         return
-    print(f"{'NAME':24} {'STATE':10} {'HARNESS':11} {'LAST ACTIVE':19}  SUMMARY")
+    print(f"{'NAME':24} {'STATE':10} {'HARNESS':11} {'LAST ACTIVE':12} SUMMARY")
     for s in sessions:
-        print(f"{s['name'][:24]:24} {s['state']:10} {s['harness']:11} "
-              f"{_ago(s['last_active_at']):19}  {_line(s.get('summary'))}")  # fmt: skip
+        print(f"{s['name']:24} {s['state']:10} {s['harness']:11} "
+              f"{ago(s['last_active_at']):12} {one_line(s.get('summary'))}")  # fmt: skip
 
 
 def print_session(s: dict[str, Any]) -> None:
-    print(f"{s['name']} ({s['id']}): {s['state']}")
+    print(f"{s['name']} ({s['id']}): {s['state']}, last active {ago(s['last_active_at'])}")
     print(f"  title:    {s['title']}")
     print(f"  harness:  {s['harness']}{' / ' + s['model'] if s.get('model') else ''}")
-    print(f"  repo:     {s['repo']} on {s['branch']}")
-    print(f"  sandbox:  {s['sandbox_id'] or '(none)'}   idle after: {s['idle_minutes']:g} min")
+    print(f"  repo:     {s['repo']} (branch {s['branch']})")
+    idle = f"{s['idle_minutes']:g} min" if s["idle_minutes"] else "never"
+    print(f"  sandbox:  {s['sandbox_id'] or '(none)'}; suspends when unused for: {idle}")
     if s.get("resume_hint"):
         print(f"  resume:   {s['resume_hint']}")
     if s.get("error"):
-        print(f"  error:    {s['error']}")
+        print(f"  error:    {one_line(s['error'], 100)}")
     for t in s.get("turns") or []:
-        print(f"  turn {t['n']}: {t['outcome'] or 'running'}: {_line(t['message'], 40)}")
+        print(f"  turn {t['n']}: {t['outcome'] or 'running'}: {one_line(t['message'], 60)}")
         if t.get("summary"):
-            print(f"    -> {_line(t['summary'], 70)}")
+            print(f"    {one_line(t['summary'], 90)}")
     for c in s.get("checkpoints") or []:
-        warn = f" ({len(c['warnings'])} warnings)" if c["warnings"] else ""
-        print(f"  checkpoint {c['id']} {_ago(c['ts'])} {c['reason']}{warn}")
+        warn = f", {len(c['warnings'])} warnings" if c["warnings"] else ""
+        print(f"  checkpoint {c['id']}: {c['reason']}, {ago(c['ts'])}{warn}")
 
 
 def print_envs(envs: list[dict[str, Any]]) -> None:
@@ -50,42 +65,48 @@ def print_envs(envs: list[dict[str, Any]]) -> None:
     for e in envs:
         extra = [f"vars: {', '.join(e['vars'])}"] if e["vars"] else []
         extra += [f"secrets: {', '.join(e['secrets'])}"] if e["secrets"] else []
-        print(f"{e['name']}: {e['repo']}{' @ ' + e['branch'] if e['branch'] else ''}"
-              f"{'  (' + '; '.join(extra) + ')' if extra else ''}")  # fmt: skip
+        branch = f" @ {e['branch']}" if e["branch"] else ""
+        print(f"{e['name']}: {e['repo']}{branch}{'  (' + '; '.join(extra) + ')' if extra else ''}")
 
 
 def print_sandboxes(boxes: list[dict[str, Any]]) -> None:
     if not boxes:
         print("no sandboxes")
+        return
+    print(f"{'ID':16} {'CREATED':12} SESSION")
     for b in boxes:
-        print(f"{b['id']}  {_ago(b['created_at'])}  {b['labels'].get('hangar.session', '')}")
+        print(f"{b['id']:16} {ago(b['created_at']):12} {b.get('session') or '-'}")
 
 
 def describe_event(line: bytes) -> str | None:
-    """A one-line description of a harness's JSON event (tool calls, assistant text), or None
-    for events not worth showing."""
+    """A one-line description of a run-log line: for a harness's JSON events, the tool calls
+    and the assistant's text (None for the rest); other text as it is."""
     try:
         event = json.loads(line)
     except ValueError:
         text = line.decode(errors="replace").strip()
-        return _line(text, 100) if text else None
+        return one_line(text, 100) if text else None
     if not isinstance(event, dict):
         return None
     kind = event.get("type")
     if kind == "assistant":  # Claude Code
-        for block in event.get("message", {}).get("content") or []:
+        for block in (event.get("message") or {}).get("content") or []:
             if block.get("type") == "tool_use":
-                return f"tool {block.get('name')}: {_line(json.dumps(block.get('input')), 80)}"
+                return f"tool {block.get('name')}: {one_line(json.dumps(block.get('input')), 80)}"
             if block.get("type") == "text" and block.get("text"):
-                return _line(block["text"], 100)
+                return one_line(block["text"], 100)
     if kind == "item.completed":  # Codex
         item = event.get("item") or {}
         if item.get("type") == "command_execution":
-            return f"ran: {_line(item.get('command'), 80)}"
+            return f"ran: {one_line(item.get('command'), 80)}"
         if item.get("type") == "agent_message":
-            return _line(item.get("text"), 100)
+            return one_line(item.get("text"), 100)
     if kind == "tool_execution_start":  # pi
-        return f"tool {event.get('toolName')}: {_line(json.dumps(event.get('args')), 80)}"
+        return f"tool {event.get('toolName')}: {one_line(json.dumps(event.get('args')), 80)}"
+    if kind == "message_end" and (event.get("message") or {}).get("role") == "assistant":  # pi
+        content = event["message"].get("content") or []
+        text = " ".join(b.get("text", "") for b in content if isinstance(b, dict))
+        return one_line(text, 100) if text.strip() else None
     if kind == "message" and event.get("role") == "assistant":  # Antigravity
-        return _line(str(event.get("content")), 100)
+        return one_line(str(event.get("content")), 100)
     return None

@@ -1,60 +1,85 @@
-"""``hangar session shell NAME``: an interactive terminal over the API's websocket."""
+"""``hangar session shell NAME``: an interactive terminal over the API's websocket.
+
+The local terminal goes into raw mode (restored on the way out), keystrokes go up as binary
+frames and output comes down the same way; the exit status is the shell's, from the close
+reason (``exit N``).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import sys
 import termios
 import threading
 import tty
+from urllib.parse import urlencode
 
-from hangar.cli.client import ApiError, Client
+from hangar.cli.client import ApiError, Client, session_path
 
 
 def terminal(api: Client, name: str) -> int:
-    from websockets.exceptions import ConnectionClosed
+    from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
     from websockets.sync.client import connect
 
-    url = api.url.replace("http", "ws", 1) + f"/api/sessions/{name}/terminal"
+    fd_in, fd_out = sys.stdin.fileno(), sys.stdout.fileno()
+    query = {"term": os.environ.get("TERM") or "xterm-256color"}
+    if os.isatty(fd_out):
+        size = os.get_terminal_size(fd_out)
+        query.update(rows=str(size.lines), cols=str(size.columns))
+    url = api.url.replace("http", "ws", 1) + session_path(name, "terminal") + "?" + urlencode(query)
     headers = {"Authorization": f"Bearer {api.token}"} if api.token else {}
     try:
-        ws = connect(url, additional_headers=headers)
-    except (OSError, ConnectionClosed) as exc:
+        ws = connect(url, additional_headers=headers, open_timeout=600)
+    except InvalidStatus as exc:
+        raise _refused(api, exc.response.status_code, bytes(exc.response.body or b"")) from None
+    except (OSError, WebSocketException) as exc:
         raise ApiError("unreachable", f"cannot open a terminal at {url}: {exc}") from None
-    fd = sys.stdin.fileno()
-    saved = termios.tcgetattr(fd) if os.isatty(fd) else None
+    saved = termios.tcgetattr(fd_in) if os.isatty(fd_in) else None
     done = threading.Event()
 
-    def pump_keys() -> None:
+    def keys() -> None:
         while not done.is_set():
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                data = os.read(fd, 4096)
-                if not data:
-                    break
-                try:
-                    ws.send(data)
-                except ConnectionClosed:
-                    break
+            ready, _, _ = select.select([fd_in], [], [], 0.2)
+            if not ready:
+                continue
+            data = os.read(fd_in, 4096)
+            try:
+                if not data:  # end of input ends the shell
+                    ws.close()
+                    return
+                ws.send(data)
+            except ConnectionClosed:
+                return
 
-    try:
-        if saved is not None:
-            tty.setraw(fd)
-        threading.Thread(target=pump_keys, daemon=True).start()
+    with ws:
         try:
+            if saved is not None:
+                tty.setraw(fd_in)
+            threading.Thread(target=keys, name="hangar-keys", daemon=True).start()
             for message in ws:
-                out = message if isinstance(message, bytes) else message.encode()
-                os.write(sys.stdout.fileno(), out)
+                os.write(fd_out, message if isinstance(message, bytes) else message.encode())
         except ConnectionClosed:
             pass
-    finally:
-        done.set()
-        if saved is not None:
-            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-    reason = ws.close_reason or ""
-    if reason.startswith("exit "):
-        return int(reason[5:] or 1)
-    if reason:
-        print(f"\nhangar: {reason}", file=sys.stderr)
-    return 1
+        finally:
+            done.set()
+            if saved is not None:
+                termios.tcsetattr(fd_in, termios.TCSADRAIN, saved)
+    reason = (ws.close_reason or "").strip()
+    if reason.startswith("exit ") and reason[5:].lstrip("-").isdigit():
+        return int(reason[5:])
+    code, _, message = reason.partition(": ")
+    raise ApiError(code or "closed", message or "the terminal closed without an exit status")
+
+
+def _refused(api: Client, status: int, body: bytes) -> ApiError:
+    try:
+        error = json.loads(body)["error"]
+        code, message = str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "http_error", f"HTTP {status}"
+    if code == "unauthorized" and not api.token and api.token_hint:
+        message = api.token_hint
+    return ApiError(code, message, status)
+

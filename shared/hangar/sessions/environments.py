@@ -86,7 +86,9 @@ class Environments:
             raise InvalidInput(f"repo {repo!r} did not answer within {LS_REMOTE_TIMEOUT} s",
                                repo=repo) from None  # fmt: skip
         if proc.returncode != 0:
-            reason = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "no answer"
+            lines = proc.stderr.strip().splitlines()
+            fatal = [line for line in lines if line.startswith("fatal:")]
+            reason = (fatal or lines or ["no answer"])[0].removeprefix("fatal: ")
             raise InvalidInput(f"repo {repo!r} cannot be reached: {reason}", repo=repo)
         if branch and not proc.stdout.strip():
             raise InvalidInput(f"repo {repo!r} has no branch {branch!r}", repo=repo, branch=branch)

@@ -330,7 +330,11 @@ class SessionService:
         turn = turns[-1]
         if turn.finished_at is None:
             try:
-                status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0, MAX_LOG_BYTES)
+                # The status alone first: the whole log is read once, when the run has ended.
+                status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0, 0)
+                if status.finished:
+                    status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0,
+                                      MAX_LOG_BYTES)  # fmt: skip
             except SandboxNotFound:
                 return self.db.get_session(session.id)  # the pre-destroy hook settles it
             except SandboxError:
@@ -576,11 +580,12 @@ class SessionService:
     def _fork_one(self, source: Session, checkpoint: Checkpoint) -> Session:
         k = 1
         taken = {s.name for s in self.db.list_sessions()}
-        while f"{source.name}-fork-{k}" in taken:
+        stem = source.name[:52].rstrip("-")  # room for "-fork-k" within the name limit
+        while f"{stem}-fork-{k}" in taken:
             k += 1
         fork = self.db.create_session(
             Session(
-                name=f"{source.name}-fork-{k}",
+                name=f"{stem}-fork-{k}",
                 title=f"{source.title} (fork {k})",
                 environment=source.environment,
                 harness=source.harness,

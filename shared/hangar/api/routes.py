@@ -1,0 +1,91 @@
+"""The route table's pieces: what an endpoint is, and the helpers handlers share.
+
+A handler is ``async (runtime, request) -> Response``; the app wraps each with the bearer-token
+check and the error mapping, and the OpenAPI document is built from the same table, so the two
+cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+import anyio
+import anyio.to_thread
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from hangar.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from hangar.runtime import Runtime
+
+Handler = Callable[["Runtime", Request], Awaitable[Response]]
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+LONG_CALLS = 256
+"""How many calls that wait (up to minutes) on a turn may run at once."""
+
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+
+
+@dataclass(frozen=True)
+class Query:
+    """A query parameter, for the OpenAPI document."""
+
+    name: str
+    type: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One route and what the OpenAPI document says about it. ``response`` is the body's
+    model on success (a list of them when ``many``); ``media`` the body's type otherwise."""
+
+    method: str
+    path: str
+    summary: str
+    handler: Handler
+    body: type[BaseModel] | None = None
+    response: type[BaseModel] | None = None
+    many: bool = False
+    status: int = 200
+    media: str = JSON
+    query: Sequence[Query] = ()
+
+
+async def parse(request: Request, model: type[M]) -> M:
+    """The request's JSON body as ``model`` (an empty body is ``{}``); InvalidInput naming the
+    first field that is wrong."""
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise InvalidInput(f"invalid request: {where}: {first['msg']}", field=where) from None
+
+
+def reply(model: BaseModel | Sequence[BaseModel], status: int = 200) -> JSONResponse:
+    """A JSON response from a model (or a list of them)."""
+    if isinstance(model, BaseModel):
+        return JSONResponse(model.model_dump(mode="json"), status_code=status)
+    return JSONResponse([m.model_dump(mode="json") for m in model], status_code=status)
+
+
+def param(request: Request, name: str) -> str:
+    return str(request.path_params[name])
+
+
+async def run_waiting(request: Request, func: Callable[[], T]) -> T:
+    """Run ``func``, which may block for minutes waiting on a turn, in a thread that does not
+    take one of the shared pool's (so waiters cannot starve every other request)."""
+    limiter = getattr(request.app.state, "waiting", None)
+    if limiter is None:
+        limiter = request.app.state.waiting = anyio.CapacityLimiter(LONG_CALLS)
+    return await anyio.to_thread.run_sync(func, limiter=limiter)

@@ -1,0 +1,44 @@
+"""``/api/sandboxes``: the live sandboxes, and destroying one by hand. A destroy goes through
+the pre-destroy hook like every other: the session using the sandbox is checkpointed (reason
+``destroy``) and becomes SUSPENDED, and resumes like any other."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from hangar.api import schemas as s
+from hangar.api.routes import Endpoint, param, reply
+
+if TYPE_CHECKING:
+    from hangar.runtime import Runtime
+
+
+async def list_all(runtime: Runtime, request: Request) -> Response:
+    def views() -> list[s.SandboxView]:
+        names = {x.id: x.name for x in runtime.sessions.list_sessions()}
+        return [s.SandboxView.of(info, names) for info in runtime.sandboxes.list()]
+
+    return reply(await run_in_threadpool(views))
+
+
+async def destroy(runtime: Runtime, request: Request) -> Response:
+    sandbox_id = param(request, "id")
+
+    def run() -> None:
+        runtime.sandboxes.get(sandbox_id)  # SandboxNotFound (404) for an unknown id
+        runtime.sandboxes.destroy(sandbox_id)
+
+    await run_in_threadpool(run)
+    return Response(status_code=204)
+
+
+ENDPOINTS = [
+    Endpoint("GET", "/api/sandboxes", "List live sandboxes, oldest first", list_all,
+             response=s.SandboxView, many=True),
+    Endpoint("DELETE", "/api/sandboxes/{id}", "Destroy a sandbox; its session is checkpointed "
+             "first and suspended", destroy, status=204),
+]  # fmt: skip

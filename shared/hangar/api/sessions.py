@@ -1,0 +1,251 @@
+"""``/api/sessions``: the session service over HTTP. ``{ref}`` is a session's id or name.
+
+Two endpoints stream:
+
+- ``POST .../exec`` answers ``application/x-ndjson``, one JSON object a line: ``{"stdout":
+  BASE64}`` and ``{"stderr": BASE64}`` as the command writes, then exactly one last line,
+  ``{"exit": CODE}`` or ``{"error": {"code", "message"}}`` (the status line was sent before
+  the command ran, so a failure arrives in the stream).
+- ``GET .../log?follow=true`` answers the turn's run log as plain text, growing as the turn
+  writes it, and ends when the turn has finished (the whole log, from its first byte).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, BinaryIO, cast
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from hangar.api import schemas as s
+from hangar.api.routes import NDJSON, Endpoint, Query, param, parse, reply, run_waiting
+from hangar.api.streams import ClientGone, Emitter, in_thread
+from hangar.errors import HangarError, InvalidInput
+from hangar.models import Session, Turn
+
+if TYPE_CHECKING:
+    from hangar.runtime import Runtime
+    from hangar.sessions.service import SessionService
+
+logger = logging.getLogger(__name__)
+
+TEXT = "text/plain; charset=utf-8"
+DIFF = "text/x-diff; charset=utf-8"
+FOLLOW_SLICE = 60.0
+"""Seconds between checks, while following a quiet turn's log, that the reader is still there."""
+
+
+def _last_turn(runtime: Runtime, session: Session) -> Turn | None:
+    turns = runtime.db.list_turns(session.id)
+    return turns[-1] if turns else None
+
+
+def _summary(runtime: Runtime, session: Session) -> s.SessionSummary:
+    return s.SessionSummary.of(session, _last_turn(runtime, session))
+
+
+async def create(runtime: Runtime, request: Request) -> Response:
+    body = await parse(request, s.NewSession)
+    detail = await run_in_threadpool(
+        lambda: runtime.sessions.new(
+            body.name, body.message, body.env, harness=body.harness, model=body.model,
+            title=body.title, idle_minutes=body.idle_minutes,
+        )  # fmt: skip
+    )
+    return reply(s.SessionView.detail(detail), 201)
+
+
+async def list_all(runtime: Runtime, request: Request) -> Response:
+    def views() -> list[s.SessionSummary]:
+        return [_summary(runtime, x) for x in runtime.sessions.list_sessions()]
+
+    return reply(await run_in_threadpool(views))
+
+
+async def get(runtime: Runtime, request: Request) -> Response:
+    detail = await run_in_threadpool(runtime.sessions.get, param(request, "ref"))
+    return reply(s.SessionView.detail(detail))
+
+
+async def open_(runtime: Runtime, request: Request) -> Response:
+    detail = await run_in_threadpool(runtime.sessions.open, param(request, "ref"))
+    return reply(s.SessionView.detail(detail))
+
+
+async def send(runtime: Runtime, request: Request) -> Response:
+    body = await parse(request, s.SendMessage)
+    turn = await run_in_threadpool(runtime.sessions.send, param(request, "ref"), body.message)
+    return reply(s.TurnView.of(turn), 202)
+
+
+async def wait(runtime: Runtime, request: Request) -> Response:
+    body = await parse(request, s.Wait)
+    ref = param(request, "ref")
+    turn = await run_waiting(
+        request, lambda: runtime.sessions.wait(ref, body.turn, timeout=body.timeout)
+    )
+    return reply(s.TurnView.of(turn))
+
+
+async def suspend(runtime: Runtime, request: Request) -> Response:
+    ref = param(request, "ref")
+    return reply(await run_in_threadpool(lambda: _summary(runtime, runtime.sessions.suspend(ref))))
+
+
+async def archive(runtime: Runtime, request: Request) -> Response:
+    ref = param(request, "ref")
+    return reply(await run_in_threadpool(lambda: _summary(runtime, runtime.sessions.archive(ref))))
+
+
+async def keep(runtime: Runtime, request: Request) -> Response:
+    body = await parse(request, s.Keep)
+    ref = param(request, "ref")
+
+    def run() -> s.SessionSummary:
+        return _summary(runtime, runtime.sessions.keep(ref, body.idle_minutes))
+
+    return reply(await run_in_threadpool(run))
+
+
+async def delete(runtime: Runtime, request: Request) -> Response:
+    await run_in_threadpool(runtime.sessions.delete, param(request, "ref"))
+    return Response(status_code=204)
+
+
+async def fork(runtime: Runtime, request: Request) -> Response:
+    body = await parse(request, s.Fork)
+    forks = await run_in_threadpool(runtime.sessions.fork, param(request, "ref"), body.n)
+    return reply([s.SessionSummary.of(f) for f in forks], 201)
+
+
+async def patch(runtime: Runtime, request: Request) -> Response:
+    data = await run_in_threadpool(runtime.sessions.patch, param(request, "ref"))
+    return Response(data, media_type=DIFF)
+
+
+def _turn_query(request: Request) -> int | None:
+    raw = request.query_params.get("turn")
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise InvalidInput(f"turn must be a number from 1, not {raw!r}", field="turn")
+    return int(raw)
+
+
+async def log(runtime: Runtime, request: Request) -> Response:
+    ref, n = param(request, "ref"), _turn_query(request)
+    follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+    if not follow:
+        return Response(await run_in_threadpool(runtime.sessions.log, ref, n), media_type=TEXT)
+    # Unknown sessions and turns are plain errors, before the stream starts.
+    turn = await run_in_threadpool(lambda: runtime.sessions.wait(ref, n, timeout=0))
+    return StreamingResponse(
+        in_thread(lambda emit: _follow(runtime.sessions, ref, turn.n, emit), "log"),
+        media_type=TEXT,
+    )
+
+
+def _follow(service: SessionService, ref: str, n: int, emit: Emitter) -> None:
+    """Emit turn ``n``'s run log as it grows, then the rest of it once the turn is over."""
+    sent = 0
+    while True:
+        seen = 0  # every wait reads the live log from its start: skip what was sent
+
+        def feed(chunk: bytes) -> None:
+            nonlocal seen, sent
+            start, seen = seen, seen + len(chunk)
+            if seen > sent:
+                emit(chunk[max(0, sent - start) :])
+                sent = seen
+
+        turn = service.wait(ref, n, timeout=FOLLOW_SLICE, on_output=feed)
+        if turn.finished_at is not None:
+            break
+        emit.check()  # ClientGone once the reader has left
+    emit(service.log(ref, n)[sent:])
+
+
+class _Frames:
+    """A binary file for the sandbox to write a stream to: each write is one NDJSON frame."""
+
+    def __init__(self, stream: str, frame: Callable[[dict[str, object]], None]) -> None:
+        self.stream, self.frame = stream, frame
+
+    def write(self, data: bytes) -> int:
+        self.frame({self.stream: base64.b64encode(data).decode()})
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+async def exec_(runtime: Runtime, request: Request) -> Response:
+    body = await parse(request, s.Exec)
+    ref = param(request, "ref")
+    await run_in_threadpool(runtime.sessions.resolve, ref)  # a missing session is a plain 404
+
+    def work(emit: Emitter) -> None:
+        def frame(obj: dict[str, object]) -> None:
+            emit(json.dumps(obj).encode() + b"\n")
+
+        try:
+            code = runtime.sessions.exec(
+                ref, body.argv, stdin=body.stdin, timeout=body.timeout,
+                stdout=cast(BinaryIO, _Frames("stdout", frame)),
+                stderr=cast(BinaryIO, _Frames("stderr", frame)),
+            )  # fmt: skip
+        except ClientGone:
+            raise
+        except HangarError as exc:
+            frame(exc.to_dict())
+            return
+        except Exception:  # the stream's top level: the status line is gone, say it here
+            logger.exception("exec in session %s failed", ref)
+            frame({"error": {"code": "internal", "message": "internal error; see the log"}})
+            return
+        frame({"exit": code})
+
+    return StreamingResponse(in_thread(work, "exec"), media_type=NDJSON)
+
+
+S = "/api/sessions/{ref}"
+ENDPOINTS = [
+    Endpoint("POST", "/api/sessions", "Create a session and start its first turn", create,
+             s.NewSession, s.SessionView, status=201),
+    Endpoint("GET", "/api/sessions", "List sessions, newest first (no turns or checkpoints)",
+             list_all, response=s.SessionSummary, many=True),
+    Endpoint("GET", S, "A session with its turns and checkpoints", get,
+             response=s.SessionView),
+    Endpoint("DELETE", S, "Delete the session, its sandbox and everything it stored", delete,
+             status=204),
+    Endpoint("POST", S + "/open", "Resume the session into a sandbox (restoring its work)",
+             open_, response=s.SessionView),
+    Endpoint("POST", S + "/send", "Start the next turn (resuming a suspended session first); "
+             "409 session_busy while a turn runs", send, s.SendMessage, s.TurnView,
+             status=202),
+    Endpoint("POST", S + "/wait", "Wait up to timeout seconds for a turn to finish", wait,
+             s.Wait, s.TurnView),
+    Endpoint("POST", S + "/keep", "Set the idle timeout (0: never suspend for idleness)", keep,
+             s.Keep, s.SessionSummary),
+    Endpoint("POST", S + "/suspend", "Checkpoint, release the sandbox, SUSPENDED", suspend,
+             response=s.SessionSummary),
+    Endpoint("POST", S + "/archive", "Drop the sandbox and checkpoints; keep the record",
+             archive, response=s.SessionSummary),
+    Endpoint("POST", S + "/fork", "Restore the newest checkpoint into n new sessions", fork,
+             s.Fork, s.SessionSummary, many=True, status=201),
+    Endpoint("POST", S + "/exec", "Run a command in the session's repo folder (resuming the "
+             'session if needed); NDJSON lines {"stdout"|"stderr": base64}, then {"exit": '
+             'code} or {"error": {...}}', exec_, s.Exec, media=NDJSON),
+    Endpoint("GET", S + "/patch", "Base to working tree, untracked files included: live from "
+             "the sandbox, else from the newest checkpoint", patch, media=DIFF),
+    Endpoint("GET", S + "/log", "A turn's run log, also after its sandbox is gone", log,
+             media=TEXT, query=[
+                 Query("turn", "integer", "the turn (default: the latest)"),
+                 Query("follow", "boolean", "stream the log as it grows until the turn ends"),
+             ]),
+]  # fmt: skip

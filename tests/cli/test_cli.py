@@ -1,0 +1,175 @@
+"""The CLI against a real ``hangar serve``: exit statuses, ``--json`` shapes, one-line errors,
+the admin token's file, and a session's life driven the way a person would."""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import Cli, Server
+from tests.conftest import GIT_IDENTITY
+
+FIRST = ("run: echo one > one.txt && git add one.txt && git commit -qm one\n"
+         "run: echo note > note.txt")  # fmt: skip
+GET_FIELDS = {"id", "name", "title", "state", "harness", "model", "harness_session",
+              "sandbox_id", "repo", "branch", "idle_minutes", "needs_input", "last_active_at",
+              "turns", "checkpoints"}  # fmt: skip
+
+
+def identity() -> list[str]:
+    return [arg for k, v in GIT_IDENTITY.items() for arg in ("--var", f"{k}={v}")]
+
+
+def one_error_line(err: str, code: str) -> str:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("hangar: ") and lines[0].endswith(f" ({code})"), err
+    return lines[0]
+
+
+def test_serve_keeps_the_admin_token_private_and_never_prints_it(
+    server: Server, cli: Cli
+) -> None:
+    token_file = server.data_dir / "admin-token"
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    secret = token_file.read_text().strip()
+    assert len(secret) >= 40
+    assert cli("session", "list", "--json") == (0, "[]\n", "")
+    assert server.stop() == 0
+    printed = b"".join(server.output).decode()
+    assert str(token_file) in printed and "stopped" in printed
+    assert secret not in printed
+
+
+def test_errors_are_one_line_on_stderr_with_a_code_and_a_status(
+    server: Server, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = cli("session", "get", "nope")
+    assert (code, out) == (1, "")
+    line = one_error_line(err, "session_not_found")
+    assert line == "hangar: no session 'nope' (session_not_found)"
+    code, out, err = cli("session", "new", "x", "hi", "--env", "nope", "--harness", "antigravity")
+    assert (code, out) == (1, "") and one_error_line(err, "environment_not_found")
+    code, _, err = cli("session", "new", "x", "hello", "--env", "app", "--harness", "cursor")
+    assert code == 2 and "--harness" in one_error_line(err, "usage")
+    code, _, err = cli("session", "keep", "x")
+    assert code == 2 and "--idle" in one_error_line(err, "usage")
+    code, _, err = cli("env", "add", "app", "--repo", "/nowhere/repo.git")
+    assert code == 1 and one_error_line(err, "invalid_input")
+    code, _, err = cli("env", "add", "app", "--repo", "/nowhere/repo.git", "--var", "NOEQUALS")
+    assert code == 2 and one_error_line(err, "usage")
+    assert cli("env", "list", "--json") == (0, "[]\n", "")
+
+    monkeypatch.setenv("HANGAR_TOKEN", "not-the-token")
+    code, _, err = cli("sandbox", "list")
+    assert code == 1 and one_error_line(err, "unauthorized")
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HANGAR_URL", f"http://127.0.0.1:{probe.getsockname()[1]}")
+    code, _, err = cli("session", "list")
+    assert code == 1 and one_error_line(err, "unreachable")
+
+    assert cli("--version")[0] == 0
+    assert cli("session", "--help")[0] == 0
+
+
+@pytest.mark.sandbox
+def test_a_session_through_the_cli(server: Server, cli: Cli, remote: Path) -> None:
+    code, out, err = cli("env", "add", "app", "--repo", str(remote), *identity(),
+                         "--secret", "API_TOKEN=very-secret-value")  # fmt: skip
+    assert (code, err) == (0, "") and "app" in out
+    code, out, _ = cli("env", "list", "--json")
+    envs = json.loads(out)
+    assert code == 0 and [(e["name"], e["repo"], e["secrets"]) for e in envs] == [
+        ("app", str(remote), ["API_TOKEN"])]  # fmt: skip
+    assert "GIT_AUTHOR_NAME" in envs[0]["vars"] and "very-secret-value" not in out
+
+    code, out, err = cli("session", "new", "demo", FIRST, "--env", "app",
+                         "--harness", "antigravity", "-w")  # fmt: skip
+    assert code == 0, err
+    assert out.startswith("Seen 0 earlier messages; the task began with: run: echo one")
+
+    code, out, _ = cli("session", "get", "demo", "--json")
+    view = json.loads(out)
+    assert code == 0 and GET_FIELDS <= set(view)
+    assert (view["state"], view["harness"], view["sandbox_id"] is not None) == (
+        "idle", "antigravity", True)  # fmt: skip
+    turn = view["turns"][0]
+    assert {"message", "started_at", "finished_at", "exit_code", "outcome", "summary"} <= set(turn)
+    assert (turn["outcome"], turn["exit_code"]) == ("exited", 0)
+    assert {"id", "ts", "reason", "head", "base"} <= set(view["checkpoints"][0])
+    conversation = view["harness_session"]
+
+    code, out, _ = cli("session", "list", "--json")
+    listed = json.loads(out)
+    assert code == 0 and [s["name"] for s in listed] == ["demo"]
+    assert "turns" not in listed[0] and "checkpoints" not in listed[0]
+    assert GET_FIELDS - {"turns", "checkpoints"} <= set(listed[0])
+    code, out, _ = cli("session", "list")
+    assert code == 0 and "demo" in out and "idle" in out and "antigravity" in out
+    code, out, _ = cli("session", "get", "demo")
+    assert code == 0 and "turn 1: exited" in out
+
+    assert cli("session", "shell", "demo", "--", "sh", "-c", "echo hi; exit 3") == (3, "hi\n", "")
+    code, out, _ = cli("session", "patch", "demo")
+    assert code == 0 and "+one" in out and "+note" in out
+    code, out, _ = cli("session", "log", "demo", "1")
+    assert code == 0 and '"type": "init"' in out
+
+    code, out, _ = cli("session", "suspend", "demo", "--json")
+    assert code == 0 and json.loads(out)["sandbox_id"] is None
+    assert cli("sandbox", "list", "--json") == (0, "[]\n", "")
+
+    code, out, err = cli("session", "send", "demo", "carry on", "-w")
+    assert code == 0 and out.startswith("Seen 2 earlier messages"), err
+    code, out, _ = cli("session", "get", "demo", "--json")
+    assert json.loads(out)["harness_session"] == conversation
+
+    code, out, _ = cli("session", "keep", "demo", "--idle", "0", "--json")
+    assert code == 0 and json.loads(out)["idle_minutes"] == 0
+
+    code, out, _ = cli("sandbox", "list", "--json")
+    boxes = json.loads(out)
+    assert code == 0 and [b["session"] for b in boxes] == ["demo"]
+    assert cli("sandbox", "destroy", boxes[0]["id"])[0] == 0
+    code, out, _ = cli("session", "get", "demo", "--json")
+    assert json.loads(out)["state"] == "suspended"
+
+    code, out, _ = cli("session", "fork", "demo", "2")
+    assert (code, out.split()) == (0, ["demo-fork-1", "demo-fork-2"])
+    assert cli("session", "delete", "demo")[0] == 0
+    code, _, err = cli("session", "get", "demo")
+    assert code == 1 and one_error_line(err, "session_not_found")
+
+
+@pytest.mark.sandbox
+def test_waiting_on_a_failed_turn_exits_non_zero_with_one_line(
+    server: Server, cli: Cli, remote: Path
+) -> None:
+    assert cli("env", "add", "broken", "--repo", str(remote), "--var", "AGY_STANDIN_EXIT=2")[0] == 0
+    code, out, err = cli("session", "new", "demo", "hi", "--env", "broken",
+                         "--harness", "antigravity", "-w")  # fmt: skip
+    assert (code, out) == (1, "")
+    assert "turn 1 of demo failed" in one_error_line(err, "harness_failed")
+
+
+def test_doctor_checks_the_machine_and_the_server(
+    server: Server, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HANGAR_HARNESS_DIR", str(server.data_dir.parent / "harnesses"))
+    code, out, _ = cli("doctor")
+    lines = out.splitlines()
+    assert all(line.split()[0] in ("OK", "WARN", "FAIL") for line in lines), out
+    assert any("hangar answers at" in line for line in lines)
+    assert any(line.startswith("OK") and "token works" in line for line in lines)
+    assert any(line.startswith("OK") and "harness antigravity" in line for line in lines)
+    assert code == (1 if any(line.startswith("FAIL") for line in lines) else 0)
+
+    server.stop()
+    code, out, _ = cli("doctor")
+    assert code == 1 and any(line.startswith("FAIL") and "no answer" in line
+                             for line in out.splitlines())  # fmt: skip

@@ -1,0 +1,59 @@
+"""What the CLI shows without a server: progress lines for each harness's events, relative
+times, usage errors, and a port that is taken."""
+
+from __future__ import annotations
+
+import json
+import socket
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from hangar.cli.render import ago, describe_event
+from tests.cli.conftest import Cli
+
+
+def line(event: object) -> bytes:
+    return json.dumps(event).encode() + b"\n"
+
+
+def test_progress_lines_name_tool_calls_and_the_agents_text() -> None:
+    claude = {"type": "assistant", "message": {"content": [
+        {"type": "tool_use", "name": "Bash", "input": {"command": "ls"}}]}}  # fmt: skip
+    codex = {"type": "item.completed",
+             "item": {"type": "command_execution", "command": "bash -lc ls"}}  # fmt: skip
+    pi = {"type": "tool_execution_start", "toolName": "bash", "args": {"command": "ls"}}
+    agy = {"type": "message", "role": "assistant", "content": "Done."}
+    assert describe_event(line(claude)) == 'tool Bash: {"command": "ls"}'
+    assert describe_event(line(codex)) == "ran: bash -lc ls"
+    assert describe_event(line(pi)) == 'tool bash: {"command": "ls"}'
+    assert describe_event(line(agy)) == "Done."
+    assert describe_event(line({"type": "init", "session_id": "x"})) is None
+    assert describe_event(b"plain output from a tool\n") == "plain output from a tool"
+    assert describe_event(b"\n") is None
+    assert len(describe_event(b"x" * 500) or "") == 100
+
+
+def test_times_read_as_how_long_ago() -> None:
+    now = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
+    assert ago((now - timedelta(seconds=5)).isoformat(), now) == "just now"
+    assert ago((now - timedelta(minutes=7)).isoformat(), now) == "7 min ago"
+    assert ago((now - timedelta(hours=3)).isoformat(), now) == "3 h ago"
+    assert ago((now - timedelta(days=2)).isoformat(), now) == "2 d ago"
+    assert ago(None) == "-"
+
+
+def test_usage_errors_are_one_line_and_exit_2(cli: Cli) -> None:
+    for argv in (["session"], ["session", "fork", "x", "many"], ["nonsense"]):
+        code, out, err = cli(*argv)
+        assert (code, out) == (2, ""), argv
+        assert len(err.splitlines()) == 1 and err.endswith("(usage)\n"), err
+
+
+def test_serve_on_a_taken_port_says_so_in_one_line(cli: Cli, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = cli("serve", "--port", str(port), "--data-dir", str(tmp_path / "data"))
+    assert code == 1 and err.startswith(f"hangar: cannot listen on 127.0.0.1:{port}")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "data").exists()
