@@ -39,6 +39,7 @@ bench: install
 	$(BIN)/python -m tests.bench.run $(ARGS)
 
 lint: install
+	$(BIN)/ruff check --select F shared tests emulators
 	$(BIN)/python -m mypy
 
 clean:

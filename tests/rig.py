@@ -76,8 +76,12 @@ def make_engine(
     keys: LocalKeys,
     sandboxes: LocalSandboxes,
     remote: Path,
+    *,
+    name: str = "demo",
+    harness: str = "claude",
+    conversation_dirs: Sequence[str] = DEFAULT_CONVERSATION_DIRS,
 ) -> Engine:
-    session = db.create_session(Session(name="demo", environment="app", harness="claude"))
+    session = db.create_session(Session(name=name, environment="app", harness=harness))
     return Engine(
         db=db,
         blobs=blobs,
@@ -86,4 +90,5 @@ def make_engine(
         restorer=Restorer(db, blobs, keys, sandboxes, settings),
         session=session,
         remote=remote,
+        conversation_dirs=conversation_dirs,
     )

@@ -25,12 +25,9 @@ from hangar.harnesses import Harness, TurnResult, TurnSpec, get_harness
 from hangar.harnesses.runs import wait_run
 from hangar.harnesses.turns import start_turn, turn_result
 from hangar.keys.local import LocalKeys
-from hangar.models import Session
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.sessions.checkpoints import Checkpointer
-from hangar.sessions.restore import Restorer
 from tests.conftest import GIT_IDENTITY
-from tests.rig import Engine
+from tests.rig import Engine, make_engine
 
 pytestmark = [pytest.mark.harness, pytest.mark.sandbox]
 
@@ -57,20 +54,9 @@ def make(
     remote: Path,
     root: Path,
 ) -> Engine:
-    sandboxes = LocalSandboxes(root, harness_dir)
-    session = db.create_session(
-        Session(name=f"s-{uuid.uuid4().hex[:6]}", environment="app", harness=harness.name)
-    )
-    return Engine(
-        db=db,
-        blobs=blobs,
-        sandboxes=sandboxes,
-        checkpointer=Checkpointer(db, blobs, keys, sandboxes, settings),
-        restorer=Restorer(db, blobs, keys, sandboxes, settings),
-        session=session,
-        remote=remote,
-        conversation_dirs=harness.conversation_dirs,
-    )
+    return make_engine(settings, db, blobs, keys, LocalSandboxes(root, harness_dir), remote,
+                       name=f"s-{uuid.uuid4().hex[:6]}", harness=harness.name,
+                       conversation_dirs=harness.conversation_dirs)  # fmt: skip
 
 
 @pytest.fixture

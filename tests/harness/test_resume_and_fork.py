@@ -19,13 +19,10 @@ from hangar.harnesses import Harness, TurnResult, TurnSpec, get_harness
 from hangar.harnesses.runs import wait_run
 from hangar.harnesses.turns import start_turn, turn_result
 from hangar.keys.local import LocalKeys
-from hangar.models import Session
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.sessions.checkpoints import Checkpointer
-from hangar.sessions.restore import Restorer
 from tests.conftest import GIT_IDENTITY
 from tests.harness.conftest import harness_dir
-from tests.rig import Engine
+from tests.rig import Engine, make_engine
 
 pytestmark = [pytest.mark.harness, pytest.mark.sandbox]
 
@@ -107,17 +104,8 @@ def agent(
 ) -> Iterator[Agent]:
     harness = get_harness(request.param)
     sandboxes = LocalSandboxes(tmp_path / "sandboxes", harness_dir())
-    session = db.create_session(Session(name="demo", environment="app", harness=harness.name))
-    engine = Engine(
-        db=db,
-        blobs=blobs,
-        sandboxes=sandboxes,
-        checkpointer=Checkpointer(db, blobs, keys, sandboxes, settings),
-        restorer=Restorer(db, blobs, keys, sandboxes, settings),
-        session=session,
-        remote=remote,
-        conversation_dirs=harness.conversation_dirs,
-    )
+    engine = make_engine(settings, db, blobs, keys, sandboxes, remote, harness=harness.name,
+                         conversation_dirs=harness.conversation_dirs)  # fmt: skip
     yield Agent(engine=engine, harness=harness, stub=stub)
     for info in sandboxes.list():
         sandboxes.destroy(info.id, hooks=False)

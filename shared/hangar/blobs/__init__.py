@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import BinaryIO, Protocol
-from urllib.parse import urlsplit
 
+from hangar.backends import pick
 from hangar.config import Settings
-from hangar.errors import InvalidInput, InvalidSettings
+from hangar.errors import InvalidInput
 
 
 class Blobs(Protocol):
@@ -64,13 +64,4 @@ _BACKENDS: dict[str, Callable[[str, Settings], Blobs]] = {"file": _open_file}
 
 def open_blobs(url: str, settings: Settings) -> Blobs:
     """Open the backend the URL's scheme names; InvalidSettings for an unknown scheme."""
-    scheme = urlsplit(url).scheme
-    try:
-        opener = _BACKENDS[scheme]
-    except KeyError:
-        raise InvalidSettings(
-            f"HANGAR_SESSION_STORE: unknown scheme {scheme!r} "
-            f"(known: {', '.join(sorted(_BACKENDS))})",
-            setting="HANGAR_SESSION_STORE",
-        ) from None
-    return opener(url, settings)
+    return pick(_BACKENDS, url, "HANGAR_SESSION_STORE")(url, settings)

@@ -19,10 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
-from urllib.parse import urlsplit
 
+from hangar.backends import pick
 from hangar.config import Settings
-from hangar.errors import InvalidSettings
 from hangar.models import (
     Checkpoint,
     Environment,
@@ -156,12 +155,4 @@ _BACKENDS: dict[str, Callable[[str, Settings], Db]] = {"sqlite": _open_sqlite}
 
 def open_db(url: str, settings: Settings) -> Db:
     """Open the backend the URL's scheme names; InvalidSettings for an unknown scheme."""
-    scheme = urlsplit(url).scheme
-    try:
-        opener = _BACKENDS[scheme]
-    except KeyError:
-        raise InvalidSettings(
-            f"HANGAR_DB: unknown scheme {scheme!r} (known: {', '.join(sorted(_BACKENDS))})",
-            setting="HANGAR_DB",
-        ) from None
-    return opener(url, settings)
+    return pick(_BACKENDS, url, "HANGAR_DB")(url, settings)

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Protocol
-from urllib.parse import urlsplit
 
+from hangar.backends import pick
 from hangar.config import Settings
-from hangar.errors import InvalidSettings
 
 
 class Keys(Protocol):
@@ -33,12 +32,4 @@ _BACKENDS: dict[str, Callable[[str, Settings], Keys]] = {"local": _open_local}
 
 def open_keys(url: str, settings: Settings) -> Keys:
     """Open the backend the URL's scheme names; InvalidSettings for an unknown scheme."""
-    scheme = urlsplit(url).scheme
-    try:
-        opener = _BACKENDS[scheme]
-    except KeyError:
-        raise InvalidSettings(
-            f"HANGAR_KEYS: unknown scheme {scheme!r} (known: {', '.join(sorted(_BACKENDS))})",
-            setting="HANGAR_KEYS",
-        ) from None
-    return opener(url, settings)
+    return pick(_BACKENDS, url, "HANGAR_KEYS")(url, settings)

@@ -24,10 +24,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import BinaryIO, Protocol
-from urllib.parse import urlsplit
 
+from hangar.backends import pick
 from hangar.config import Settings
-from hangar.errors import InvalidSettings
 
 WORKSPACE = "/workspace"
 HOME = "/root"
@@ -121,12 +120,4 @@ _BACKENDS: dict[str, Callable[[str, Settings], Sandboxes]] = {"local": _open_loc
 
 def open_sandboxes(url: str, settings: Settings) -> Sandboxes:
     """Open the backend the URL's scheme names; InvalidSettings for an unknown scheme."""
-    scheme = urlsplit(url).scheme
-    try:
-        opener = _BACKENDS[scheme]
-    except KeyError:
-        raise InvalidSettings(
-            f"HANGAR_SANDBOXES: unknown scheme {scheme!r} (known: {', '.join(sorted(_BACKENDS))})",
-            setting="HANGAR_SANDBOXES",
-        ) from None
-    return opener(url, settings)
+    return pick(_BACKENDS, url, "HANGAR_SANDBOXES")(url, settings)

@@ -28,7 +28,6 @@ from hangar.blobs import Blobs
 from hangar.config import Settings
 from hangar.db import Db
 from hangar.errors import (
-    BlobNotFound,
     CheckpointError,
     HangarError,
     InvalidInput,
@@ -42,7 +41,7 @@ from hangar.errors import (
 )
 from hangar.harnesses import Harness, TurnSpec, get_harness
 from hangar.harnesses.handoff import TurnRecord, handoff_prompt
-from hangar.harnesses.runs import read_run, start_run
+from hangar.harnesses.runs import read_run
 from hangar.harnesses.turns import turn_result
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal

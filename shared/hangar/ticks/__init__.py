@@ -27,11 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
+from hangar.backends import pick
 from hangar.config import Settings
 from hangar.db import Db
-from hangar.errors import InvalidSettings
 from hangar.models import TickDue
 
 TickHandler = Callable[[TickDue], None]
@@ -72,12 +71,4 @@ _BACKENDS: dict[str, Callable[[str, Settings, Db], Ticks]] = {"local": _open_loc
 def open_ticks(url: str, settings: Settings, db: Db) -> Ticks:
     """Open the backend the URL's scheme names, keeping due-times in ``db``; InvalidSettings
     for an unknown scheme."""
-    scheme = urlsplit(url).scheme
-    try:
-        opener = _BACKENDS[scheme]
-    except KeyError:
-        raise InvalidSettings(
-            f"HANGAR_TICKS: unknown scheme {scheme!r} (known: {', '.join(sorted(_BACKENDS))})",
-            setting="HANGAR_TICKS",
-        ) from None
-    return opener(url, settings, db)
+    return pick(_BACKENDS, url, "HANGAR_TICKS")(url, settings, db)

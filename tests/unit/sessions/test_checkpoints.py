@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,13 +14,11 @@ from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
 from hangar.errors import CheckpointError, NoUsableCheckpoint, UnsafeArchive
 from hangar.keys.local import LocalKeys
-from hangar.models import Checkpoint, CheckpointReason, Session
-from hangar.sandboxes import SandboxInfo, SandboxSpec
+from hangar.models import Checkpoint, CheckpointReason
+from hangar.sandboxes import SandboxInfo
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
+from hangar.sessions.checkpoints import CheckpointTarget
 from hangar.sessions.parts import part_key
-from hangar.sessions.restore import Restorer
-from hangar.sessions.workspace import Workspace, clone
 from tests.conftest import git
 from tests.rig import Engine, make_engine
 
