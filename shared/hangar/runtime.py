@@ -7,6 +7,7 @@ from __future__ import annotations
 from hangar.blobs import Blobs, open_blobs
 from hangar.config import Settings
 from hangar.db import Db, open_db
+from hangar.errors import BackendError
 from hangar.keys import Keys, open_keys
 from hangar.sandboxes import Sandboxes, open_sandboxes
 from hangar.sessions.service import SessionService
@@ -22,11 +23,26 @@ class Runtime:
         self.db: Db = open_db(settings.db, settings)
         self.blobs: Blobs = open_blobs(settings.session_store, settings)
         self.keys: Keys = open_keys(settings.keys, settings)
+        self._check_key_file()
         self.sandboxes: Sandboxes = open_sandboxes(settings.sandboxes, settings)
         self.ticks: Ticks = open_ticks(settings.ticks, settings, self.db)
         self.sessions = SessionService(
             settings, self.db, self.blobs, self.keys, self.sandboxes, self.ticks
         )
+
+    def _check_key_file(self) -> None:
+        """A local key file is made on first use; making a new one while checkpoints exist
+        would leave every checkpoint undecryptable, so that is refused with a clear error."""
+        from hangar.keys.local import LocalKeys
+
+        if isinstance(self.keys, LocalKeys) and not self.keys.path.exists():
+            if self.blobs.list("sessions/"):
+                raise BackendError(
+                    f"the key file {self.keys.path} is missing but checkpoints exist in "
+                    f"{self.settings.session_store}: put the key file back (a new key could not "
+                    "decrypt them)",
+                    path=str(self.keys.path),
+                )
 
     def start(self) -> None:
         self.ticks.start(self.sessions.handle_tick)

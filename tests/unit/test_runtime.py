@@ -49,3 +49,20 @@ def test_ticks_finish_the_turn_and_suspend_the_idle_session_by_themselves(
         runtime.close()
         for info in runtime.sandboxes.list():
             runtime.sandboxes.destroy(info.id, hooks=False)
+
+
+def test_a_missing_key_file_is_not_silently_replaced_while_checkpoints_exist(
+    tmp_path: Path,
+) -> None:
+    from hangar.errors import BackendError
+
+    settings = Settings.build(data_dir=tmp_path / "data")
+    first = Runtime(settings)
+    first.keys.wrap(b"k" * 32)  # makes the key file
+    first.blobs.put("sessions/ses-1/ckp-1/wip.patch", b"sealed")
+    first.close()
+    key_file = tmp_path / "data" / "vault.key"
+    key_file.unlink()
+    with pytest.raises(BackendError, match="key file .* is missing but checkpoints exist"):
+        Runtime(settings)
+    assert not key_file.exists()
