@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 import json
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +39,26 @@ def engine(
     remote: Path,
 ) -> Engine:
     return make_engine(settings, db, blobs, keys, sandboxes, remote)
+
+
+EngineWith = Callable[..., Engine]
+
+
+@pytest.fixture
+def engine_with(
+    settings: Settings,
+    db: SqliteDb,
+    blobs: LocalBlobs,
+    keys: LocalKeys,
+    sandboxes: LocalSandboxes,
+    remote: Path,
+) -> EngineWith:
+    """An engine whose settings have these changes (``engine_with(session_max_part_mb=1)``)."""
+
+    def make(**changes: Any) -> Engine:
+        return make_engine(settings.replace(**changes), db, blobs, keys, sandboxes, remote)
+
+    return make
 
 
 TURN_ONE = f"""
@@ -236,35 +258,24 @@ def test_a_checkpoint_that_fails_to_record_deletes_the_parts_it_stored(
 
 
 def test_recording_prunes_to_the_newest_n_and_deletes_the_pruned_parts(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
-    remote: Path,
+    engine_with: EngineWith,
 ) -> None:
-    engine = make_engine(settings.replace(session_keep_checkpoints=2), db, blobs, keys, sandboxes, remote)
+    engine = engine_with(session_keep_checkpoints=2)
     sandbox, workspace = engine.sandbox()
     taken = []
     for i in range(3):
         engine.sh(sandbox, f"echo {i} > n.txt")
         taken.append(engine.take(sandbox, workspace))
-    kept = [c.id for c in db.list_checkpoints(engine.session.id)]
+    kept = [c.id for c in engine.db.list_checkpoints(engine.session.id)]
     assert kept == [taken[1].id, taken[2].id]
-    assert not [k for k in blobs.list() if f"/{taken[0].id}/" in k]
-    assert [k for k in blobs.list() if f"/{taken[2].id}/" in k]
+    assert not [k for k in engine.blobs.list() if f"/{taken[0].id}/" in k]
+    assert [k for k in engine.blobs.list() if f"/{taken[2].id}/" in k]
 
 
 def test_an_oversize_untracked_set_is_skipped_with_a_warning(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
-    remote: Path,
+    engine_with: EngineWith,
 ) -> None:
-    small = settings.replace(session_max_untracked_mb=0.01)
-    engine = make_engine(small, db, blobs, keys, sandboxes, remote)
+    engine = engine_with(session_max_untracked_mb=0.01)
     sandbox, workspace = engine.sandbox()
     engine.sh(sandbox, "head -c 20000 /dev/urandom > big.bin && echo change >> README.md")
     checkpoint = engine.take(sandbox, workspace)
@@ -274,14 +285,9 @@ def test_an_oversize_untracked_set_is_skipped_with_a_warning(
 
 
 def test_an_oversize_part_is_skipped_with_a_warning_on_the_checkpoint(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
-    remote: Path,
+    engine_with: EngineWith,
 ) -> None:
-    engine = make_engine(settings.replace(session_max_part_mb=0.01), db, blobs, keys, sandboxes, remote)
+    engine = engine_with(session_max_part_mb=0.01)
     sandbox, workspace = engine.sandbox()
     engine.sh(sandbox, "head -c 30000 /dev/urandom | base64 >> README.md")
     checkpoint = engine.take(sandbox, workspace)
@@ -290,14 +296,9 @@ def test_an_oversize_part_is_skipped_with_a_warning_on_the_checkpoint(
 
 
 def test_a_session_patch_over_the_patch_limit_is_skipped_with_a_warning(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
-    remote: Path,
+    engine_with: EngineWith,
 ) -> None:
-    engine = make_engine(settings.replace(exchange_max_patch_mb=0.01), db, blobs, keys, sandboxes, remote)
+    engine = engine_with(exchange_max_patch_mb=0.01)
     sandbox, workspace = engine.sandbox()
     engine.sh(sandbox, "head -c 30000 /dev/urandom | base64 > new.txt")
     checkpoint = engine.take(sandbox, workspace)
@@ -428,20 +429,14 @@ def _gzip(data: bytes) -> bytes:
 
 
 def test_a_checkpoint_that_times_out_stores_nothing_and_says_so(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
-    remote: Path,
+    engine_with: EngineWith,
 ) -> None:
-    hasty = settings.replace(checkpoint_timeout_seconds=0.001)
-    engine = make_engine(hasty, db, blobs, keys, sandboxes, remote)
+    engine = engine_with(checkpoint_timeout_seconds=0.001)
     sandbox, workspace = engine.sandbox()
     with pytest.raises(CheckpointError, match="timed out"):
         engine.checkpointer.take(engine.target(sandbox, workspace), CheckpointReason.MANUAL)
-    assert blobs.list() == []
-    assert db.list_checkpoints(engine.session.id) == []
+    assert engine.blobs.list() == []
+    assert engine.db.list_checkpoints(engine.session.id) == []
 
 
 EDGE_STATE = """
@@ -561,16 +556,10 @@ def test_concurrent_checkpoints_of_one_sandbox_each_record_a_consistent_head(
 
 
 def test_sandbox_output_past_the_cap_fails_the_checkpoint_and_stores_nothing(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
-    remote: Path,
+    engine_with: EngineWith,
 ) -> None:
     # Parts under the per-part cap can still add up past what one checkpoint may send.
-    tiny = settings.replace(session_max_part_mb=0.002, session_max_untracked_mb=1)
-    engine = make_engine(tiny, db, blobs, keys, sandboxes, remote)
+    engine = engine_with(session_max_part_mb=0.002, session_max_untracked_mb=1)
     sandbox, workspace = engine.sandbox()
     engine.sh(sandbox, "head -c 400000 /dev/urandom > noise.bin")
     checkpoint = engine.take(sandbox, workspace)
