@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import BinaryIO
 
+from hangar import agent
 from hangar.blobs import Blobs
 from hangar.config import Settings
 from hangar.db import Db
@@ -42,7 +44,7 @@ from hangar.errors import (
 from hangar.harnesses import Harness, TurnSpec, get_harness
 from hangar.harnesses.handoff import TurnRecord, handoff_prompt
 from hangar.harnesses.runs import read_run
-from hangar.harnesses.turns import turn_result
+from hangar.harnesses.turns import start_turn, turn_result
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal
 from hangar.models import (
@@ -70,7 +72,6 @@ WATCH_SECONDS = 2.0
 REAP_SECONDS = 60.0
 EXEC_TOUCH_SECONDS = 30.0
 MAX_LOG_BYTES = 50 << 20
-_LIVE = (S.IDLE, S.ACTIVE, S.STARTING)
 
 
 def _log_key(session_id: str, n: int) -> str:
@@ -224,8 +225,6 @@ class SessionService:
         )
         spec = self._spec(session, turn, harness, prompt)
         try:
-            from hangar.harnesses.turns import start_turn
-
             assert session.sandbox_id is not None
             start_turn(self.sandboxes, session.sandbox_id, harness, spec, turn.run_id)
         except HangarError as exc:
@@ -624,9 +623,6 @@ class SessionService:
         sandbox when there is one, else from the newest checkpoint that has it."""
         session = self._catch_up(self.resolve(ref))
         if session.sandbox_id and self._sandbox_alive(session):
-            from hangar import agent
-            import json
-
             config = {"repo": repo_dir_for(session.repo or ""), "base": session.base_commit,
                       "max_patch": self.settings.max_patch_bytes, "mode": "patch"}  # fmt: skip
             result = self.sandboxes.exec(session.sandbox_id,
