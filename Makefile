@@ -41,6 +41,8 @@ bench: install
 lint: install
 	$(BIN)/ruff check --select F shared tests emulators
 	$(BIN)/python -m mypy
+	@if command -v terraform >/dev/null 2>&1; then terraform fmt -recursive -check terraform; \
+	else echo "terraform is not installed: skipping terraform fmt -check"; fi
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -1,0 +1,105 @@
+# The two Cloud Run functions (v2) and their identities. Both are the control plane: they share
+# the backend settings and differ in who may call them. The api is public on the network and
+# authenticates requests itself (bearer tokens); the ticks function is private and only the
+# tasks service account (the identity Cloud Tasks signs its OIDC tokens as) may invoke it.
+
+resource "google_service_account" "api" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-api"
+  display_name = "hangar api function"
+}
+
+resource "google_service_account" "ticks" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-ticks"
+  display_name = "hangar ticks function"
+}
+
+locals {
+  backend_env = {
+    HANGAR_DB            = var.db_url
+    HANGAR_SESSION_STORE = var.session_store_url
+    HANGAR_KEYS          = var.keys_url
+    HANGAR_TICKS         = var.ticks_url
+  }
+  common_env = merge(var.extra_env, local.backend_env)
+}
+
+resource "google_cloudfunctions2_function" "ticks" {
+  project     = var.project_id
+  location    = var.region
+  name        = "${var.name_prefix}-ticks"
+  description = "hangar tick handler: idle, checkpoint interval, turn watch, reap. Private."
+
+  build_config {
+    runtime     = var.runtime
+    entry_point = var.ticks_entry_point
+
+    source {
+      storage_source {
+        bucket = var.source_bucket
+        object = var.ticks_source_object
+      }
+    }
+  }
+
+  service_config {
+    service_account_email          = google_service_account.ticks.email
+    available_memory               = var.ticks_memory
+    timeout_seconds                = var.timeout_seconds
+    max_instance_count             = var.ticks_max_instances
+    ingress_settings               = "ALLOW_ALL"
+    all_traffic_on_latest_revision = true
+    environment_variables          = local.common_env
+  }
+}
+
+resource "google_cloudfunctions2_function" "api" {
+  project     = var.project_id
+  location    = var.region
+  name        = "${var.name_prefix}-api"
+  description = "hangar REST API and MCP endpoint. Public; hangar checks bearer tokens itself."
+
+  build_config {
+    runtime     = var.runtime
+    entry_point = var.api_entry_point
+
+    source {
+      storage_source {
+        bucket = var.source_bucket
+        object = var.api_source_object
+      }
+    }
+  }
+
+  service_config {
+    service_account_email          = google_service_account.api.email
+    available_memory               = var.api_memory
+    timeout_seconds                = var.timeout_seconds
+    max_instance_count             = var.api_max_instances
+    ingress_settings               = "ALLOW_ALL"
+    all_traffic_on_latest_revision = true
+    environment_variables = merge(local.common_env, {
+      # Cloud Tasks posts every tick to this URL, signed as the tasks service account.
+      HANGAR_TICKS_URL = google_cloudfunctions2_function.ticks.service_config[0].uri
+    })
+  }
+}
+
+# Public on the network: app auth (hangar's bearer tokens) is the gate.
+resource "google_cloud_run_v2_service_iam_member" "api_public" {
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.api.service_config[0].service
+  role     = "roles/run.invoker"
+  member   = "allUsers"
+}
+
+# Private: only Cloud Tasks, signing as the tasks service account, may call the ticks function.
+resource "google_cloud_run_v2_service_iam_member" "ticks_invoker" {
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.ticks.service_config[0].service
+  role     = "roles/run.invoker"
+  member   = "serviceAccount:${var.tasks_service_account_email}"
+}

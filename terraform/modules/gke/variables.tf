@@ -1,0 +1,80 @@
+variable "project_id" {
+  description = "Project the cluster lives in."
+  type        = string
+}
+
+variable "location" {
+  description = "Cluster location: a region (regional cluster) or a zone (zonal, cheaper for dev)."
+  type        = string
+}
+
+variable "cluster_name" {
+  description = "Name of the GKE cluster that runs sandboxes (also the prefix of its node service account id, so at most 24 characters)."
+  type        = string
+}
+
+variable "network" {
+  description = "VPC network of the cluster."
+  type        = string
+  default     = "default"
+}
+
+variable "subnetwork" {
+  description = "Subnetwork of the cluster; null uses the network's default for the location."
+  type        = string
+  default     = null
+}
+
+variable "release_channel" {
+  description = "GKE release channel: RAPID, REGULAR or STABLE."
+  type        = string
+  default     = "REGULAR"
+}
+
+variable "deletion_protection" {
+  description = "Refuse to delete the cluster on terraform destroy."
+  type        = bool
+  default     = true
+}
+
+variable "sandbox_machine_type" {
+  description = "Machine type of the sandbox nodes."
+  type        = string
+  default     = "e2-standard-4"
+}
+
+variable "sandbox_min_nodes" {
+  description = "Fewest sandbox nodes per zone (0 lets the pool scale to zero when no session is open)."
+  type        = number
+  default     = 0
+}
+
+variable "sandbox_max_nodes" {
+  description = "Most sandbox nodes per zone."
+  type        = number
+  default     = 5
+}
+
+variable "image_streaming" {
+  description = "Opt in to GKE image streaming (GCFS) on the sandbox pool: large sandbox images start before they are fully pulled. Needs images in Artifact Registry."
+  type        = bool
+  default     = false
+}
+
+variable "sandbox_disk_gb" {
+  description = "Boot disk size of each sandbox node in GB; null keeps GKE's default (100 GB)."
+  type        = number
+  default     = null
+}
+
+variable "sandbox_disk_type" {
+  description = "Boot disk type of each sandbox node (pd-standard, pd-balanced, pd-ssd); null keeps GKE's default. pd-balanced is the faster choice for clones and checkpoints."
+  type        = string
+  default     = null
+}
+
+variable "sandbox_labels" {
+  description = "Kubernetes labels on the sandbox nodes, for the sandbox pods' node selector."
+  type        = map(string)
+  default     = { "hangar.dev/pool" = "sandboxes" }
+}
