@@ -59,7 +59,13 @@ def _open_file(url: str, settings: Settings) -> Blobs:
     return LocalBlobs.from_url(url)
 
 
-_BACKENDS: dict[str, Callable[[str, Settings], Blobs]] = {"file": _open_file}
+def _open_gcs(url: str, settings: Settings) -> Blobs:
+    from hangar.blobs.gcs import GcsBlobs
+
+    return GcsBlobs.from_url(url, settings)
+
+
+_BACKENDS: dict[str, Callable[[str, Settings], Blobs]] = {"file": _open_file, "gs": _open_gcs}
 
 
 def open_blobs(url: str, settings: Settings) -> Blobs:

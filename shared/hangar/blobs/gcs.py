@@ -1,0 +1,266 @@
+"""Blobs in Google Cloud Storage (``gs://BUCKET/PREFIX``), through the official client.
+
+- Objects up to 8 MiB go up in one request; a create-only put passes ``if_generation_match=0``,
+  so the service refuses it atomically when the key exists.
+- Larger objects are streamed in a resumable upload (8 MiB per request, never held whole). The
+  object appears only when the upload is finalised, so a source that fails midway leaves none.
+  A create-only put above 8 MiB first checks that the key is absent, then uploads with
+  ``if_generation_match=0``: the precondition is enforced where the service supports it on
+  resumable uploads (GCS does; the fake-gcs-server emulator does not, so there only the
+  existence check guards it).
+- When ``STORAGE_EMULATOR_HOST`` is set the client talks to that emulator with anonymous
+  credentials and a placeholder project (``GOOGLE_CLOUD_PROJECT`` if set).
+
+The google libraries are imported lazily: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO, cast
+from urllib.parse import urlsplit
+
+from hangar.blobs import check_key
+from hangar.config import Settings
+from hangar.errors import AlreadyExists, BackendError, BlobNotFound, InvalidSettings
+
+SINGLE_REQUEST_LIMIT = 8 * 1024 * 1024
+"""Objects up to this size go up in one request; larger ones in a resumable upload."""
+
+_SETTING = "HANGAR_SESSION_STORE"
+
+
+def _google_errors() -> tuple[type[BaseException], ...]:
+    """The exception types the google client raises for service and transport failures."""
+    from google.api_core import exceptions as api_exceptions
+    from google.auth import exceptions as auth_exceptions
+
+    kinds: list[type[BaseException]] = [
+        api_exceptions.GoogleAPIError,
+        auth_exceptions.GoogleAuthError,
+    ]
+    try:
+        import requests
+
+        kinds.append(requests.exceptions.RequestException)
+    except ImportError:  # pragma: no cover - requests ships with google-cloud-storage
+        pass
+    try:
+        from google.cloud.storage.exceptions import InvalidResponse
+
+        kinds.append(InvalidResponse)
+    except ImportError:  # pragma: no cover - older client versions
+        pass
+    return tuple(kinds)
+
+
+@contextlib.contextmanager
+def _mapped(key: str, action: str) -> Iterator[None]:
+    """Turn google client errors into hangar errors (412 -> AlreadyExists, 404 ->
+    BlobNotFound, anything else -> BackendError). Other exceptions pass through."""
+    from google.api_core import exceptions as api_exceptions
+
+    try:
+        yield
+    except api_exceptions.PreconditionFailed:
+        raise AlreadyExists(f"blob {key!r} exists", key=key) from None
+    except api_exceptions.NotFound:
+        raise BlobNotFound(f"blob {key!r} not found", key=key) from None
+    except _google_errors() as exc:
+        raise BackendError(f"cannot {action} blob {key!r}: {exc}", key=key) from None
+
+
+class _ChunkReader(io.RawIOBase):
+    """A forward-only binary stream over an iterable of byte chunks (for resumable uploads)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        super().__init__()
+        self._chunks = iter(chunks)
+        self._buffer = b""
+        self._pos = 0
+        self.size = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seekable(self) -> bool:
+        return False
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        target = offset if whence == os.SEEK_SET else self._pos + offset
+        if whence not in (os.SEEK_SET, os.SEEK_CUR) or target != self._pos:
+            raise io.UnsupportedOperation("a streamed upload cannot rewind")
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        while not self._buffer:
+            try:
+                self._buffer = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(view), len(self._buffer))
+        view[:n] = self._buffer[:n]
+        self._buffer = self._buffer[n:]
+        self._pos += n
+        self.size += n
+        return n
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            return self.readall()
+        out = bytearray()
+        while len(out) < size:
+            chunk = bytearray(size - len(out))
+            n = self.readinto(chunk)
+            if n == 0:
+                break
+            out += chunk[:n]
+        return bytes(out)
+
+
+class GcsBlobs:
+    def __init__(self, bucket: str, prefix: str, settings: Settings | None = None) -> None:
+        self.bucket_name = bucket
+        self.prefix = prefix  # "" or "a/b/" (always ends with "/")
+        self.settings = settings
+        self._client: Any = None
+        self._bucket: Any = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, settings: Settings | None = None) -> GcsBlobs:
+        parts = urlsplit(url)
+        bucket = parts.netloc
+        path = parts.path.strip("/")
+        bad = (
+            parts.scheme != "gs"
+            or not bucket
+            or "@" in bucket
+            or ":" in bucket
+            or parts.query
+            or parts.fragment
+            or (path and any(p in ("", ".", "..") for p in path.split("/")))
+        )
+        if bad:
+            raise InvalidSettings(
+                f"{_SETTING}: expected gs://BUCKET or gs://BUCKET/PREFIX, got {url!r}",
+                setting=_SETTING,
+            )
+        return cls(bucket, f"{path}/" if path else "", settings)
+
+    # -- the client, built on first use ---------------------------------------------------
+
+    def _get_bucket(self) -> Any:
+        with self._lock:
+            if self._bucket is None:
+                from google.cloud.storage import Client
+
+                if os.environ.get("STORAGE_EMULATOR_HOST"):
+                    from google.auth.credentials import AnonymousCredentials
+
+                    project = os.environ.get("GOOGLE_CLOUD_PROJECT") or "hangar-emulator"
+                    anonymous = AnonymousCredentials()  # type: ignore[no-untyped-call]
+                    self._client = Client(project=project, credentials=anonymous)
+                else:
+                    self._client = Client()
+                self._bucket = self._client.bucket(self.bucket_name)
+            return self._bucket
+
+    def _blob(self, key: str) -> Any:
+        return self._get_bucket().blob(self.prefix + check_key(key))
+
+    # -- the port ---------------------------------------------------------------------------
+
+    def put(self, key: str, data: bytes | Iterable[bytes], *, if_absent: bool = False) -> int:
+        blob = self._blob(key)
+        match = {"if_generation_match": 0} if if_absent else {}
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            head, rest = bytes(data), None
+        else:
+            # Buffer at most one request's worth; if the source ends there, one request.
+            chunks = iter(data)
+            buffered: list[bytes] = []
+            held = 0
+            rest = None
+            for chunk in chunks:
+                buffered.append(chunk)
+                held += len(chunk)
+                if held > SINGLE_REQUEST_LIMIT:
+                    rest = chunks
+                    break
+            head = b"".join(buffered)
+        if rest is None and len(head) <= SINGLE_REQUEST_LIMIT:
+            with _mapped(key, "write"):
+                blob.upload_from_string(
+                    head, content_type="application/octet-stream", **match
+                )
+            return len(head)
+        return self._put_streamed(key, blob, head, rest or iter(()), match)
+
+    def _put_streamed(
+        self, key: str, blob: Any, head: bytes, rest: Iterator[bytes], match: dict[str, int]
+    ) -> int:
+        if match and self.exists(key):
+            raise AlreadyExists(f"blob {key!r} exists", key=key)
+
+        def source() -> Iterator[bytes]:
+            yield head
+            yield from rest
+
+        reader = _ChunkReader(source())
+        blob.chunk_size = SINGLE_REQUEST_LIMIT
+        with _mapped(key, "write"):
+            blob.upload_from_file(
+                cast(BinaryIO, reader), content_type="application/octet-stream", **match
+            )
+        return reader.size
+
+    @contextlib.contextmanager
+    def open(self, key: str) -> Iterator[BinaryIO]:
+        bucket = self._get_bucket()
+        name = self.prefix + check_key(key)
+        with _mapped(key, "read"):
+            blob = bucket.get_blob(name)
+        if blob is None:
+            raise BlobNotFound(f"blob {key!r} not found", key=key)
+        with _mapped(key, "read"):
+            # The blob carries the generation we found, so reads are pinned to it and a
+            # concurrent replace cannot splice two objects.
+            stream = blob.open("rb")
+        with stream, _mapped(key, "read"):
+            yield cast(BinaryIO, stream)
+
+    def get(self, key: str) -> bytes:
+        blob = self._blob(key)
+        with _mapped(key, "read"):
+            return cast(bytes, blob.download_as_bytes())
+
+    def exists(self, key: str) -> bool:
+        blob = self._blob(key)
+        with _mapped(key, "check"):
+            return bool(blob.exists())
+
+    def delete(self, key: str) -> None:
+        from google.api_core.exceptions import NotFound
+
+        blob = self._blob(key)
+        with _mapped(key, "delete"):
+            try:
+                blob.delete()
+            except NotFound:
+                pass
+
+    def list(self, prefix: str = "") -> list[str]:
+        bucket = self._get_bucket()
+        start = len(self.prefix)
+        with _mapped(self.prefix + prefix, "list"):
+            names = [b.name for b in bucket.list_blobs(prefix=self.prefix + prefix)]
+        return sorted(name[start:] for name in names)
