@@ -16,7 +16,8 @@ def test_sealed_data_of_any_size_opens_to_the_same_bytes(size: int) -> None:
     key = new_data_key()
     data = os.urandom(size)
     sealed = seal_bytes(key, AAD, data)
-    assert data not in sealed or size == 0
+    # A ciphertext cannot contain the plaintext (short inputs could match by chance).
+    assert size < 16 or data not in sealed
     assert unseal_bytes(key, AAD, sealed) == data
 
 
