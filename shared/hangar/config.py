@@ -44,6 +44,9 @@ class Settings(BaseModel):
     harness_dir: Path
     url: str = "http://127.0.0.1:8080"
     token: str | None = None
+    kms_endpoint: str | None = Field(
+        None, description="Cloud KMS REST endpoint (the stand-in); unset: the real service"
+    )
 
     session_keep_checkpoints: int = Field(5, ge=1)
     session_max_part_mb: float = Field(100, gt=0)

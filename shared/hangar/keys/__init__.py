@@ -27,7 +27,16 @@ def _open_local(url: str, settings: Settings) -> Keys:
     return LocalKeys.from_url(url)
 
 
-_BACKENDS: dict[str, Callable[[str, Settings], Keys]] = {"local": _open_local}
+def _open_gcpkms(url: str, settings: Settings) -> Keys:
+    from hangar.keys.gcpkms import GcpKmsKeys
+
+    return GcpKmsKeys.from_url(url, settings)
+
+
+_BACKENDS: dict[str, Callable[[str, Settings], Keys]] = {
+    "local": _open_local,
+    "gcpkms": _open_gcpkms,
+}
 
 
 def open_keys(url: str, settings: Settings) -> Keys:

@@ -1,0 +1,52 @@
+"""``python -m emulators.kms``: serve the KMS stand-in until killed.
+
+Prints ``kms stand-in listening on http://HOST:PORT`` (flushed) once the socket is bound, so a
+parent process can read the port when it passed ``--port 0``. SIGTERM and Ctrl-C end it with
+status 0; a port that cannot be bound exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from types import FrameType
+
+from .server import KmsStandIn
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m emulators.kms", description="A Cloud KMS REST stand-in."
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=8099, help="port (0 picks a free one)"
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="log each HTTP request to stderr"
+    )
+    args = parser.parse_args(argv)
+    stand_in = KmsStandIn(args.host, args.port, verbose=args.verbose)
+    try:
+        stand_in.bind()
+    except OSError as exc:
+        print(f"cannot bind {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _interrupt)
+    print(f"kms stand-in listening on {stand_in.url}", flush=True)
+    try:
+        stand_in.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,290 @@
+"""The KMS stand-in: ``POST /v1/{cryptoKey}:encrypt`` and ``:decrypt`` as Cloud KMS serves them.
+
+- One AES-256-GCM key per crypto key name, made at random on first use and held in memory only
+  (a restart forgets every key, as a deleted key would).
+- Ciphertext is ``0x01 | nonce(12) | sealed``, bound to the key name and the request's
+  ``additionalAuthenticatedData``: another key, or altered bytes, fail with 400
+  INVALID_ARGUMENT, as the real service answers.
+- Request checksums (``plaintextCrc32c``, ``ciphertextCrc32c``,
+  ``additionalAuthenticatedDataCrc32c``) are checked when present; responses carry the
+  ``verified*`` flags and the checksums of what they return, int64 values as JSON strings.
+- Errors are Google's JSON shape: ``{"error": {"code", "message", "status"}}``.
+
+Standard library only (``cryptography`` for AES-GCM, a hangar dependency already).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import secrets
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+_VERSION = b"\x01"
+_NONCE = 12
+_TAG = 16
+_PROTECTION_SOFTWARE = 1
+_PATH = re.compile(
+    r"^/v1/(projects/[^/]+/locations/[^/]+/keyRings/[^/]+/cryptoKeys/[^/:]+):(encrypt|decrypt)$"
+)
+
+
+def _crc_table() -> list[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE = _crc_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), the checksum Cloud KMS uses."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+class _ApiError(Exception):
+    def __init__(self, code: int, status: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.message = message
+
+
+def _invalid(message: str) -> _ApiError:
+    return _ApiError(400, "INVALID_ARGUMENT", message)
+
+
+class _Vault:
+    """The in-memory keys, one per crypto key name."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def key(self, name: str) -> AESGCM:
+        with self._lock:
+            if name not in self._keys:
+                self._keys[name] = AESGCM.generate_key(bit_length=256)
+            return AESGCM(self._keys[name])
+
+
+def _b64(body: dict[str, Any], field: str, *, required: bool) -> bytes | None:
+    raw = body.get(field)
+    if raw is None or raw == "":
+        if required:
+            raise _invalid(f"{field} is required")
+        return None if raw is None else b""
+    if not isinstance(raw, str):
+        raise _invalid(f"{field} must be a base64 string")
+    try:
+        return base64.b64decode(
+            raw, altchars=b"-_" if ("-" in raw or "_" in raw) else None, validate=True
+        )
+    except (binascii.Error, ValueError):
+        raise _invalid(f"{field} is not valid base64") from None
+
+
+def _check_crc(body: dict[str, Any], field: str, data: bytes, data_field: str) -> bool:
+    """True when the request carried ``field`` and it matches; 400 when it does not match."""
+    raw = body.get(field)
+    if raw is None:
+        return False
+    try:
+        expected = int(raw)
+    except (TypeError, ValueError):
+        raise _invalid(f"{field} is not an int64") from None
+    if expected != crc32c(data):
+        raise _invalid(
+            f"The checksum in field {field} did not match the data in field {data_field}."
+        )
+    return True
+
+
+def _aad(name: str, extra: bytes) -> bytes:
+    return name.encode() + b"\x00" + extra
+
+
+def encrypt(vault: _Vault, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    plaintext = _b64(body, "plaintext", required=True) or b""
+    if len(plaintext) > 64 * 1024:
+        raise _invalid("plaintext is larger than 64 KiB")
+    extra = _b64(body, "additionalAuthenticatedData", required=False) or b""
+    verified_plain = _check_crc(body, "plaintextCrc32c", plaintext, "plaintext")
+    verified_aad = _check_crc(
+        body,
+        "additionalAuthenticatedDataCrc32c",
+        extra,
+        "additional_authenticated_data",
+    )
+    nonce = secrets.token_bytes(_NONCE)
+    ciphertext = (
+        _VERSION + nonce + vault.key(name).encrypt(nonce, plaintext, _aad(name, extra))
+    )
+    return {
+        "name": f"{name}/cryptoKeyVersions/1",
+        "ciphertext": base64.b64encode(ciphertext).decode(),
+        "ciphertextCrc32c": str(crc32c(ciphertext)),
+        "verifiedPlaintextCrc32c": verified_plain,
+        "verifiedAdditionalAuthenticatedDataCrc32c": verified_aad,
+        "protectionLevel": _PROTECTION_SOFTWARE,
+    }
+
+
+def decrypt(vault: _Vault, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    ciphertext = _b64(body, "ciphertext", required=True) or b""
+    extra = _b64(body, "additionalAuthenticatedData", required=False) or b""
+    _check_crc(body, "ciphertextCrc32c", ciphertext, "ciphertext")
+    _check_crc(
+        body,
+        "additionalAuthenticatedDataCrc32c",
+        extra,
+        "additional_authenticated_data",
+    )
+    if len(ciphertext) < 1 + _NONCE + _TAG or ciphertext[:1] != _VERSION:
+        raise _invalid("Decryption failed: the ciphertext is invalid.")
+    try:
+        plaintext = vault.key(name).decrypt(
+            ciphertext[1 : 1 + _NONCE], ciphertext[1 + _NONCE :], _aad(name, extra)
+        )
+    except InvalidTag:
+        raise _invalid("Decryption failed: the ciphertext is invalid.") from None
+    return {
+        "plaintext": base64.b64encode(plaintext).decode(),
+        "plaintextCrc32c": str(crc32c(plaintext)),
+        "usedPrimary": True,
+        "protectionLevel": _PROTECTION_SOFTWARE,
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.verbose:
+            super().log_message(format, *args)
+
+    def _send(self, status: int, doc: dict[str, Any]) -> None:
+        data = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        try:
+            match = _PATH.match(urlsplit(self.path).path)
+            if match is None:
+                raise _ApiError(404, "NOT_FOUND", f"no such method: POST {self.path}")
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                raise _invalid("request body is not JSON") from None
+            if not isinstance(body, dict):
+                raise _invalid("request body must be a JSON object")
+            name, method = match.group(1), match.group(2)
+            handler = encrypt if method == "encrypt" else decrypt
+            self._send(200, handler(self.server.vault, name, body))
+        except _ApiError as exc:
+            self._send(
+                exc.code,
+                {
+                    "error": {
+                        "code": exc.code,
+                        "message": exc.message,
+                        "status": exc.status,
+                    }
+                },
+            )
+
+    def do_GET(self) -> None:
+        self._send(
+            404, {"error": {"code": 404, "message": "not found", "status": "NOT_FOUND"}}
+        )
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], verbose: bool) -> None:
+        super().__init__(address, _Handler)
+        self.vault = _Vault()
+        self.verbose = verbose
+
+
+class KmsStandIn:
+    """The stand-in in a background thread: ``start()`` binds and serves, ``url`` is its base
+    URL, ``stop()`` shuts it down; also a context manager."""
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, verbose: bool = False
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.verbose = verbose
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the KMS stand-in is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def bind(self) -> None:
+        """Bind the socket (raises OSError when the port is taken)."""
+        if self._server is None:
+            self._server = _Server((self.host, self.port), self.verbose)
+
+    def serve_forever(self) -> None:
+        self.bind()
+        assert self._server is not None
+        self._server.serve_forever()
+
+    def start(self) -> Self:
+        self.bind()
+        assert self._server is not None
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="kms-stand-in", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            if self._thread is not None:
+                self._server.shutdown()
+                self._thread.join(timeout=5)
+            self._server.server_close()
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
