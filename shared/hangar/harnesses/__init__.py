@@ -109,6 +109,35 @@ def json_lines(data: bytes) -> Iterator[dict[str, Any]]:
             yield value
 
 
+def text_of(content: object) -> str:
+    """The text of a message's content: a string, or the text blocks of a block list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        return "".join(parts)
+    return ""
+
+
+def int_fields(raw: object) -> dict[str, int]:
+    """The integer fields of a usage object (token counts); anything else is dropped."""
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def result_event(
+    event: dict[str, Any], summary: str | None
+) -> tuple[str | None, dict[str, int], str | None]:
+    """A stream-json ``result`` event (Claude Code, and Antigravity as assumed): the summary
+    (its text, else ``summary``), its usage, and the failure it reports, if any."""
+    text = event.get("result")
+    if isinstance(text, str) and text:
+        summary = text
+    failure = str(text or event.get("subtype") or "error") if event.get("is_error") else None
+    return summary, int_fields(event.get("usage")), failure
+
+
 def check(
     harness: Harness,
     spec: TurnSpec,

@@ -14,8 +14,15 @@ records a failed turn. It has no fork: a fork hands off (:mod:`hangar.harnesses.
 from __future__ import annotations
 
 from hangar.errors import HarnessError
-from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, json_lines
-from hangar.harnesses.claude import _text, _usage
+from hangar.harnesses import (
+    Invocation,
+    TurnResult,
+    TurnSpec,
+    check,
+    json_lines,
+    result_event,
+    text_of,
+)
 
 
 class Antigravity:
@@ -51,13 +58,9 @@ class Antigravity:
             if kind == "init" and isinstance(event.get("conversation_id"), str):
                 conversation = conversation or event["conversation_id"]
             elif kind == "message" and event.get("role") == "assistant":
-                summary = _text(event.get("content")) or summary
+                summary = text_of(event.get("content")) or summary
             elif kind == "result":
-                if isinstance(event.get("result"), str) and event["result"]:
-                    summary = event["result"]
-                usage = _usage(event.get("usage"))
-                if event.get("is_error"):
-                    failure = str(event.get("result") or "error")
+                summary, usage, failure = result_event(event, summary)
         return check(self, spec, exit_code, stderr, conversation, summary, usage, failure)
 
     def resume_hint(self, conversation_id: str) -> str:

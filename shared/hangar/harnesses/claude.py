@@ -10,7 +10,15 @@ root needs ``IS_SANDBOX=1``): the sandbox is the boundary. Conversations live in
 from __future__ import annotations
 
 from hangar.errors import InvalidInput
-from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, json_lines
+from hangar.harnesses import (
+    Invocation,
+    TurnResult,
+    TurnSpec,
+    check,
+    json_lines,
+    result_event,
+    text_of,
+)
 
 
 class ClaudeCode:
@@ -56,15 +64,11 @@ class ClaudeCode:
             if isinstance(event.get("session_id"), str):
                 conversation = event["session_id"]
             if event.get("type") == "assistant":
-                text = _text(event.get("message", {}).get("content"))
+                text = text_of(event.get("message", {}).get("content"))
                 if text:
                     summary = text
             if event.get("type") == "result":
-                if isinstance(event.get("result"), str) and event["result"]:
-                    summary = event["result"]
-                usage = _usage(event.get("usage"))
-                if event.get("is_error"):
-                    failure = str(event.get("result") or event.get("subtype") or "error")
+                summary, usage, failure = result_event(event, summary)
         return check(
             self, spec, exit_code, stderr, conversation, summary, usage, failure, spec.new_id
         )
@@ -72,17 +76,3 @@ class ClaudeCode:
     def resume_hint(self, conversation_id: str) -> str:
         return f"claude --resume {conversation_id}"
 
-
-def _text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
-        return "".join(parts)
-    return ""
-
-
-def _usage(raw: object) -> dict[str, int]:
-    if not isinstance(raw, dict):
-        return {}
-    return {k: v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool)}

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import json
 
-from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, json_lines
-from hangar.harnesses.claude import _usage
+from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, int_fields, json_lines
 
 
 class Codex:
@@ -64,7 +63,7 @@ class Codex:
                 if item.get("type") == "agent_message" and isinstance(item.get("text"), str):
                     summary = item["text"]
             elif kind == "turn.completed":
-                usage = _usage(event.get("usage"))
+                usage = int_fields(event.get("usage"))
             elif kind in ("turn.failed", "error"):
                 error = event.get("error")
                 message = error.get("message") if isinstance(error, dict) else event.get("message")

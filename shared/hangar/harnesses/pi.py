@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import json
 
-from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, json_lines
-from hangar.harnesses.claude import _text
+from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, json_lines, text_of
 
 PROVIDER = "hangar"
 
@@ -65,7 +64,7 @@ class Pi:
                 for message in event.get("messages") or []:
                     if not isinstance(message, dict) or message.get("role") != "assistant":
                         continue
-                    summary = _text(message.get("content")) or summary
+                    summary = text_of(message.get("content")) or summary
                     if message.get("stopReason") == "error" and message.get("errorMessage"):
                         failure = str(message["errorMessage"])
                     for key, value in (message.get("usage") or {}).items():
