@@ -47,6 +47,18 @@ class Settings(BaseModel):
     kms_endpoint: str | None = Field(
         None, description="Cloud KMS REST endpoint (the stand-in); unset: the real service"
     )
+    tasks_endpoint: str | None = Field(
+        None, description="Cloud Tasks endpoint HOST:PORT (the emulator); unset: the real service"
+    )
+    ticks_url: str | None = Field(
+        None, description="Where Cloud Tasks posts ticks (the ticks function's URL)"
+    )
+    tasks_invoker: str | None = Field(
+        None, description="Service account whose OIDC token Cloud Tasks sends with each tick"
+    )
+    run_endpoint: str | None = Field(
+        None, description="Cloud Run Admin REST endpoint (the stand-in); unset: the real service"
+    )
 
     session_keep_checkpoints: int = Field(5, ge=1)
     session_max_part_mb: float = Field(100, gt=0)

@@ -127,6 +127,10 @@ class Db(Protocol):
         was created; a key that was cleared and set again starts over at 1."""
         ...
 
+    def get_due(self, key: str) -> TickDue | None:
+        """The due-time with this key, or None if there is none (cleared, or never set)."""
+        ...
+
     def list_due(self, before: datetime, limit: int = 100) -> list[TickDue]:
         """Due-times at or before ``before``, earliest first (ties by key), at most ``limit``."""
         ...

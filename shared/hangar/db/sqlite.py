@@ -607,6 +607,11 @@ class SqliteDb:
             )
         return stored
 
+    def get_due(self, key: str) -> TickDue | None:
+        """The due-time with this key, or None."""
+        found = self._all(TickDue, "SELECT doc FROM ticks WHERE key = ?", (key,))
+        return found[0] if found else None
+
     def list_due(self, before: datetime, limit: int = 100) -> list[TickDue]:
         """Due-times at or before ``before``, earliest first (ties by key), at most ``limit``."""
         if limit <= 0:

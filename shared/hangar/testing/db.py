@@ -702,6 +702,15 @@ class DbConformance:
         assert again.version == 3
         assert db.list_due(at(100)) == [again]
 
+    def test_get_due_returns_the_stored_due_time_or_none(self, db: Db) -> None:
+        assert db.get_due("idle:ses-1") is None
+        stored = db.set_due(make_due("idle:ses-1", 5, payload={"session": "ses-1"}))
+        assert db.get_due("idle:ses-1") == stored
+        moved = db.set_due(make_due("idle:ses-1", 7))
+        assert db.get_due("idle:ses-1") == moved
+        db.clear_due("idle:ses-1")
+        assert db.get_due("idle:ses-1") is None
+
     def test_list_due_returns_those_at_or_before_the_time_earliest_first(self, db: Db) -> None:
         late = db.set_due(make_due("c", 3))
         early = db.set_due(make_due("a", 1))
