@@ -1,0 +1,108 @@
+"""A session's sandbox: the label that ties a sandbox to its session, whether the session's
+sandbox is alive, where a checkpoint of it looks, and making one ready for a claimed session.
+
+Contracts: a session owns at most one sandbox, named by ``session.sandbox_id`` and labelled
+``SESSION_LABEL=<session id>`` (the pre-destroy hook finds the session by that label).
+:meth:`Provisioner.ensure` is idempotent for a session whose sandbox is alive (it returns the
+session unchanged); otherwise it creates, clones, runs the environment's setup and restores the
+newest usable checkpoint, and on any HangarError destroys the new sandbox without hooks and
+re-raises, so a failed start leaves no sandbox behind. It must be called with the session
+claimed (see :meth:`hangar.sessions.records.Records.claim`).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hangar.config import Settings
+from hangar.errors import HangarError, SandboxError, SandboxNotFound
+from hangar.harnesses import get_harness
+from hangar.models import Session, utcnow
+from hangar.sandboxes import HOME, Sandboxes, SandboxSpec
+from hangar.sessions.checkpoints import CheckpointTarget
+from hangar.sessions.environments import Environments
+from hangar.sessions.records import Records
+from hangar.sessions.restore import Restorer
+from hangar.sessions.workspace import clone, repo_dir_for
+
+SESSION_LABEL = "hangar.session"
+
+
+def checkpoint_target(session: Session) -> CheckpointTarget:
+    """What a checkpoint of the session's sandbox covers; the session must have a sandbox."""
+    assert session.sandbox_id is not None
+    return CheckpointTarget(
+        session_id=session.id,
+        sandbox_id=session.sandbox_id,
+        repo_dir=repo_dir_for(session.repo or ""),
+        base=session.base_commit,
+        harness=session.harness,
+        harness_session=session.harness_session,
+        conversation_dirs=get_harness(session.harness).conversation_dirs,
+    )
+
+
+def sandbox_alive(sandboxes: Sandboxes, session: Session) -> bool:
+    """Whether the session names a sandbox and that sandbox still exists."""
+    if not session.sandbox_id:
+        return False
+    try:
+        sandboxes.get(session.sandbox_id)
+    except SandboxNotFound:
+        return False
+    return True
+
+
+class Provisioner:
+    """Makes a claimed session's sandbox ready: created, cloned, set up and restored."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        sandboxes: Sandboxes,
+        environments: Environments,
+        restorer: Restorer,
+        records: Records,
+    ) -> None:
+        self.settings = settings
+        self.sandboxes = sandboxes
+        self.environments = environments
+        self.restorer = restorer
+        self.records = records
+
+    def ensure(self, session: Session) -> Session:
+        """A live sandbox for a claimed session: made, cloned, set up and restored if needed."""
+        if sandbox_alive(self.sandboxes, session):
+            return session
+        env = self.environments.require(session.environment)
+        ro_paths = [env.repo] if env.repo.startswith("/") else []
+        info = self.sandboxes.create(
+            SandboxSpec(labels={SESSION_LABEL: session.id}, ro_paths=ro_paths)
+        )
+        try:
+            workspace = clone(
+                self.sandboxes, info.id, env.repo, work_branch=session.branch, branch=env.branch
+            )
+            turn_env = self.environments.turn_env(env)
+            if env.setup:
+                result = self.sandboxes.exec(
+                    info.id, ["bash", "-lc", env.setup], cwd=workspace.repo_dir, env=turn_env,
+                    timeout=self.settings.setup_timeout_minutes * 60,
+                )  # fmt: skip
+                if not result.ok:
+                    detail = result.stderr.decode(errors="replace").strip()[-1000:]
+                    raise SandboxError(f"the environment's setup failed: {detail}",
+                                       exit_code=result.exit_code)  # fmt: skip
+            report = self.restorer.restore(session.id, info.id, workspace.repo_dir, home=HOME)
+        except HangarError:
+            self.sandboxes.destroy(info.id, hooks=False)
+            raise
+        ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
+        return self.records.update(
+            session.id,
+            sandbox_id=info.id,
+            sandbox_expires_at=utcnow() + ttl,
+            base_commit=session.base_commit or workspace.base_commit,
+            base_branch=session.base_branch or workspace.base_branch,
+            restored_from=report.checkpoint.id if report else None,
+        )
