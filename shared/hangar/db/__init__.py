@@ -154,7 +154,16 @@ def _open_sqlite(url: str, settings: Settings) -> Db:
     return SqliteDb.from_url(url)
 
 
-_BACKENDS: dict[str, Callable[[str, Settings], Db]] = {"sqlite": _open_sqlite}
+def _open_firestore(url: str, settings: Settings) -> Db:
+    from hangar.db.firestore import FirestoreDb
+
+    return FirestoreDb.from_url(url)
+
+
+_BACKENDS: dict[str, Callable[[str, Settings], Db]] = {
+    "sqlite": _open_sqlite,
+    "firestore": _open_firestore,
+}
 
 
 def open_db(url: str, settings: Settings) -> Db:

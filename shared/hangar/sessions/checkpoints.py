@@ -5,7 +5,8 @@ output (a manifest line, then the parts) is spooled to a local temporary file, t
 sealed and stored in blobs. Only when every part is stored is the checkpoint recorded, in one db
 transaction that also prunes to ``session_keep_checkpoints``; the pruned checkpoints' parts are
 deleted after that. If anything fails before the record is written, the parts stored so far are
-deleted and nothing is recorded (BRIEF invariant 3).
+deleted and nothing is recorded (BRIEF invariant 3). A db error from the recording itself is
+checked by reading the record back, since a commit can land and still report an error.
 
 The sandbox's output is untrusted: the manifest is validated, part names come from a fixed set
 and sizes must add up to what was received.
@@ -18,7 +19,7 @@ import logging
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO, cast
+from typing import BinaryIO, NoReturn, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -26,7 +27,9 @@ from hangar import agent
 from hangar.blobs import Blobs
 from hangar.config import Settings
 from hangar.db import Db
-from hangar.errors import CheckpointError, ExecTimeout, HangarError
+from hangar.errors import (
+    BackendError, CheckpointError, CheckpointNotFound, ExecTimeout, HangarError,
+)
 from hangar.keys import Keys
 from hangar.models import Checkpoint, CheckpointPart, CheckpointReason, Compression
 from hangar.sandboxes import HOME, Sandboxes
@@ -253,19 +256,63 @@ class Checkpointer:
             if spool.read(1):
                 raise CheckpointError("the sandbox's checkpoint output has trailing bytes")
             checkpoint.parts = parts
-            recorded = self.db.record_checkpoint(checkpoint, self.settings.session_keep_checkpoints)
         except BaseException as exc:
-            self._discard(stored)
-            if isinstance(exc, HangarError) and not isinstance(exc, CheckpointError):
-                raise CheckpointError(
-                    f"checkpoint of {target.session_id} failed: {exc.message}",
-                    session_id=target.session_id,
-                    cause=exc.code,
-                ) from exc
-            raise
+            self._abandon(target, stored, exc)
+        recorded = self._record(target, checkpoint, stored)
         for old in recorded:
             self._delete_quietly(old)
         return checkpoint.model_copy(update={"version": 1})
+
+    def _record(
+        self, target: CheckpointTarget, checkpoint: Checkpoint, stored: list[str]
+    ) -> list[Checkpoint]:
+        """Record the checkpoint (its parts are stored); returns the records it pruned.
+
+        A BackendError may come after the record landed (Firestore: a commit that succeeded
+        but whose answer was lost to a deadline), so the record is read back: if it is there
+        the checkpoint counts as recorded, but which records were pruned is lost and their
+        parts stay in blobs (logged). Only a record that is not there deletes the parts; when
+        not even that can be told, the parts are kept (a recorded checkpoint must never lose
+        them) and CheckpointError says so."""
+        try:
+            return self.db.record_checkpoint(checkpoint, self.settings.session_keep_checkpoints)
+        except BackendError as exc:
+            failure = exc
+        except BaseException as exc:
+            self._abandon(target, stored, exc)
+        try:
+            self.db.get_checkpoint(checkpoint.session_id, checkpoint.id)
+        except CheckpointNotFound:
+            self._abandon(target, stored, failure)
+        except HangarError as exc:
+            logger.error(
+                "checkpoint %s of %s: recording failed (%s) and reading it back failed (%s); "
+                "its parts are kept",
+                checkpoint.id, target.session_id, failure.message, exc.message,
+            )  # fmt: skip
+            raise CheckpointError(
+                f"checkpoint of {target.session_id} may not have been recorded: "
+                f"{failure.message}; its parts are kept",
+                session_id=target.session_id,
+                cause=failure.code,
+            ) from exc
+        logger.warning(
+            "checkpoint %s of %s was recorded although the db reported an error (%s); the parts "
+            "of any checkpoints it pruned are left in blobs", checkpoint.id, target.session_id,
+            failure.message,
+        )  # fmt: skip
+        return []
+
+    def _abandon(self, target: CheckpointTarget, stored: list[str], exc: BaseException) -> NoReturn:
+        """Delete the parts stored so far and raise: hangar errors as CheckpointError."""
+        self._discard(stored)
+        if isinstance(exc, HangarError) and not isinstance(exc, CheckpointError):
+            raise CheckpointError(
+                f"checkpoint of {target.session_id} failed: {exc.message}",
+                session_id=target.session_id,
+                cause=exc.code,
+            ) from exc
+        raise exc
 
     def _discard(self, keys: list[str]) -> None:
         for key in keys:
