@@ -12,8 +12,12 @@ DEB_PACKAGES := bubblewrap git tar zstd tmux util-linux
 HARNESS_PACKAGES := @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 \
 	@mariozechner/pi-coding-agent@0.73.1
 export HANGAR_HARNESS_DIR ?= $(HOME)/.local/share/hangar/harnesses
+# The Cloud Tasks emulator pins protobuf<5, which clashes with ours: it gets a venv of its own.
+TASKS_VENV := .venv-tasks
+TASKS_EMULATOR_VERSION := 0.6.2
+TASKS_STAMP := $(TASKS_VENV)/.installed-$(TASKS_EMULATOR_VERSION)
 
-.PHONY: install system-packages harnesses test bench run lint clean
+.PHONY: install system-packages harnesses tasks-emulator test bench run package lint clean
 
 install: system-packages $(STAMP)
 
@@ -29,20 +33,33 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
-test: install harnesses
+tasks-emulator: $(TASKS_STAMP)
+
+$(TASKS_STAMP):
+	@test -x $(TASKS_VENV)/bin/python || $(PYTHON) -m venv $(TASKS_VENV)
+	@$(TASKS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	@$(TASKS_VENV)/bin/python -m pip install --quiet 'gcloud-tasks-emulator==$(TASKS_EMULATOR_VERSION)'
+	@touch $(TASKS_STAMP)
+
+test: install harnesses tasks-emulator
 	$(BIN)/python -m pytest $(ARGS)
 
-run: install harnesses
+run: install harnesses tasks-emulator
 	$(BIN)/hangar serve $(ARGS)
 
-bench: install
+bench: install tasks-emulator
 	$(BIN)/python -m tests.bench.run $(ARGS)
+
+# One source archive per Cloud Run function in dist/functions (see docs/deploy.md).
+package: install
+	$(BIN)/python scripts/package-functions $(ARGS)
 
 lint: install
 	$(BIN)/ruff check --select F shared tests emulators
 	$(BIN)/python -m mypy
+	@for f in functions/*/main.py; do $(BIN)/python -m mypy --strict $$f || exit 1; done
 	@if command -v terraform >/dev/null 2>&1; then terraform fmt -recursive -check terraform; \
 	else echo "terraform is not installed: skipping terraform fmt -check"; fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(TASKS_VENV) .pytest_cache .mypy_cache

@@ -65,7 +65,16 @@ def _open_local(url: str, settings: Settings, db: Db) -> Ticks:
     return LocalTicks.from_url(url, settings, db)
 
 
-_BACKENDS: dict[str, Callable[[str, Settings, Db], Ticks]] = {"local": _open_local}
+def _open_cloudtasks(url: str, settings: Settings, db: Db) -> Ticks:
+    from hangar.ticks.cloudtasks import CloudTasksTicks
+
+    return CloudTasksTicks.from_url(url, settings, db)
+
+
+_BACKENDS: dict[str, Callable[[str, Settings, Db], Ticks]] = {
+    "local": _open_local,
+    "cloudtasks": _open_cloudtasks,
+}
 
 
 def open_ticks(url: str, settings: Settings, db: Db) -> Ticks:
