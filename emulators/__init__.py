@@ -2,6 +2,8 @@
 clients against real wire protocols.
 
 ``emulators.model`` is a scripted model-API stub (Anthropic Messages, OpenAI Responses and
-Chat Completions) that the real Claude Code, Codex and pi CLIs talk to on 127.0.0.1. The cloud
-emulators arrive with the cloud work.
+Chat Completions) that the real Claude Code, Codex and pi CLIs talk to on 127.0.0.1; the cloud
+ones are launchers for Google's Firestore emulator, fake-gcs-server and gcloud-tasks-emulator
+and stand-ins for Cloud KMS and the Cloud Run Admin API, all started at once by
+``emulators/run`` (:mod:`emulators.cloud`). See ``emulators/README.md``.
 """

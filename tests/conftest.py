@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -16,6 +17,9 @@ from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
 from hangar.keys.local import LocalKeys
 from hangar.sandboxes.local import LocalSandboxes
+
+if TYPE_CHECKING:
+    from emulators.cloud import CloudEmulators
 
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "Test Author",
@@ -84,3 +88,19 @@ def remote(tmp_path: Path) -> Path:
         git(seed, "commit", "-q", "-m", f"seed {i}")
     git(seed, "push", "-q", str(bare), "main")
     return bare
+
+
+@pytest.fixture(scope="session")
+def cloud_emulators() -> Iterator[CloudEmulators]:
+    """The Firestore, GCS, Cloud Tasks and KMS emulators, started once for the whole run (give
+    each test its own ``environment(namespace)``). A missing emulator fails, never skips."""
+    from emulators.cloud import CloudEmulators
+    from emulators.processes import EmulatorMissing
+
+    emulators = CloudEmulators()
+    try:
+        emulators.start()
+    except EmulatorMissing as exc:
+        pytest.fail(f"the cloud emulators could not start: {exc}", pytrace=False)
+    yield emulators
+    emulators.stop()

