@@ -5,7 +5,10 @@ uncommitted diff, 20 MB of untracked files (half random bytes, half text lines) 
 conversation as JSON lines, in a real local sandbox on the embedded backends. Each line is
 ``{"bench": NAME, "seconds": MEDIAN, "target": T, "runs": N, "samples": [...]}``.
 
-Usage: ``python -m tests.bench.run [--runs N] [--only NAME ...]``.
+Then the Cloud Run functions' cold starts (:mod:`tests.bench.cold_imports`) and ``get_session``
+on the Firestore emulator (:mod:`tests.bench.firestore`).
+
+Usage: ``python -m tests.bench.run [--runs N]``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from hangar.sandboxes.local import LocalSandboxes
 from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
 from hangar.sessions.restore import Restorer
 from hangar.sessions.workspace import Workspace, clone
+from tests.bench import cold_imports, firestore
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "bench",
@@ -205,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
             for info in sandboxes.list():
                 sandboxes.destroy(info.id, hooks=False)
             db.close()
+        for line in cold_imports.lines(args.runs, root / "cold"):
+            print(json.dumps(line), flush=True)
+    for line in firestore.run(args.runs * 20):
+        print(json.dumps(line), flush=True)
     return 0
 
 

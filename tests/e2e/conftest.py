@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,18 +104,30 @@ def _server(data_dir: Path, harnesses: Path, **extra: str) -> Iterator[Server]:
             server.sandboxes().destroy(info.id, hooks=False)
 
 
+@pytest.fixture(params=["embedded", "cloud"])
+def backends(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Every walk-through runs twice: on the embedded backends (SQLite, a folder, a key file,
+    the in-process ticker) and on the cloud ones (Firestore, GCS, Cloud KMS and Cloud Tasks on
+    their emulators, the ticks posted back to the server); sandboxes are local both times."""
+    if request.param == "embedded":
+        return {}
+    emulators = request.getfixturevalue("cloud_emulators")
+    return dict(emulators.environment(f"e2e-{uuid.uuid4().hex[:10]}"))
+
+
 @pytest.fixture
-def real_server(tmp_path: Path) -> Iterator[Server]:
+def real_server(tmp_path: Path, backends: dict[str, str]) -> Iterator[Server]:
     """hangar serve with the real Claude Code, Codex and pi CLIs."""
-    yield from _server(tmp_path / "data", harness_dir())
+    yield from _server(tmp_path / "data", harness_dir(), **backends)
 
 
 @pytest.fixture
-def standin_server(tmp_path: Path) -> Iterator[Server]:
+def standin_server(tmp_path: Path, backends: dict[str, str]) -> Iterator[Server]:
     """hangar serve whose only agent is the Antigravity stand-in (fast, no model), with a short
     activity grace so idle tests take seconds."""
     harnesses = tmp_path / "agy-harness"
     (harnesses / "bin").mkdir(parents=True)
     shutil.copy(STANDIN, harnesses / "bin" / "agy")
     (harnesses / "bin" / "agy").chmod(0o755)
-    yield from _server(tmp_path / "data", harnesses, HANGAR_ACTIVITY_GRACE_SECONDS="1")
+    yield from _server(tmp_path / "data", harnesses, HANGAR_ACTIVITY_GRACE_SECONDS="1",
+                       **backends)  # fmt: skip

@@ -1,7 +1,7 @@
 """The REST API (BRIEF §4, wave 1): a Starlette app over the runtime's session service.
 
 Every route needs a bearer token with the admin scope, except the OpenAPI document at
-``/api/openapi.json``. Errors are ``{"error": {"code", "message", ...}}`` with the error's HTTP
+``/api/openapi.json`` and, when asked for, ``POST /ticks`` (see :mod:`hangar.api.ticks`). Errors are ``{"error": {"code", "message", ...}}`` with the error's HTTP
 status; anything unexpected is a 500 ``internal`` whose details go to the log, never to the
 client. Service calls block, so they run in the thread pool (or, when they stream, in a thread
 of their own); the event loop never waits on them.
@@ -23,6 +23,7 @@ from hangar.api import envs, openapi, sandboxes, sessions
 from hangar.api.auth import authenticate
 from hangar.api.routes import Endpoint, Handler
 from hangar.api.terminal import terminal_route
+from hangar.api.ticks import tick_route
 from hangar.errors import HangarError
 from hangar.runtime import Runtime
 
@@ -38,9 +39,10 @@ def error_response(exc: HangarError) -> JSONResponse:
     return JSONResponse(exc.to_dict(), status_code=exc.status)
 
 
-def create_app(runtime: Runtime) -> Starlette:
+def create_app(runtime: Runtime, *, receive_ticks: bool = False) -> Starlette:
     """The ASGI app over ``runtime``. The caller owns the runtime: it starts the ticker and
-    closes it; the app only uses it."""
+    closes it; the app only uses it. ``receive_ticks`` adds ``POST /ticks`` where the ticks
+    backend delivers over HTTP (``hangar serve`` posting Cloud Tasks ticks to itself)."""
 
     def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -72,4 +74,7 @@ def create_app(runtime: Runtime) -> Starlette:
     routes: list[BaseRoute] = [Route("/api/openapi.json", openapi_json, methods=["GET"])]
     routes += [Route(e.path, guarded(e.handler), methods=[e.method]) for e in ENDPOINTS]
     routes.append(terminal_route(runtime))
+    ticks = tick_route(runtime) if receive_ticks else None
+    if ticks is not None:
+        routes.append(ticks)
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})

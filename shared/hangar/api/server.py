@@ -1,10 +1,14 @@
-"""``hangar serve``: the embedded control plane on one machine.
+"""``hangar serve``: the control plane on one machine, on the embedded backends or the cloud ones.
 
 On first start it makes an admin token, writes it to ``DATA_DIR/admin-token`` (mode 0600) and
 says where it is (never what it is). It starts the in-process ticker, so turns finish, idle
 sessions suspend and expired sandboxes are reaped with nobody calling in, and serves the REST
 API with uvicorn until SIGINT or SIGTERM, then stops cleanly (open requests get a few seconds to
 finish, the ticker stops, the database closes) and returns 0.
+
+With Cloud Tasks ticks (``HANGAR_TICKS=cloudtasks://...``) and no ``HANGAR_TICKS_URL``, the
+server has the tasks posted to its own ``POST /ticks``; with a ticks URL they go there (a ticks
+function) and this server only schedules them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import sys
 from types import FrameType
 
 from hangar.api.auth import TOKEN_FILE, ensure_admin_token
+from hangar.api.ticks import PATH as TICKS_PATH
 from hangar.config import Settings
 from hangar.errors import InvalidSettings
 
@@ -50,6 +55,12 @@ def serve(settings: Settings, host: str, port: int) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    receive_ticks = settings.ticks.startswith("cloudtasks:") and not settings.ticks_url
+    if receive_ticks:
+        settings = settings.replace(ticks_url=_self_url(bound_host, bound_port) + TICKS_PATH)
+        _say(f"Cloud Tasks will post ticks to {settings.ticks_url}")
     runtime = Runtime(settings)
     try:
         token_file = settings.data_dir / TOKEN_FILE
@@ -59,9 +70,8 @@ def serve(settings: Settings, host: str, port: int) -> int:
             _say(f"the admin token is in {token_file}")
         if stat.S_IMODE(token_file.stat().st_mode) & 0o077:
             _say(f"warning: {token_file} can be read by others; chmod 600 it")
-        bound_host, bound_port = sock.getsockname()[:2]
-        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        config = uvicorn.Config(create_app(runtime), log_level="warning", lifespan="off",
+        app = create_app(runtime, receive_ticks=receive_ticks)
+        config = uvicorn.Config(app, log_level="warning", lifespan="off",
                                 timeout_graceful_shutdown=GRACE_SECONDS)  # fmt: skip
         server = uvicorn.Server(config)
         runtime.start()
@@ -80,6 +90,15 @@ def serve(settings: Settings, host: str, port: int) -> int:
         sock.close()
     _say("stopped")
     return 0
+
+
+def _self_url(host: str, port: int) -> str:
+    """How this server reaches itself: a wildcard bind is reached on loopback."""
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:

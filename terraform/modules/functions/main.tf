@@ -16,11 +16,16 @@ resource "google_service_account" "ticks" {
 }
 
 locals {
+  # HANGAR_TASKS_INVOKER: Cloud Tasks signs every tick as this identity (an OIDC token for
+  # the ticks function). FUNCTION_USE_ASGI: both entry points are ASGI; functions-framework
+  # reads it as its --asgi flag.
   backend_env = {
     HANGAR_DB            = var.db_url
     HANGAR_SESSION_STORE = var.session_store_url
     HANGAR_KEYS          = var.keys_url
     HANGAR_TICKS         = var.ticks_url
+    HANGAR_TASKS_INVOKER = var.tasks_service_account_email
+    FUNCTION_USE_ASGI    = "true"
   }
   common_env = merge(var.extra_env, local.backend_env)
 }
