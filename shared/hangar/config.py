@@ -59,6 +59,17 @@ class Settings(BaseModel):
     run_endpoint: str | None = Field(
         None, description="Cloud Run Admin REST endpoint (the stand-in); unset: the real service"
     )
+    project: str | None = Field(
+        None, description="Google Cloud project of the functions; unset: read from the cloud URLs"
+    )
+    region: str | None = Field(
+        None, description="Region of the functions; unset: the Cloud Tasks or KMS location"
+    )
+    functions_prefix: str = Field(
+        "hangar",
+        pattern=r"^[a-z][a-z0-9-]*$",
+        description="Terraform's name_prefix: the functions are PREFIX-api and PREFIX-ticks",
+    )
 
     session_keep_checkpoints: int = Field(5, ge=1)
     session_max_part_mb: float = Field(100, gt=0)

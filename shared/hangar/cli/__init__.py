@@ -124,7 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     sbx_cmd.add_parser("destroy", help="destroy a sandbox (its session is checkpointed and "
                        "suspended first)").add_argument("id")  # fmt: skip
 
-    top.add_parser("doctor", help="check this machine's configuration and the server")
+    top.add_parser("admin-token", help="make sure DATA_DIR/admin-token holds an admin token "
+                   "the configured database knows (how a cloud deployment gets its first "
+                   "token); never prints it")  # fmt: skip
+    top.add_parser("doctor", help="check the configuration, every backend, the deployed "
+                   "functions and the server")  # fmt: skip
     return parser
 
 

@@ -29,6 +29,8 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> int:
         if args.data_dir:
             env = {**env, "HANGAR_DATA_DIR": args.data_dir}
         return serve(Settings.from_env(env), args.host, args.port)
+    if args.command == "admin-token":
+        return _admin_token(Settings.from_env(env))
     if args.command == "doctor":
         from hangar.cli.doctor import doctor
 
@@ -40,6 +42,24 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> int:
         "sandbox": _sandbox,
     }
     return handlers[args.command](api, args)
+
+
+def _admin_token(settings: Settings) -> int:
+    """Register the admin token of ``DATA_DIR/admin-token`` (made if missing, mode 0600) in the
+    database the settings name, directly (no server needed). Idempotent."""
+    from hangar.api.auth import TOKEN_FILE, ensure_admin_token
+    from hangar.db import open_db
+
+    db = open_db(settings.db, settings)
+    try:
+        path = settings.data_dir / TOKEN_FILE
+        made = ensure_admin_token(db, path)
+    finally:
+        db.close()
+    state = "made a new admin token" if made else "the admin token is registered"
+    print(f"{state}; it is in {path} (mode 0600); point HANGAR_URL at the server and the "
+          "CLI uses it")  # fmt: skip
+    return 0
 
 
 def client(settings: Settings) -> Client:

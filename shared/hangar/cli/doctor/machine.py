@@ -1,22 +1,17 @@
-"""``hangar doctor``: configuration checks, one line each: ``OK``, ``WARN`` or ``FAIL``, then
-what was checked. Exits 1 if any check failed.
-
-The local checks are about this machine as a server (settings, data folder, the tools local
-sandboxes need, the harness CLIs); the last ones ask the server at ``HANGAR_URL`` whether it
-answers and takes the token.
-"""
+"""The doctor's checks of this machine as a server (the data folder, the tools local sandboxes
+need, the harness CLIs) and of the server at ``HANGAR_URL`` (does it answer, does it take the
+token)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import stat
-from collections.abc import Mapping
 from pathlib import Path
 
 from hangar.cli.client import ApiError
+from hangar.cli.doctor.report import ProbeTimeout, Report, within
 from hangar.config import Settings
-from hangar.errors import HangarError
 
 SANDBOX_TOOLS = {
     "bwrap": "bubblewrap: local sandboxes",
@@ -29,42 +24,7 @@ SANDBOX_TOOLS = {
 HARNESS_BINARIES = {"claude": "claude", "codex": "codex", "pi": "pi", "antigravity": "agy"}
 
 
-class Report:
-    def __init__(self) -> None:
-        self.failed = False
-
-    def line(self, level: str, text: str) -> None:
-        self.failed = self.failed or level == "FAIL"
-        print(f"{level:4}  {text}", flush=True)
-
-    def check(self, ok: bool, good: str, bad: str, level: str = "FAIL") -> bool:
-        self.line("OK", good) if ok else self.line(level, bad)
-        return ok
-
-
-def doctor(env: Mapping[str, str]) -> int:
-    report = Report()
-    try:
-        settings = Settings.from_env(env)
-    except HangarError as exc:
-        report.line("FAIL", f"settings: {exc.message}")
-        return 1
-    report.line("OK", f"settings parse (data dir {settings.data_dir}, server {settings.url})")
-    _data_dir(report, settings.data_dir)
-    if settings.sandboxes.startswith("local:"):
-        for tool, why in SANDBOX_TOOLS.items():
-            report.check(shutil.which(tool) is not None, f"{tool} is installed ({why})",
-                         f"{tool} is missing ({why}): make install")  # fmt: skip
-        report.check(shutil.which("zstd") is not None, "zstd is installed (fast checkpoints)",
-                     "zstd is missing: checkpoints fall back to gzip", "WARN")  # fmt: skip
-        report.check(os.geteuid() == 0, "running as root (local sandboxes need it)",
-                     "not root: local sandboxes (bubblewrap, nsenter) need root")  # fmt: skip
-    _harnesses(report, settings.harness_dir)
-    _server(report, settings)
-    return 1 if report.failed else 0
-
-
-def _data_dir(report: Report, data_dir: Path) -> None:
+def data_dir(report: Report, data_dir: Path) -> None:
     existing = data_dir
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -77,7 +37,18 @@ def _data_dir(report: Report, data_dir: Path) -> None:
                      f"{token_file} has mode {mode:o}: chmod 600 it")  # fmt: skip
 
 
-def _harnesses(report: Report, harness_dir: Path) -> None:
+def sandbox_tools(report: Report) -> None:
+    """What local sandboxes need on this machine."""
+    for tool, why in SANDBOX_TOOLS.items():
+        report.check(shutil.which(tool) is not None, f"{tool} is installed ({why})",
+                     f"{tool} is missing ({why}): make install")  # fmt: skip
+    report.check(shutil.which("zstd") is not None, "zstd is installed (fast checkpoints)",
+                 "zstd is missing: checkpoints fall back to gzip", "WARN")  # fmt: skip
+    report.check(os.geteuid() == 0, "running as root (local sandboxes need it)",
+                 "not root: local sandboxes (bubblewrap, nsenter) need root")  # fmt: skip
+
+
+def harnesses(report: Report, harness_dir: Path) -> None:
     folders = [harness_dir / "bin", harness_dir / "node_modules" / ".bin"]
     found = []
     for harness, binary in HARNESS_BINARIES.items():
@@ -95,23 +66,28 @@ def _harnesses(report: Report, harness_dir: Path) -> None:
                      "node is missing: the npm harness CLIs need Node.js 20")  # fmt: skip
 
 
-def _server(report: Report, settings: Settings) -> None:
+def server(report: Report, settings: Settings, seconds: float) -> None:
+    """Does the server at HANGAR_URL answer (within ``seconds``), and does it take the token?"""
     from hangar.cli.commands import client
 
     api = client(settings)
     if not api.token:
         report.line("FAIL", api.token_hint)
     try:
-        api.call("GET", "/api/openapi.json")
-    except ApiError as exc:
+        within(seconds, lambda: api.call("GET", "/api/openapi.json"))
+    except (ApiError, ProbeTimeout) as exc:
+        why = exc.code if isinstance(exc, ApiError) else exc
         report.line("FAIL", f"no answer from hangar at {api.url}: start it with hangar serve "
-                    f"({exc.code})")  # fmt: skip
+                    f"({why})")  # fmt: skip
         return
     report.line("OK", f"hangar answers at {api.url}")
     if not api.token:
         return
     try:
-        api.call("GET", "/api/sessions")
+        within(seconds, lambda: api.call("GET", "/api/sessions"))
+    except ProbeTimeout as exc:
+        report.line("FAIL", f"hangar at {api.url} did not list sessions: {exc}")
+        return
     except ApiError as exc:
         report.line("FAIL", f"the token is refused: {exc.message} ({exc.code})")
         return
