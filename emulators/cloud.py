@@ -8,12 +8,12 @@ Used by ``emulators/run -- CMD`` and by the tests that run hangar whole on the c
 from __future__ import annotations
 
 import concurrent.futures
-from types import TracebackType
-from typing import Protocol, Self
+from typing import Self
 
 from emulators.firestore import FirestoreEmulator
 from emulators.gcs import FakeGcs
 from emulators.kms import KmsStandIn
+from emulators.processes import Emulator
 from emulators.tasks import TasksEmulator
 
 PROJECT = "hangar-local"
@@ -22,13 +22,7 @@ BUCKET = "hangar-local"
 QUEUE = "hangar-ticks"
 
 
-class _Emulator(Protocol):
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-
-class CloudEmulators:
+class CloudEmulators(Emulator):
     """Starts the four emulators together (concurrently: the Firestore emulator alone takes
     seconds), makes the bucket and the queue, and stops them all at the end of the ``with``
     block. :meth:`environment` gives the variables for hangar."""
@@ -40,10 +34,10 @@ class CloudEmulators:
         self.tasks = TasksEmulator()
         self.kms = KmsStandIn()
         self.queue = f"projects/{project}/locations/{LOCATION}/queues/{QUEUE}"
-        self._started: list[_Emulator] = []
+        self._started: list[Emulator] = []
 
-    def start(self) -> None:
-        emulators: list[_Emulator] = [self.firestore, self.gcs, self.tasks, self.kms]
+    def start(self) -> Self:
+        emulators: list[Emulator] = [self.firestore, self.gcs, self.tasks, self.kms]
         with concurrent.futures.ThreadPoolExecutor(len(emulators)) as pool:
             futures = {pool.submit(e.start): e for e in emulators}
             errors = []
@@ -57,6 +51,7 @@ class CloudEmulators:
             raise errors[0]  # type: ignore[misc]
         self.gcs.create_bucket(BUCKET, self.project)
         self.tasks.create_queue(self.queue)
+        return self
 
     def stop(self) -> None:
         while self._started:
@@ -81,11 +76,3 @@ class CloudEmulators:
             "HANGAR_TICKS": f"cloudtasks://{self.queue}",
         }
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -1,4 +1,5 @@
-"""What the emulator launchers share: free ports, stopping a process group, a clear error."""
+"""What the emulator launchers share: free ports, stopping a process group, one start error,
+the launcher shape (:class:`Emulator`) and our in-process HTTP stand-ins' lifecycle."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
+from http.server import ThreadingHTTPServer
+from types import FrameType, TracebackType
+from typing import Self
 
 
 class EmulatorMissing(RuntimeError):
@@ -37,3 +43,97 @@ def stop_group(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
+
+
+class Emulator:
+    """What every launcher is: ``start()`` (returns the launcher), ``stop()`` (idempotent), and a
+    context manager doing both."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class ThreadedStandIn(Emulator):
+    """A stand-in HTTP server of ours, served from a daemon thread of this process (or in the
+    foreground by :func:`serve_main`). Subclasses say how to make the server."""
+
+    label = "stand-in"
+    """How the stand-in names itself in messages ("kms stand-in")."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, verbose: bool = False) -> None:
+        self.host = host
+        self.port = port
+        self.verbose = verbose
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def make_server(self) -> ThreadingHTTPServer:
+        """A bound server for ``(self.host, self.port)``; raises OSError when it cannot bind."""
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError(f"the {self.label} is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def bind(self) -> None:
+        """Bind the socket (raises OSError when the port is taken)."""
+        if self._server is None:
+            self._server = self.make_server()
+
+    def serve_forever(self) -> None:
+        self.bind()
+        assert self._server is not None
+        self._server.serve_forever()
+
+    def start(self) -> Self:
+        self.bind()
+        assert self._server is not None
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name=self.label, daemon=True)  # fmt: skip
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            if self._thread is not None:
+                self._server.shutdown()
+                self._thread.join(timeout=5)
+            self._server.server_close()
+        self._server = None
+        self._thread = None
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def serve_main(stand_in: ThreadedStandIn) -> int:
+    """Serve ``stand_in`` in the foreground until SIGTERM or Ctrl-C (exit 0). Prints ``LABEL
+    listening on URL`` (flushed) once bound, so a parent that passed port 0 can read the port;
+    a port that cannot be bound exits with 2."""
+    try:
+        stand_in.bind()
+    except OSError as exc:
+        print(f"cannot bind {stand_in.host}:{stand_in.port}: {exc.strerror}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _interrupt)
+    print(f"{stand_in.label} listening on {stand_in.url}", flush=True)
+    try:
+        stand_in.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
+
+from emulators.processes import serve_main
 
 from .server import CloudRunStandIn
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,18 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             print(f"cannot load {args.services}: {exc}", file=sys.stderr)
             return 2
-    try:
-        stand_in.bind()
-    except OSError as exc:
-        print(f"cannot bind {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
-        return 2
-    signal.signal(signal.SIGTERM, _interrupt)
-    print(f"cloud run stand-in listening on {stand_in.url}", flush=True)
-    try:
-        stand_in.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return serve_main(stand_in)
 
 
 if __name__ == "__main__":

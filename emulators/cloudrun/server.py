@@ -28,9 +28,10 @@ import threading
 import zlib
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from emulators.processes import ThreadedStandIn
 
 _PARENT = r"projects/[^/:]+/locations/[^/:]+"
 _NAME = re.compile(rf"^{_PARENT}/services/[^/:]+$")
@@ -203,25 +204,19 @@ class _Server(ThreadingHTTPServer):
         self.verbose = verbose
 
 
-class CloudRunStandIn:
+class CloudRunStandIn(ThreadedStandIn):
     """The stand-in in a background thread: ``start()`` binds and serves, ``url`` is its base
     URL, ``stop()`` shuts it down; also a context manager. Services can be put and removed
     while it serves."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, verbose: bool = False) -> None:
-        self.host = host
-        self.port = port
-        self.verbose = verbose
-        self._state = _State()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+    label = "cloud run stand-in"
 
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the Cloud Run stand-in is not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, verbose: bool = False) -> None:
+        super().__init__(host, port, verbose=verbose)
+        self._state = _State()
+
+    def make_server(self) -> _Server:
+        return _Server((self.host, self.port), self._state, self.verbose)
 
     def put_service(self, service: Mapping[str, Any]) -> None:
         """Add or replace the service named by ``service["name"]`` (a v2 REST JSON document; a
@@ -252,42 +247,3 @@ class CloudRunStandIn:
         with self._state.lock:
             held = self._state.services
             return [json.loads(json.dumps(held[name])) for name in sorted(held)]
-
-    def bind(self) -> None:
-        """Bind the socket (raises OSError when the port is taken)."""
-        if self._server is None:
-            self._server = _Server((self.host, self.port), self._state, self.verbose)
-
-    def serve_forever(self) -> None:
-        self.bind()
-        assert self._server is not None
-        self._server.serve_forever()
-
-    def start(self) -> Self:
-        self.bind()
-        assert self._server is not None
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="cloudrun-stand-in", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            if self._thread is not None:
-                self._server.shutdown()
-                self._thread.join(timeout=5)
-            self._server.server_close()
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -26,10 +26,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Final, Self
 
-from emulators.processes import EmulatorMissing, free_port
+from emulators.processes import Emulator, EmulatorMissing, free_port
 
 __all__ = ["EmulatorUnavailable", "FirestoreEmulator", "INSTALL_HINT"]
 
@@ -69,7 +68,7 @@ def check_installed() -> str:
     return gcloud
 
 
-class FirestoreEmulator:
+class FirestoreEmulator(Emulator):
     """One emulator process group. ``start()`` returns once it answers HTTP; ``stop()`` ends
     the whole group (gcloud, its shell wrapper and the Java server). A context manager too.
 
@@ -189,16 +188,6 @@ class FirestoreEmulator:
             self._logdir.cleanup()
             self._logdir = None
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _signal_group(group: int, signum: int) -> bool:

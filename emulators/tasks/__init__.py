@@ -42,10 +42,9 @@ import tempfile
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Self
 
-from emulators.processes import EmulatorMissing
+from emulators.processes import Emulator, EmulatorMissing
 
 ENV_EXECUTABLE = "HANGAR_TASKS_EMULATOR"
 _ROOT = Path(__file__).resolve().parents[2]
@@ -108,7 +107,7 @@ def _exited(process: subprocess.Popen[str], timeout: float) -> bool:
     return False
 
 
-class TasksEmulator:
+class TasksEmulator(Emulator):
     """Runs the emulator while the context lasts (or between :meth:`start` and :meth:`stop`).
     ``queues`` (full names ``projects/P/locations/L/queues/Q``) exist once it is ready."""
 
@@ -194,16 +193,6 @@ class TasksEmulator:
             self._stderr.close()
             self._stderr = None
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # ------------------------------------------------------------------------ use
 

@@ -323,12 +323,19 @@ def test_a_transaction_still_aborted_after_its_last_attempt_is_a_version_conflic
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(attempt, (2, 3), timeout=_THREAD_TIMEOUT))
+    # The emulator's locks may abort one of them or, when each waits on the other, both.
     conflicts = [r for r in results if isinstance(r, VersionConflict)]
-    assert len(conflicts) == 1, results
-    assert "re-read and try again" in conflicts[0].message
-    (winner,) = [r for r in results if not isinstance(r, VersionConflict)]
+    assert conflicts, results
+    assert all("re-read and try again" in c.message for c in conflicts)
+    winners = [r for r in results if not isinstance(r, VersionConflict)]
     monkeypatch.undo()
-    assert fdb.get_due("idle:ses-1") == winner
+    stored = fdb.get_due("idle:ses-1")
+    assert stored is not None
+    if winners:
+        (winner,) = winners
+        assert stored == winner
+    else:  # nothing was written by either
+        assert stored.version == 1
 
 
 def test_a_rename_moves_the_name_lock_in_the_same_transaction(
