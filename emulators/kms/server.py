@@ -77,10 +77,21 @@ class _Vault:
 
     def __init__(self) -> None:
         self._keys: dict[str, bytes] = {}
+        self._disabled: set[str] = set()
         self._lock = threading.Lock()
 
-    def key(self, name: str) -> AESGCM:
+    def disable(self, name: str, disabled: bool = True) -> None:
         with self._lock:
+            (self._disabled.add if disabled else self._disabled.discard)(name)
+
+    def key(self, name: str) -> AESGCM:
+        """The key, made on first use; 400 FAILED_PRECONDITION while it is disabled, as the
+        service answers for a key whose primary version is not enabled."""
+        with self._lock:
+            if name in self._disabled:
+                raise _ApiError(400, "FAILED_PRECONDITION", f"The request cannot be fulfilled. "
+                                f"Resource {name}/cryptoKeyVersions/1 has value DISABLED in "
+                                "field crypto_key_version.state.")  # fmt: skip
             if name not in self._keys:
                 self._keys[name] = AESGCM.generate_key(bit_length=256)
             return AESGCM(self._keys[name])
@@ -236,6 +247,13 @@ class KmsStandIn(ThreadedStandIn):
     URL, ``stop()`` shuts it down; also a context manager."""
 
     label = "kms stand-in"
+
+    def disable(self, key_name: str, disabled: bool = True) -> None:
+        """Disable (or enable again) the crypto key ``projects/.../cryptoKeys/K``: encrypt and
+        decrypt with it answer 400 FAILED_PRECONDITION until it is enabled."""
+        server = self._server
+        assert isinstance(server, _Server), "start the stand-in first"
+        server.vault.disable(key_name, disabled)
 
     def make_server(self) -> _Server:
         return _Server((self.host, self.port), self.verbose)

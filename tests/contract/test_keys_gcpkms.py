@@ -185,3 +185,21 @@ def test_an_unreachable_endpoint_raises_backend_error(tmp_path: Path) -> None:
     keys = GcpKmsKeys.from_url(_key_url(), settings)
     with pytest.raises(BackendError):
         keys.wrap(os.urandom(32))
+
+
+def test_a_disabled_key_is_a_backend_error_not_a_bad_ciphertext(tmp_path: Path) -> None:
+    from hangar.errors import BackendError
+
+    with KmsStandIn() as stand_in:
+        settings = Settings.build(data_dir=tmp_path, kms_endpoint=stand_in.url)
+        keys = GcpKmsKeys.from_url(_key_url(), settings)
+        wrapped = keys.wrap(os.urandom(32))
+        stand_in.disable(keys.key_name)
+        with pytest.raises(BackendError) as unwrapping:
+            keys.unwrap(wrapped)
+        assert not isinstance(unwrapping.value, DecryptionFailed)
+        assert "DISABLED" in unwrapping.value.message
+        with pytest.raises(BackendError):
+            keys.wrap(os.urandom(32))
+        stand_in.disable(keys.key_name, disabled=False)
+        assert len(keys.unwrap(wrapped)) == 32
