@@ -44,12 +44,13 @@ import importlib
 import re
 import threading
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import ValidationError
 
+from hangar.db.records import micros, prepare, utc
 from hangar.errors import (
     AlreadyExists, BackendError, CheckpointNotFound, EnvironmentNotFound, HangarError,
     InvalidInput, InvalidSettings, NameTaken, NotFound, SessionNotFound, TokenNotFound,
@@ -77,7 +78,6 @@ indexed fields included."""
 _SETTING: Final = "HANGAR_DB"
 _PAGE: Final = 400
 _MAX_ID_BYTES: Final = 1500
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _PROJECT = re.compile(r"^(?:[a-z0-9.-]+:)?[a-z0-9][a-z0-9-]{0,62}$")
 _DATABASE = re.compile(r"^(?:\(default\)|[a-z][a-z0-9-]{2,61}[a-z0-9])$")
 _PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -98,34 +98,9 @@ def _doc_id(key: str) -> str:
     return escaped
 
 
-def _utc(ts: datetime) -> datetime:
-    """Aware UTC; a naive datetime counts as UTC (as in the SQLite backend)."""
-    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
-
-
-def _micros(ts: datetime) -> int:
-    return (_utc(ts) - _EPOCH) // timedelta(microseconds=1)
-
-
 def _prepare(record: Record, cls: type[R], version: int) -> tuple[R, str]:
-    """The record as it will be stored, and its JSON: a new object with ``version`` and only
-    ``cls``'s fields (a SessionDetail is stored as its Session). InvalidInput if it does not
-    validate or its JSON is over :data:`MAX_RECORD_BYTES`."""
-    data = record.model_dump(include=set(cls.model_fields))
-    data["version"] = version
-    try:
-        stored = cls.model_validate(data)
-    except ValidationError as exc:
-        raise InvalidInput(f"invalid {cls.__name__}: {exc.errors()[0]['msg']}",
-                           record=cls.__name__) from None  # fmt: skip
-    doc = stored.model_dump_json()
-    if (size := len(doc.encode())) > MAX_RECORD_BYTES:
-        raise InvalidInput(
-            f"the {cls.__name__} record is {size} bytes; Firestore stores at most "
-            f"{MAX_RECORD_BYTES} bytes per record",
-            record=cls.__name__, size=size, limit=MAX_RECORD_BYTES,
-        )  # fmt: skip
-    return stored, doc
+    """The stored copy and its JSON; InvalidInput over Firestore's document size."""
+    return prepare(record, cls, version, max_bytes=MAX_RECORD_BYTES, store="Firestore")
 
 
 def _fields(stored: Record, doc: str, **indexed: Any) -> dict[str, Any]:
@@ -341,7 +316,7 @@ class FirestoreDb:
     @staticmethod
     def _session_fields(session: Session, doc: str) -> dict[str, Any]:
         return _fields(session, doc, name=session.name, state=session.state.value,
-                       created_at=_utc(session.created_at))  # fmt: skip
+                       created_at=utc(session.created_at))  # fmt: skip
 
     def create_session(self, session: Session) -> Session:
         """Insert at version 1, with the name lock, in one transaction; AlreadyExists if the id
@@ -484,7 +459,7 @@ class FirestoreDb:
         stored, doc = _prepare(checkpoint, Checkpoint, 1)
         ref, session = self._ref("checkpoints", stored.id), self._ref("sessions", stored.session_id)
         query = self._checkpoints_of(stored.session_id)
-        fields = _fields(stored, doc, session_id=stored.session_id, ts=_utc(stored.ts))
+        fields = _fields(stored, doc, session_id=stored.session_id, ts=utc(stored.ts))
 
         def body(tx: Transaction) -> list[Checkpoint]:
             owner, existing = self._read(tx, session, ref)
@@ -495,9 +470,9 @@ class FirestoreDb:
             if existing.exists:
                 raise AlreadyExists(f"checkpoint id {stored.id!r} exists", id=stored.id)
             ranked: list[tuple[int, str, Snapshot | None]] = [
-                (_micros(snap.get("ts")), snap.id, snap) for snap in history
+                (micros(snap.get("ts")), snap.id, snap) for snap in history
             ]
-            ranked.append((_micros(stored.ts), ref.id, None))
+            ranked.append((micros(stored.ts), ref.id, None))
             ranked.sort(key=lambda entry: entry[:2])
             dropped = [snap for *_, snap in ranked[: max(0, len(ranked) - keep)]]
             # Parsed before the commit: a record that does not parse undoes the whole call.
@@ -586,7 +561,7 @@ class FirestoreDb:
         or the secret's hash, is taken."""
         stored, doc = _prepare(token, Token, 1)
         fields = _fields(stored, doc, secret_hash=stored.secret_hash,
-                         created_at=_utc(stored.created_at))  # fmt: skip
+                         created_at=utc(stored.created_at))  # fmt: skip
         writes: Writes = [(self._ref("tokens", stored.id), fields),
                           (self._ref("token_hashes", stored.secret_hash), {"token_id": stored.id})]
         self._create(writes, "create a token", lambda: AlreadyExists(
@@ -625,7 +600,7 @@ class FirestoreDb:
             (current,) = self._read(tx, ref)
             version = current.get("version") + 1 if current.exists else 1
             stored, doc = _prepare(due, TickDue, version)
-            tx.set(ref, _fields(stored, doc, key=stored.key, due_at=_utc(stored.due_at)))
+            tx.set(ref, _fields(stored, doc, key=stored.key, due_at=utc(stored.due_at)))
             return stored
 
         return self._transact("set a due-time", body)
@@ -640,7 +615,7 @@ class FirestoreDb:
         if limit <= 0:
             return []
         # index: ticks.due_at single-field, declared in terraform
-        query = self._col("ticks").where(filter=_filter("due_at", "<=", _utc(before)))
+        query = self._col("ticks").where(filter=_filter("due_at", "<=", utc(before)))
         return self._query(TickDue, query.order_by("due_at").limit(limit), "list due-times")
 
     def clear_due(
@@ -655,7 +630,7 @@ class FirestoreDb:
             if (
                 not current.exists
                 or (version is not None and current.get("version") != version)
-                or (due_at is not None and _micros(current.get("due_at")) != _micros(due_at))
+                or (due_at is not None and micros(current.get("due_at")) != micros(due_at))
             ):
                 return False
             tx.delete(ref)

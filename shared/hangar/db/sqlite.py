@@ -26,12 +26,13 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Final, TypeVar
 
 from pydantic import ValidationError
 
+from hangar.db.records import micros, prepare
 from hangar.errors import (
     AlreadyExists, BackendError, CheckpointNotFound, EnvironmentNotFound, HangarError,
     InvalidInput, InvalidSettings, NameTaken, NotFound, SessionNotFound, TokenNotFound,
@@ -50,8 +51,6 @@ BUSY_TIMEOUT_SECONDS: Final = 30.0
 
 _MAX_IDLE_CONNECTIONS: Final = 8
 _MEMORY: Final = ":memory:"
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND: Final = timedelta(microseconds=1)
 
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
@@ -75,26 +74,6 @@ _SCHEMA: Final = (
 )
 
 R = TypeVar("R", bound=Record)
-
-
-def _micros(ts: datetime) -> int:
-    """Microseconds since the epoch; a naive datetime counts as UTC."""
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)
-    return (ts - _EPOCH) // _MICROSECOND
-
-
-def _prepare(record: Record, cls: type[R], version: int) -> tuple[R, str]:
-    """The record as it will be stored, and its JSON: a new object with ``version`` and only
-    ``cls``'s fields (so a SessionDetail is stored as its Session). Never the caller's object."""
-    data = record.model_dump(include=set(cls.model_fields))
-    data["version"] = version
-    try:
-        stored = cls.model_validate(data)
-    except ValidationError as exc:
-        message = f"invalid {cls.__name__}: {exc.errors()[0]['msg']}"
-        raise InvalidInput(message, record=cls.__name__) from None
-    return stored, stored.model_dump_json()
 
 
 def _load(cls: type[R], doc: str) -> R:
@@ -360,7 +339,7 @@ class SqliteDb:
             "id": session.id,
             "name": session.name,
             "state": session.state.value,
-            "created_at": _micros(session.created_at),
+            "created_at": micros(session.created_at),
             "version": session.version,
             "doc": doc,
         }
@@ -376,7 +355,7 @@ class SqliteDb:
 
     def create_session(self, session: Session) -> Session:
         """Insert at version 1; AlreadyExists if the id is taken, else NameTaken if the name is."""
-        stored, doc = _prepare(session, Session, 1)
+        stored, doc = prepare(session, Session, 1)
         self._create("sessions", self._session_columns(stored, doc), self._session_clash(stored))
         return stored
 
@@ -411,7 +390,7 @@ class SqliteDb:
     def update_session(self, session: Session) -> Session:
         """Compare-and-set on ``session.version``: SessionNotFound, VersionConflict (checked
         before the name), or NameTaken for a rename to a name another session has."""
-        stored, doc = _prepare(session, Session, session.version + 1)
+        stored, doc = prepare(session, Session, session.version + 1)
         columns = self._session_columns(stored, doc)
         del columns["id"], columns["version"]
         missing = SessionNotFound(f"no session with id {stored.id!r}", id=stored.id)
@@ -431,7 +410,7 @@ class SqliteDb:
 
     def add_turn(self, turn: Turn) -> Turn:
         """Insert turn ``n`` of its session at version 1; AlreadyExists if the number is taken."""
-        stored, doc = _prepare(turn, Turn, 1)
+        stored, doc = prepare(turn, Turn, 1)
         columns = {"session_id": stored.session_id, "n": stored.n, "version": 1, "doc": doc}
         message = f"session {stored.session_id!r} already has turn {stored.n}"
         self._create("turns", columns, _exists(message, session_id=stored.session_id, n=stored.n))
@@ -458,7 +437,7 @@ class SqliteDb:
 
     def update_turn(self, turn: Turn) -> Turn:
         """Compare-and-set on ``turn.version``; NotFound or VersionConflict."""
-        stored, doc = _prepare(turn, Turn, turn.version + 1)
+        stored, doc = prepare(turn, Turn, turn.version + 1)
         key = {"session_id": stored.session_id, "n": stored.n}
         missing = self._turn_missing(stored.session_id, stored.n)
         self._update("turns", key, {"doc": doc}, turn.version, missing)
@@ -474,8 +453,8 @@ class SqliteDb:
         its session was deleted must not outlive it); InvalidInput if ``keep`` is below 1."""
         if keep < 1:
             raise InvalidInput(f"keep must be at least 1, not {keep}", keep=keep)
-        stored, doc = _prepare(checkpoint, Checkpoint, 1)
-        columns = {"id": stored.id, "session_id": stored.session_id, "ts": _micros(stored.ts)}
+        stored, doc = prepare(checkpoint, Checkpoint, 1)
+        columns = {"id": stored.id, "session_id": stored.session_id, "ts": micros(stored.ts)}
         clash = _exists(f"checkpoint id {stored.id!r} exists", id=stored.id)
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (stored.session_id,)).fetchone() is None:
@@ -531,7 +510,7 @@ class SqliteDb:
 
     def create_environment(self, env: Environment) -> Environment:
         """Insert at version 1; AlreadyExists if the name is taken."""
-        stored, doc = _prepare(env, Environment, 1)
+        stored, doc = prepare(env, Environment, 1)
         clash = _exists(f"environment {stored.name!r} exists", name=stored.name)
         self._create("environments", {"name": stored.name, "version": 1, "doc": doc}, clash)
         return stored
@@ -553,7 +532,7 @@ class SqliteDb:
 
     def update_environment(self, env: Environment) -> Environment:
         """Compare-and-set on ``env.version``; EnvironmentNotFound or VersionConflict."""
-        stored, doc = _prepare(env, Environment, env.version + 1)
+        stored, doc = prepare(env, Environment, env.version + 1)
         missing = self._environment_missing(stored.name)
         self._update("environments", {"name": stored.name}, {"doc": doc}, env.version, missing)
         return stored
@@ -567,9 +546,9 @@ class SqliteDb:
 
     def create_token(self, token: Token) -> Token:
         """Insert at version 1; AlreadyExists if the id, or the secret's hash, is taken."""
-        stored, doc = _prepare(token, Token, 1)
+        stored, doc = prepare(token, Token, 1)
         columns: dict[str, object] = {"id": stored.id, "secret_hash": stored.secret_hash}
-        columns |= {"created_at": _micros(stored.created_at), "version": 1, "doc": doc}
+        columns |= {"created_at": micros(stored.created_at), "version": 1, "doc": doc}
         clash = _exists(f"token {stored.id!r} (or one with its secret) exists", id=stored.id)
         self._create("tokens", columns, clash)
         return stored
@@ -598,12 +577,12 @@ class SqliteDb:
         not a compare-and-set: the version passed in is ignored."""
         with self._write() as conn:
             row = conn.execute("SELECT version FROM ticks WHERE key = ?", (due.key,)).fetchone()
-            stored, doc = _prepare(due, TickDue, 1 if row is None else row[0] + 1)
+            stored, doc = prepare(due, TickDue, 1 if row is None else row[0] + 1)
             conn.execute(
                 "INSERT INTO ticks (key, due_at, version, doc) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (key) DO UPDATE SET"
                 " due_at = excluded.due_at, version = excluded.version, doc = excluded.doc",
-                (stored.key, _micros(stored.due_at), stored.version, doc),
+                (stored.key, micros(stored.due_at), stored.version, doc),
             )
         return stored
 
@@ -619,7 +598,7 @@ class SqliteDb:
         return self._all(
             TickDue,
             "SELECT doc FROM ticks WHERE due_at <= ? ORDER BY due_at, key LIMIT ?",
-            (_micros(before), limit),
+            (micros(before), limit),
         )
 
     def clear_due(
@@ -633,6 +612,6 @@ class SqliteDb:
             params.append(version)
         if due_at is not None:
             sql += " AND due_at = ?"
-            params.append(_micros(due_at))
+            params.append(micros(due_at))
         with self._write() as conn:
             return conn.execute(sql, params).rowcount > 0
