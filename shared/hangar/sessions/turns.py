@@ -226,7 +226,7 @@ class Turns:
                     status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0,
                                       MAX_LOG_BYTES)  # fmt: skip
             except SandboxNotFound:
-                return self.db.get_session(session.id)  # the pre-destroy hook settles it
+                return self._sandbox_lost(session.id, session.sandbox_id)
             except SandboxError:
                 status = None
             if status is None or not status.finished:
@@ -237,6 +237,35 @@ class Turns:
                 return self.db.get_session(session.id)
             turn = finished
         return self._after_turn(session, turn)
+
+    def _sandbox_lost(self, session_id: str, sandbox_id: str) -> Session:
+        """The sandbox of an ACTIVE session is gone. Usually its pre-destroy hook already made
+        the session SUSPENDED; if the record still points at the sandbox, no hook ran (a host
+        restart, a killed init) and the session would wait for a turn that can never end. Then
+        the running turn is INTERRUPTED and the session SUSPENDED, to resume from its last
+        checkpoint (what the turn did since is lost with the sandbox). Compare-and-set: anyone
+        who changed the session meanwhile wins, and their state is returned."""
+        session = self.db.get_session(session_id)
+        if session.state is not S.ACTIVE or session.sandbox_id != sandbox_id:
+            return session
+        logger.warning("sandbox %s of session %s is gone without a checkpoint; suspending it",
+                       sandbox_id, session_id)  # fmt: skip
+        for turn in self.db.list_turns(session_id):
+            if turn.finished_at is None:
+                try:
+                    self.db.update_turn(turn.model_copy(update={
+                        "finished_at": utcnow(), "outcome": TurnOutcome.INTERRUPTED,
+                        "summary": "the sandbox was lost during the turn; the session resumes "
+                                   "from its last checkpoint"}))  # fmt: skip
+                except VersionConflict:
+                    pass  # someone else finished it
+        lost = session.model_copy(update={
+            "state": S.SUSPENDED, "sandbox_id": None, "sandbox_expires_at": None,
+            "updated_at": utcnow()})  # fmt: skip
+        try:
+            return self.db.update_session(lost)
+        except VersionConflict:
+            return self.db.get_session(session_id)
 
     def _finish_turn(self, session: Session, turn: Turn, log: bytes, exit_code: int) -> Turn | None:
         harness = get_harness(session.harness)

@@ -186,6 +186,23 @@ def test_a_sandbox_destroyed_from_outside_leaves_a_destroy_checkpoint_and_resume
     assert world.sh("demo", "cat late.txt") == "late\n"
 
 
+def test_a_sandbox_lost_without_its_hook_during_a_turn_suspends_the_session_to_resume(
+    world: World,
+) -> None:
+    start(world)
+    world.service.send("demo", "wait-for: /tmp/never\nstuck turn")
+    sandbox = world.service.resolve("demo").sandbox_id
+    assert sandbox and world.service.resolve("demo").state is SessionState.ACTIVE
+    world.sandboxes.destroy(sandbox, hooks=False)  # as a host restart would: no hook, no checkpoint
+    session = world.service.get("demo")
+    assert session.state is SessionState.SUSPENDED and session.sandbox_id is None
+    assert session.turns[-1].outcome is TurnOutcome.INTERRUPTED
+    assert session.checkpoints[-1].reason is CheckpointReason.TURN  # the last good one
+    world.service.send("demo", "run: cat committed.txt")
+    assert world.service.wait("demo", timeout=60, poll=0.05).outcome is TurnOutcome.EXITED
+    assert world.sh("demo", "cat committed.txt notes.txt") == "one\nnote\n"
+
+
 def test_the_reaper_takes_expired_sandboxes_through_the_pre_destroy_hook(world: World) -> None:
     start(world)
     session = world.service.resolve("demo")
