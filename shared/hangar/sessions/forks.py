@@ -7,8 +7,9 @@ Contracts: :meth:`Forks.fork` is not idempotent: every call makes new sessions, 
 when the source is IDLE with a live sandbox (CheckpointError when it cannot be taken), else the
 source's newest checkpoint (InvalidState when it has none). SessionBusy while the source runs a
 turn, InvalidInput unless 1 <= n <= 10; both before anything is made. Forks are made one after
-another; a fork that fails to start is left FAILED with its error and the HangarError is
-raised, so the forks made before it remain.
+another, each sandbox set up as the environment says; a fork that fails to start is left
+FAILED with its error and no sandbox, and the HangarError is raised, so the forks made before
+it remain.
 """
 
 from __future__ import annotations
@@ -19,15 +20,14 @@ from hangar.config import Settings
 from hangar.db import Db
 from hangar.errors import HangarError, InvalidInput, InvalidState, SessionBusy
 from hangar.models import Checkpoint, CheckpointReason, Session, SessionState as S, utcnow
-from hangar.sandboxes import Sandboxes, SandboxSpec
+from hangar.sandboxes import Sandboxes
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.environments import Environments
 from hangar.sessions.housekeeping import Housekeeping
 from hangar.sessions.records import Records
 from hangar.sessions.restore import Restorer
-from hangar.sessions.sandbox import SESSION_LABEL, checkpoint_target, sandbox_alive
+from hangar.sessions.sandbox import Provisioner, checkpoint_target, sandbox_alive
 from hangar.sessions.turns import Turns
-from hangar.sessions.workspace import clone
 
 
 class Forks:
@@ -41,6 +41,7 @@ class Forks:
         environments: Environments,
         checkpointer: Checkpointer,
         restorer: Restorer,
+        provisioner: Provisioner,
         records: Records,
         turns: Turns,
         housekeeping: Housekeeping,
@@ -51,6 +52,7 @@ class Forks:
         self.environments = environments
         self.checkpointer = checkpointer
         self.restorer = restorer
+        self.provisioner = provisioner
         self.records = records
         self.turns = turns
         self.housekeeping = housekeeping
@@ -102,18 +104,19 @@ class Forks:
             )
         )
         try:
-            env = self.environments.require(fork.environment)
-            info = self.sandboxes.create(
-                SandboxSpec(labels={SESSION_LABEL: fork.id},
-                            ro_paths=[env.repo] if env.repo.startswith("/") else [])  # fmt: skip
-            )
+            info, workspace = self.provisioner.prepare(fork)
+        except HangarError as exc:
+            self.records.fail(fork, exc)
+            raise
+        try:
             fork = self.records.update(fork.id, sandbox_id=info.id)
-            workspace = clone(self.sandboxes, info.id, env.repo, work_branch=fork.branch,
-                              branch=env.branch)  # fmt: skip
             self.restorer.restore_checkpoint(checkpoint, info.id, workspace.repo_dir)
             self.checkpointer.take(checkpoint_target(fork), CheckpointReason.MANUAL)
         except HangarError as exc:
-            self.records.fail(fork, exc)
+            # A half-restored sandbox is of no use to anyone: it goes, and the FAILED fork
+            # keeps no sandbox (the reaper would never take it).
+            self.sandboxes.destroy(info.id, hooks=False)
+            self.records.update(fork.id, state=S.FAILED, sandbox_id=None, error=exc.message)
             raise
         ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
         fork = self.records.update(fork.id, state=S.IDLE, restored_from=checkpoint.id,

@@ -18,12 +18,12 @@ from hangar.config import Settings
 from hangar.errors import HangarError, SandboxError, SandboxNotFound
 from hangar.harnesses import get_harness
 from hangar.models import Session, utcnow
-from hangar.sandboxes import HOME, Sandboxes, SandboxSpec
+from hangar.sandboxes import HOME, SandboxInfo, Sandboxes, SandboxSpec
 from hangar.sessions.checkpoints import CheckpointTarget
 from hangar.sessions.environments import Environments
 from hangar.sessions.records import Records
 from hangar.sessions.restore import Restorer
-from hangar.sessions.workspace import clone, repo_dir_for
+from hangar.sessions.workspace import Workspace, clone, repo_dir_for
 
 SESSION_LABEL = "hangar.session"
 
@@ -70,10 +70,10 @@ class Provisioner:
         self.restorer = restorer
         self.records = records
 
-    def ensure(self, session: Session) -> Session:
-        """A live sandbox for a claimed session: made, cloned, set up and restored if needed."""
-        if sandbox_alive(self.sandboxes, session):
-            return session
+    def prepare(self, session: Session) -> tuple[SandboxInfo, Workspace]:
+        """A new sandbox for the session: made, the repo cloned on the session's branch, and
+        the environment's setup run in it. Nothing is restored and no record changes. On any
+        failure the sandbox is destroyed and the HangarError raised."""
         env = self.environments.require(session.environment)
         ro_paths = [env.repo] if env.repo.startswith("/") else []
         info = self.sandboxes.create(
@@ -93,6 +93,17 @@ class Provisioner:
                     detail = result.stderr.decode(errors="replace").strip()[-1000:]
                     raise SandboxError(f"the environment's setup failed: {detail}",
                                        exit_code=result.exit_code)  # fmt: skip
+        except HangarError:
+            self.sandboxes.destroy(info.id, hooks=False)
+            raise
+        return info, workspace
+
+    def ensure(self, session: Session) -> Session:
+        """A live sandbox for a claimed session: made, cloned, set up and restored if needed."""
+        if sandbox_alive(self.sandboxes, session):
+            return session
+        info, workspace = self.prepare(session)
+        try:
             report = self.restorer.restore(session.id, info.id, workspace.repo_dir, home=HOME)
         except HangarError:
             self.sandboxes.destroy(info.id, hooks=False)

@@ -113,7 +113,7 @@ class SessionService:
         )  # fmt: skip
         self._forks = Forks(
             settings, db, sandboxes, self.environments, self.checkpointer, self.restorer,
-            self._records, self._turns, self._housekeeping,
+            self._provisioner, self._records, self._turns, self._housekeeping,
         )  # fmt: skip
         sandboxes.add_pre_destroy_hook(self._before_destroy)
 

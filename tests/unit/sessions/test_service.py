@@ -19,6 +19,7 @@ from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
 from hangar.errors import (
     EnvironmentNotFound,
+    HangarError,
     InvalidInput,
     InvalidName,
     NameTaken,
@@ -316,6 +317,21 @@ def test_fork_restores_one_checkpoint_into_new_sessions_that_hand_off(world: Wor
     assert "turn one: start the work" in (turn.summary or "")
 
 
+def test_a_fork_that_cannot_restore_is_failed_and_leaves_no_sandbox(world: World) -> None:
+    start(world)
+    world.service.suspend("demo")
+    newest = world.service.get("demo").checkpoints[-1]
+    for key in world.blobs.list("sessions/"):
+        if newest.id in key:
+            world.blobs.delete(key)
+    with pytest.raises(HangarError):
+        world.service.fork("demo", 1)
+    fork = world.service.get("demo-fork-1")
+    assert fork.state is SessionState.FAILED and fork.error
+    assert fork.sandbox_id is None
+    assert world.sandboxes.list() == []
+
+
 def test_the_patch_comes_live_from_the_sandbox_or_from_the_newest_checkpoint(world: World) -> None:
     start(world)
     live = world.service.patch("demo")
@@ -388,6 +404,8 @@ def test_the_environments_setup_runs_in_every_new_sandbox_with_its_vars_and_secr
     world.service.suspend("built")
     world.service.open("built")
     assert world.sh("built", "cat ~/setup-ran") == "hello tok-secret\n"
+    [fork] = world.service.fork("built", 1)
+    assert world.sh(fork.name, "cat ~/setup-ran") == "hello tok-secret\n"
 
 
 def test_a_failing_setup_fails_the_session_with_the_reason_and_leaves_no_sandbox(
