@@ -42,6 +42,7 @@ from hangar.errors import (
     NotFound,
     SandboxError,
     SessionNotFound,
+    VersionConflict,
 )
 from hangar.harnesses import get_harness
 from hangar.keys import Keys
@@ -244,9 +245,12 @@ class SessionService:
             logger.exception("checkpoint before destroying %s failed", info.id)
         running = [t for t in self.db.list_turns(session.id) if t.finished_at is None]
         for turn in running:
-            self.db.update_turn(turn.model_copy(update={
-                "finished_at": utcnow(), "outcome": TurnOutcome.INTERRUPTED,
-                "summary": "the sandbox was destroyed during the turn"}))  # fmt: skip
+            try:
+                self.db.update_turn(turn.model_copy(update={
+                    "finished_at": utcnow(), "outcome": TurnOutcome.INTERRUPTED,
+                    "summary": "the sandbox was destroyed during the turn"}))  # fmt: skip
+            except VersionConflict:
+                pass  # finished meanwhile by whoever caught up with it
         self._records.update(session.id, state=S.SUSPENDED, sandbox_id=None,
                              sandbox_expires_at=None)  # fmt: skip
         self._housekeeping.cancel_watch(session.id)
