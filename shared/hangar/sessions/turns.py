@@ -313,10 +313,12 @@ class Turns:
         }
         if ok and turn.harness_session:
             changes.update(harness_session=turn.harness_session, fork_from=None)
+        current = self.db.get_session(session.id)
+        if current.state is not S.ACTIVE:
+            return current  # settled meanwhile (another finisher, the pre-destroy hook)
+        changes["updated_at"] = utcnow()
         try:
-            updated = self.db.update_session(
-                self.db.get_session(session.id).model_copy(update=changes)
-            )
+            updated = self.db.update_session(current.model_copy(update=changes))
         except VersionConflict:
             return self.db.get_session(session.id)
         self.housekeeping.cancel_watch(session.id)
