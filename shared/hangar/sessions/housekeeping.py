@@ -22,7 +22,13 @@ from datetime import datetime, timedelta
 
 from hangar.config import Settings
 from hangar.db import Db
-from hangar.errors import CheckpointError, InvalidState, SessionBusy, SessionNotFound
+from hangar.errors import (
+    CheckpointError,
+    HangarError,
+    InvalidState,
+    SessionBusy,
+    SessionNotFound,
+)
 from hangar.models import CheckpointReason, Session, SessionState as S, TickDue, utcnow
 from hangar.sandboxes import Sandboxes
 from hangar.sessions.checkpoints import Checkpointer
@@ -125,19 +131,30 @@ class Housekeeping:
 
     def reap(self) -> list[str]:
         """Destroy every sandbox whose session's TTL has passed (not during a turn), each
-        through the pre-destroy hook, concurrently. Returns the destroyed sandboxes' ids."""
+        through the pre-destroy hook, concurrently. Returns the ids of those destroyed; one
+        that could not be is logged and left for the next reap."""
         now = utcnow()
         doomed = [
             s.sandbox_id
             for s in self.db.list_sessions(states=[S.IDLE])
             if s.sandbox_id and s.sandbox_expires_at and s.sandbox_expires_at <= now
         ]
-        threads = [threading.Thread(target=self.sandboxes.destroy, args=(sid,)) for sid in doomed]
+        destroyed: list[str] = []
+
+        def destroy(sandbox_id: str) -> None:
+            try:
+                self.sandboxes.destroy(sandbox_id)
+            except HangarError as exc:  # the next reap tries again
+                logger.warning("reaping sandbox %s failed: %s", sandbox_id, exc.message)
+            else:
+                destroyed.append(sandbox_id)  # list.append is atomic
+
+        threads = [threading.Thread(target=destroy, args=(sid,)) for sid in doomed if sid]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        return [sid for sid in doomed if sid]
+        return sorted(destroyed)
 
     # -- scheduling -------------------------------------------------------------------------
 
