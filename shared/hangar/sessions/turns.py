@@ -128,7 +128,8 @@ class Turns:
                     }
                 )
             )
-            self.records.update(session.id, state=S.IDLE, error=exc.message)
+            idle = self.records.update(session.id, state=S.IDLE, error=exc.message)
+            self.housekeeping.schedule_housekeeping(idle)  # its sandbox still idles and expires
             raise
         ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
         self.records.update(

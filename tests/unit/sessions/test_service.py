@@ -204,6 +204,25 @@ def test_a_sandbox_lost_without_its_hook_during_a_turn_suspends_the_session_to_r
     assert world.sh("demo", "cat committed.txt notes.txt") == "one\nnote\n"
 
 
+def test_a_turn_that_fails_to_start_leaves_the_session_idle_with_its_housekeeping(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    start(world)
+    session_id = world.service.resolve("demo").id
+    world.ticks.due.clear()
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise SandboxError("tmux could not start the run")
+
+    monkeypatch.setattr("hangar.sessions.turns.start_turn", refuse)
+    with pytest.raises(SandboxError):
+        world.service.send("demo", "next")
+    session = world.service.get("demo")
+    assert session.state is SessionState.IDLE and session.sandbox_id
+    assert session.turns[-1].outcome is TurnOutcome.FAILED
+    assert {f"idle:{session_id}", "reap"} <= set(world.ticks.due)
+
+
 def test_the_reaper_takes_expired_sandboxes_through_the_pre_destroy_hook(world: World) -> None:
     start(world)
     session = world.service.resolve("demo")
