@@ -27,10 +27,11 @@ import re
 import threading
 import zlib
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from emulators.googleapi import ApiError, JsonHandler
 from emulators.processes import ThreadedStandIn
 
 _PARENT = r"projects/[^/:]+/locations/[^/:]+"
@@ -89,16 +90,8 @@ def service_doc(
     }
 
 
-class _ApiError(Exception):
-    def __init__(self, code: int, status: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.status = status
-        self.message = message
-
-
-def _not_found(name: str) -> _ApiError:
-    return _ApiError(404, "NOT_FOUND", f"Resource '{name}' was not found")
+def _not_found(name: str) -> ApiError:
+    return ApiError(404, "NOT_FOUND", f"Resource '{name}' was not found")
 
 
 class _State:
@@ -114,7 +107,7 @@ class _State:
             size = int(query.get("pageSize", [str(_DEFAULT_PAGE)])[0]) or _DEFAULT_PAGE
             start = _token(query.get("pageToken", [""])[0])
         except ValueError:
-            raise _ApiError(400, "INVALID_ARGUMENT", "bad pageSize or pageToken") from None
+            raise ApiError(400, "INVALID_ARGUMENT", "bad pageSize or pageToken") from None
         size = min(max(size, 1), _MAX_PAGE)
         with self.lock:
             names = sorted(n for n in self.services if n.startswith(parent + "/services/"))
@@ -152,45 +145,29 @@ def _token(raw: str) -> int:
     return value
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        if self.server.verbose:
-            super().log_message(format, *args)
-
-    def _send(self, status: int, doc: dict[str, Any]) -> None:
-        data = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=UTF-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _error(self, exc: _ApiError) -> None:
-        error = {"code": exc.code, "message": exc.message, "status": exc.status}
-        self._send(exc.code, {"error": error})
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
         state = self.server.state
         try:
             if match := _LIST.match(parts.path):
-                self._send(200, state.list(match.group(1), parse_qs(parts.query)))
+                self.send_json(200, state.list(match.group(1), parse_qs(parts.query)))
             elif match := _IAM.match(parts.path):
-                self._send(200, state.policy(match.group(1)))
+                self.send_json(200, state.policy(match.group(1)))
             elif match := _GET.match(parts.path):
-                self._send(200, state.get(match.group(1)))
+                self.send_json(200, state.get(match.group(1)))
             else:
-                raise _ApiError(404, "NOT_FOUND", f"no such method: GET {parts.path}")
-        except _ApiError as exc:
-            self._error(exc)
+                raise ApiError(404, "NOT_FOUND", f"no such method: GET {parts.path}")
+        except ApiError as exc:
+            self.send_api_error(exc)
 
     def _refuse(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
         method = self.command
-        self._error(_ApiError(405, "METHOD_NOT_ALLOWED", f"{method} is not served here"))
+        self.send_api_error(ApiError(405, "METHOD_NOT_ALLOWED", f"{method} is not served here"))
 
     do_POST = do_PATCH = do_PUT = do_DELETE = _refuse
 

@@ -21,13 +21,14 @@ import json
 import re
 import secrets
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from emulators.googleapi import ApiError, JsonHandler
 from emulators.processes import ThreadedStandIn
 
 _VERSION = b"\x01"
@@ -60,16 +61,8 @@ def crc32c(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-class _ApiError(Exception):
-    def __init__(self, code: int, status: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.status = status
-        self.message = message
-
-
-def _invalid(message: str) -> _ApiError:
-    return _ApiError(400, "INVALID_ARGUMENT", message)
+def _invalid(message: str) -> ApiError:
+    return ApiError(400, "INVALID_ARGUMENT", message)
 
 
 class _Vault:
@@ -89,7 +82,7 @@ class _Vault:
         service answers for a key whose primary version is not enabled."""
         with self._lock:
             if name in self._disabled:
-                raise _ApiError(400, "FAILED_PRECONDITION", f"The request cannot be fulfilled. "
+                raise ApiError(400, "FAILED_PRECONDITION", f"The request cannot be fulfilled. "
                                 f"Resource {name}/cryptoKeyVersions/1 has value DISABLED in "
                                 "field crypto_key_version.state.")  # fmt: skip
             if name not in self._keys:
@@ -185,26 +178,14 @@ def decrypt(vault: _Vault, name: str, body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        if self.server.verbose:
-            super().log_message(format, *args)
-
-    def _send(self, status: int, doc: dict[str, Any]) -> None:
-        data = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=UTF-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_POST(self) -> None:
         try:
             match = _PATH.match(urlsplit(self.path).path)
             if match is None:
-                raise _ApiError(404, "NOT_FOUND", f"no such method: POST {self.path}")
+                raise ApiError(404, "NOT_FOUND", f"no such method: POST {self.path}")
             length = int(self.headers.get("Content-Length") or 0)
             try:
                 body = json.loads(self.rfile.read(length) or b"{}")
@@ -214,23 +195,12 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _invalid("request body must be a JSON object")
             name, method = match.group(1), match.group(2)
             handler = encrypt if method == "encrypt" else decrypt
-            self._send(200, handler(self.server.vault, name, body))
-        except _ApiError as exc:
-            self._send(
-                exc.code,
-                {
-                    "error": {
-                        "code": exc.code,
-                        "message": exc.message,
-                        "status": exc.status,
-                    }
-                },
-            )
+            self.send_json(200, handler(self.server.vault, name, body))
+        except ApiError as exc:
+            self.send_api_error(exc)
 
     def do_GET(self) -> None:
-        self._send(
-            404, {"error": {"code": 404, "message": "not found", "status": "NOT_FOUND"}}
-        )
+        self.send_api_error(ApiError(404, "NOT_FOUND", "not found"))
 
 
 class _Server(ThreadingHTTPServer):

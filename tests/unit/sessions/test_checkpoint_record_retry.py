@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -50,16 +51,21 @@ class FlakyDb:
         return getattr(self.inner, name)
 
 
-def _engine(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
+EngineFor = Callable[..., Engine]
+
+
+@pytest.fixture
+def engine_for(
+    settings: Settings, blobs: LocalBlobs, keys: LocalKeys, sandboxes: LocalSandboxes,
     remote: Path,
-    flaky: FlakyDb,
-) -> Engine:
-    return make_engine(settings, flaky, blobs, keys, sandboxes, remote)  # type: ignore[arg-type]
+) -> EngineFor:
+    """``engine_for(flaky, **settings_changes)``: the checkpoint engine over ``flaky``."""
+
+    def make(flaky: FlakyDb, **changes: Any) -> Engine:
+        chosen = settings.replace(**changes) if changes else settings
+        return make_engine(chosen, flaky, blobs, keys, sandboxes, remote)  # type: ignore[arg-type]
+
+    return make
 
 
 def _parts_of(blobs: LocalBlobs, checkpoint_id: str) -> list[str]:
@@ -67,16 +73,10 @@ def _parts_of(blobs: LocalBlobs, checkpoint_id: str) -> list[str]:
 
 
 def test_a_record_that_landed_before_the_backend_error_counts_as_recorded_and_keeps_its_parts(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
-    remote: Path,
-    caplog: pytest.LogCaptureFixture,
+    engine_for: EngineFor, db: SqliteDb, blobs: LocalBlobs, caplog: pytest.LogCaptureFixture
 ) -> None:
     flaky = FlakyDb(db, lands=True)
-    engine = _engine(settings, db, blobs, keys, sandboxes, remote, flaky)
+    engine = engine_for(flaky)
     sandbox, workspace = engine.sandbox()
     engine.sh(sandbox, "echo changed >> README.md")
     with caplog.at_level(logging.WARNING, logger="hangar.sessions.checkpoints"):
@@ -95,15 +95,10 @@ def test_a_record_that_landed_before_the_backend_error_counts_as_recorded_and_ke
 
 
 def test_a_backend_error_when_nothing_was_recorded_deletes_the_parts(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
-    remote: Path,
+    engine_for: EngineFor, db: SqliteDb, blobs: LocalBlobs
 ) -> None:
     flaky = FlakyDb(db, lands=False)
-    engine = _engine(settings, db, blobs, keys, sandboxes, remote, flaky)
+    engine = engine_for(flaky)
     sandbox, workspace = engine.sandbox()
     with pytest.raises(CheckpointError, match="deadline exceeded"):
         engine.take(sandbox, workspace)
@@ -112,15 +107,10 @@ def test_a_backend_error_when_nothing_was_recorded_deletes_the_parts(
 
 
 def test_when_the_record_cannot_be_read_back_the_parts_are_kept_and_the_error_says_so(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
-    remote: Path,
+    engine_for: EngineFor, db: SqliteDb, blobs: LocalBlobs
 ) -> None:
     flaky = FlakyDb(db, lands=True, reads_fail=True)
-    engine = _engine(settings, db, blobs, keys, sandboxes, remote, flaky)
+    engine = engine_for(flaky)
     sandbox, workspace = engine.sandbox()
     with pytest.raises(CheckpointError, match="may not have been recorded"):
         engine.take(sandbox, workspace)
@@ -129,17 +119,11 @@ def test_when_the_record_cannot_be_read_back_the_parts_are_kept_and_the_error_sa
 
 
 def test_pruned_parts_are_left_behind_when_the_pruning_answer_was_lost(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
-    remote: Path,
+    engine_for: EngineFor, db: SqliteDb, blobs: LocalBlobs
 ) -> None:
     flaky = FlakyDb(db, lands=False)
     flaky.failures = 1  # the first recording goes through
-    engine = _engine(settings.replace(session_keep_checkpoints=1), db, blobs, keys, sandboxes,
-                     remote, flaky)  # fmt: skip
+    engine = engine_for(flaky, session_keep_checkpoints=1)
     sandbox, workspace = engine.sandbox()
     first = engine.take(sandbox, workspace)
     flaky.failures, flaky.lands = 0, True
