@@ -78,6 +78,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hangar.config import Settings
 from hangar.db import Db
+from hangar.db.records import utc
 from hangar.errors import HangarError, InvalidInput, InvalidSettings
 from hangar.models import TickDue
 from hangar.ticks import TickHandler
@@ -102,11 +103,6 @@ Outcome = Literal[
     "handled", "gone", "moved", "early", "busy", "stopped", "failed", "bad_request"
 ]
 _Created = Literal["created", "exists", "failed"]
-
-
-def _aware(ts: datetime) -> datetime:
-    """``ts`` with a time zone; a naive datetime counts as UTC (as in the db)."""
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 def _is_http_url(url: str) -> bool:
@@ -147,7 +143,7 @@ class TickTask(BaseModel):
 def _task_id(tick: TickDue, label: str) -> str:
     """A task id (letters, digits, ``-``, ``_``; at most 500) for this due-time and label: a hash
     first (the service wants spread-out names), then the key, readable."""
-    source = f"{tick.key}\0{tick.version}\0{_aware(tick.due_at).isoformat()}\0{label}"
+    source = f"{tick.key}\0{tick.version}\0{utc(tick.due_at).isoformat()}\0{label}"
     digest = hashlib.sha256(source.encode()).hexdigest()[:32]
     readable = _NOT_ID.sub("_", tick.key)[:64]
     return f"{digest}-{readable}"
@@ -244,7 +240,7 @@ class CloudTasksTicks:
         the sweep. InvalidSettings (nothing stored) when there is no target URL."""
         url = self._url()
         stored = self._db.set_due(
-            TickDue(key=key, kind=kind, due_at=_aware(due_at), payload=payload or {})
+            TickDue(key=key, kind=kind, due_at=utc(due_at), payload=payload or {})
         )
         self._enqueue(stored, url, secrets.token_hex(8))
 
@@ -321,9 +317,9 @@ class CloudTasksTicks:
         now = datetime.now(UTC)
         if stored is None:
             receipt = Receipt(200, "gone", key)
-        elif (stored.version, _aware(stored.due_at)) != (task.version, _aware(task.due_at)):
+        elif (stored.version, utc(stored.due_at)) != (task.version, utc(task.due_at)):
             receipt = Receipt(200, "moved", key)
-        elif _aware(stored.due_at) > now:
+        elif utc(stored.due_at) > now:
             # One fresh task a second at most, so repeated early bodies cannot pile tasks up;
             # when that name is taken, 503 brings this one back later instead.
             created = self._enqueue(stored, url, f"early-{int(now.timestamp())}")
@@ -334,7 +330,7 @@ class CloudTasksTicks:
                     return Receipt(503, "busy", key)
                 self._running.add(key)
             try:
-                receipt = self._run(handler, stored, task.url)
+                receipt = self._run(handler, stored, url)
             finally:
                 with self._lock:
                     self._running.discard(key)
@@ -386,7 +382,7 @@ class CloudTasksTicks:
         for tick in overdue:
             if tick.key in running:
                 continue  # its handler is running here; its outcome settles it
-            lateness = (now - _aware(tick.due_at)) / self._grace
+            lateness = (now - utc(tick.due_at)) / self._grace
             label = f"sweep-{int(math.log2(max(lateness, 1.0)))}"
             name = _task_id(tick, label)
             seen.add(name)
@@ -459,7 +455,7 @@ class CloudTasksTicks:
     def _task(self, tick: TickDue, url: str, label: str) -> Task:
         from google.cloud import tasks_v2
 
-        due_at = _aware(tick.due_at)
+        due_at = utc(tick.due_at)
         body = TickTask(key=tick.key, version=tick.version, due_at=due_at, url=url)
         request = tasks_v2.HttpRequest(
             url=url,

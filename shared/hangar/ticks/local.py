@@ -30,16 +30,12 @@ from urllib.parse import urlsplit
 
 from hangar.config import Settings
 from hangar.db import Db
+from hangar.db.records import utc
 from hangar.errors import HangarError, InvalidInput, InvalidSettings
 from hangar.models import TickDue
 from hangar.ticks import TickHandler
 
 logger = logging.getLogger(__name__)
-
-
-def _aware(ts: datetime) -> datetime:
-    """``ts`` with a time zone; a naive datetime counts as UTC (as in the db)."""
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -53,7 +49,7 @@ class _Failure:
     retry_at: float
 
     def matches(self, tick: TickDue) -> bool:
-        return tick.version == self.version and _aware(tick.due_at) == self.due_at
+        return tick.version == self.version and utc(tick.due_at) == self.due_at
 
 
 class LocalTicks:
@@ -108,7 +104,7 @@ class LocalTicks:
     def schedule(
         self, key: str, kind: str, due_at: datetime, payload: dict[str, Any] | None = None
     ) -> None:
-        due_at = _aware(due_at)
+        due_at = utc(due_at)
         self._db.set_due(TickDue(key=key, kind=kind, due_at=due_at, payload=payload or {}))
         with self._lock:
             target = self._sleeping_toward
@@ -188,7 +184,7 @@ class LocalTicks:
         for tick in listed:
             if tick.key in busy:
                 continue
-            wait = (_aware(tick.due_at) - now).total_seconds()
+            wait = (utc(tick.due_at) - now).total_seconds()
             failure = failures.get(tick.key)
             if failure is not None and failure.matches(tick):
                 wait = max(wait, failure.retry_at - clock)
@@ -243,7 +239,7 @@ class LocalTicks:
             attempts = prior.attempts + 1 if prior is not None and prior.matches(tick) else 1
             backoff = min(self._retry_seconds * 2 ** (attempts - 1), self._max_retry_seconds)
             self._failures[tick.key] = _Failure(
-                tick.version, _aware(tick.due_at), attempts, time.monotonic() + backoff
+                tick.version, utc(tick.due_at), attempts, time.monotonic() + backoff
             )
         logger.exception(
             "ticks: handler for %s tick %r failed (attempt %d); retrying in %.1f s",
