@@ -20,7 +20,7 @@ import contextlib
 import io
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
@@ -126,6 +126,24 @@ class _ChunkReader(io.RawIOBase):
         return bytes(out)
 
 
+def storage_client(env: Mapping[str, str]) -> Any:
+    """A google-cloud-storage client: the real service, or, when ``env`` has
+    ``STORAGE_EMULATOR_HOST``, that emulator with anonymous credentials and a placeholder
+    project (``GOOGLE_CLOUD_PROJECT`` if set)."""
+    from google.cloud.storage import Client
+
+    host = env.get("STORAGE_EMULATOR_HOST")
+    if not host:
+        return Client()
+    from google.auth.credentials import AnonymousCredentials
+
+    return Client(
+        project=env.get("GOOGLE_CLOUD_PROJECT") or "hangar-emulator",
+        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+        client_options={"api_endpoint": host if "://" in host else f"http://{host}"},
+    )
+
+
 class GcsBlobs:
     def __init__(self, bucket: str, prefix: str, settings: Settings | None = None) -> None:
         self.bucket_name = bucket
@@ -161,16 +179,7 @@ class GcsBlobs:
     def _get_bucket(self) -> Any:
         with self._lock:
             if self._bucket is None:
-                from google.cloud.storage import Client
-
-                if os.environ.get("STORAGE_EMULATOR_HOST"):
-                    from google.auth.credentials import AnonymousCredentials
-
-                    project = os.environ.get("GOOGLE_CLOUD_PROJECT") or "hangar-emulator"
-                    anonymous = AnonymousCredentials()  # type: ignore[no-untyped-call]
-                    self._client = Client(project=project, credentials=anonymous)
-                else:
-                    self._client = Client()
+                self._client = storage_client(os.environ)
                 self._bucket = self._client.bucket(self.bucket_name)
             return self._bucket
 

@@ -149,6 +149,20 @@ def _task_id(tick: TickDue, label: str) -> str:
     return f"{digest}-{readable}"
 
 
+def tasks_client(endpoint: str | None) -> CloudTasksClient:
+    """A Cloud Tasks client: the real service, or with ``endpoint`` (``HOST:PORT``, the
+    emulator) plain gRPC without credentials (a given channel carries none)."""
+    from google.cloud import tasks_v2
+
+    if endpoint:
+        import grpc  # type: ignore[import-untyped,unused-ignore]
+        from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
+
+        channel = grpc.insecure_channel(endpoint)
+        return tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=channel))
+    return tasks_v2.CloudTasksClient()
+
+
 class CloudTasksTicks:
     """The ticks port over Cloud Tasks. Thread-safe. See the module docstring."""
 
@@ -439,18 +453,7 @@ class CloudTasksTicks:
             return self._client
 
     def _build_client(self) -> CloudTasksClient:
-        from google.cloud import tasks_v2
-
-        if self._endpoint:
-            import grpc  # type: ignore[import-untyped,unused-ignore]
-            from google.cloud.tasks_v2.services.cloud_tasks.transports import (
-                CloudTasksGrpcTransport,
-            )
-
-            # An emulator: plain gRPC, no credentials (a given channel carries none).
-            channel = grpc.insecure_channel(self._endpoint)
-            return tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=channel))
-        return tasks_v2.CloudTasksClient()
+        return tasks_client(self._endpoint)
 
     def _task(self, tick: TickDue, url: str, label: str) -> Task:
         from google.cloud import tasks_v2

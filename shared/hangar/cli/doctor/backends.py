@@ -116,23 +116,10 @@ def _blobs(
 def _gcs_holds_checkpoints(url: str, env: Mapping[str, str], seconds: float) -> bool:
     """One object at most listed under the checkpoints' prefix. Through the client directly:
     the port's ``list`` reads every name. ``STORAGE_EMULATOR_HOST`` in ``env`` is honoured."""
-    from google.cloud import storage
-
-    from hangar.blobs.gcs import GcsBlobs
+    from hangar.blobs.gcs import GcsBlobs, storage_client
 
     store = GcsBlobs.from_url(url)  # InvalidSettings naming HANGAR_SESSION_STORE
-    host = env.get("STORAGE_EMULATOR_HOST")
-    if host:
-        from google.auth.credentials import AnonymousCredentials
-
-        endpoint = host if "://" in host else f"http://{host}"
-        client = storage.Client(
-            project=env.get("GOOGLE_CLOUD_PROJECT") or "hangar-emulator",
-            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-            client_options={"api_endpoint": endpoint},
-        )
-    else:
-        client = storage.Client()
+    client = storage_client(env)
     found = client.list_blobs(
         store.bucket_name, prefix=store.prefix + CHECKPOINTS, max_results=1,
         timeout=seconds, retry=None,
@@ -216,15 +203,9 @@ def _queue_state(name: str, endpoint: str | None, seconds: float) -> str:
     over gRPC without credentials to ``endpoint`` (the emulator) when set."""
     from google.cloud import tasks_v2
 
-    if endpoint:
-        import grpc  # type: ignore[import-untyped,unused-ignore]
-        from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
+    from hangar.ticks.cloudtasks import tasks_client
 
-        target = endpoint.split("://", 1)[-1]
-        transport = CloudTasksGrpcTransport(channel=grpc.insecure_channel(target))
-        client = tasks_v2.CloudTasksClient(transport=transport)
-    else:
-        client = tasks_v2.CloudTasksClient()
+    client = tasks_client(endpoint.split("://", 1)[-1] if endpoint else None)
     with client:  # closes the channel
         queue = client.get_queue(name=name, retry=None, timeout=seconds)
     return str(tasks_v2.Queue.State(queue.state).name)
