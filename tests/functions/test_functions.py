@@ -24,6 +24,7 @@ import pytest
 from emulators.cloud import CloudEmulators
 from hangar.sandboxes.local import LocalSandboxes
 from tests.e2e.conftest import HANGAR, STANDIN, free_port
+from tests.e2e.test_acceptance import until
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 
@@ -142,14 +143,6 @@ def deployment(
             leftovers.destroy(info.id, hooks=False)
 
 
-def wait_for(predicate: object, timeout: float = 60) -> None:
-    assert callable(predicate)
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
-
-
 def test_a_session_runs_through_the_functions_and_suspends_by_a_cloud_tasks_tick(
     deployment: Deployment, remote: Path
 ) -> None:
@@ -167,7 +160,7 @@ def test_a_session_runs_through_the_functions_and_suspends_by_a_cloud_tasks_tick
 
     # Nobody calls the api now: only a tick, posted by Cloud Tasks to the ticks function,
     # can suspend the session.
-    wait_for(lambda: d.session("work")["state"] == "suspended")
+    until(lambda: d.session("work")["state"] == "suspended")
     suspended = d.session("work")
     assert suspended["sandbox_id"] is None
     checkpoints = suspended["checkpoints"]
