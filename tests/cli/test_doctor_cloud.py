@@ -102,27 +102,16 @@ def kms() -> Iterator[KmsStandIn]:
         yield stand_in
 
 
-@pytest.fixture(scope="module")
-def gcs() -> Iterator[Any]:
-    from emulators.gcs import FakeGcs
-    from emulators.processes import EmulatorMissing
-
-    try:
-        with FakeGcs() as server:
-            yield server
-    except EmulatorMissing as exc:
-        pytest.fail(str(exc), pytrace=False)
+@pytest.fixture
+def gcs(cloud_emulators: Any) -> Any:
+    """The run's fake-gcs-server (tests/conftest.py)."""
+    return cloud_emulators.gcs
 
 
-@pytest.fixture(scope="module")
-def firestore() -> Iterator[Any]:
-    from emulators.firestore import EmulatorUnavailable, FirestoreEmulator
-
-    try:
-        with FirestoreEmulator() as emulator:
-            yield emulator
-    except EmulatorUnavailable as exc:
-        pytest.fail(str(exc), pytrace=False)
+@pytest.fixture
+def firestore(cloud_emulators: Any) -> Any:
+    """The run's Firestore emulator (tests/conftest.py)."""
+    return cloud_emulators.firestore
 
 
 @pytest.fixture(scope="module")

@@ -15,16 +15,13 @@ from hangar.config import Settings
 from hangar.errors import AlreadyExists, InvalidSettings
 from hangar.testing.blobs import BlobsConformance
 
-from emulators.gcs import FakeGcs
-from emulators.processes import EmulatorMissing
+from emulators.cloud import CloudEmulators
 
 @pytest.fixture(scope="session")
-def gcs_emulator() -> Iterator[str]:
-    try:
-        server = FakeGcs()
-        server.start()
-    except EmulatorMissing as exc:
-        pytest.fail(str(exc))
+def gcs_emulator(cloud_emulators: CloudEmulators) -> Iterator[str]:
+    """The run's fake-gcs-server (tests/conftest.py); STORAGE_EMULATOR_HOST points at it
+    meanwhile. Each test has a bucket of its own."""
+    server = cloud_emulators.gcs
     previous = os.environ.get("STORAGE_EMULATOR_HOST")
     os.environ.update(server.environment())
     try:
@@ -34,7 +31,6 @@ def gcs_emulator() -> Iterator[str]:
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
         else:
             os.environ["STORAGE_EMULATOR_HOST"] = previous
-        server.stop()
 
 
 @pytest.fixture

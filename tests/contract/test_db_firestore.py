@@ -44,24 +44,18 @@ from hangar.testing.db import (
     make_turn,
 )
 
-from emulators.firestore import EmulatorUnavailable, FirestoreEmulator
+from emulators.cloud import CloudEmulators
+from emulators.firestore import FirestoreEmulator
 
 PROJECT = "hangar-test"
 _THREAD_TIMEOUT = 60.0
 
 
 @pytest.fixture(scope="session")
-def firestore_emulator() -> Iterator[FirestoreEmulator]:
-    """One emulator for the whole run; FIRESTORE_EMULATOR_HOST points at it meanwhile."""
-    emulator = FirestoreEmulator()
-    try:
-        emulator.start()
-    except EmulatorUnavailable as exc:
-        missing = str(exc)
-    else:
-        missing = ""
-    if missing:
-        pytest.fail(f"the Firestore emulator is needed: {missing}", pytrace=False)
+def firestore_emulator(cloud_emulators: CloudEmulators) -> Iterator[FirestoreEmulator]:
+    """The run's Firestore emulator (tests/conftest.py); FIRESTORE_EMULATOR_HOST points at it
+    meanwhile. Tests keep apart by their own prefix or project."""
+    emulator = cloud_emulators.firestore
     previous = os.environ.get("FIRESTORE_EMULATOR_HOST")
     os.environ.update(emulator.environment())
     try:
@@ -71,7 +65,6 @@ def firestore_emulator() -> Iterator[FirestoreEmulator]:
             os.environ.pop("FIRESTORE_EMULATOR_HOST", None)
         else:
             os.environ["FIRESTORE_EMULATOR_HOST"] = previous
-        emulator.stop()
 
 
 def _prefix() -> str:

@@ -24,7 +24,8 @@ import pytest
 from google.cloud import tasks_v2
 from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
 
-from emulators.tasks import TasksEmulator, TasksEmulatorMissing
+from emulators.cloud import CloudEmulators
+from emulators.tasks import TasksEmulator
 from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
 from hangar.errors import InvalidSettings
@@ -42,16 +43,9 @@ _MODULE_LOGGER = "hangar.ticks.cloudtasks"
 
 
 @pytest.fixture(scope="session")
-def tasks_emulator() -> Iterator[TasksEmulator]:
-    emulator = TasksEmulator()
-    try:
-        emulator.start()
-    except TasksEmulatorMissing as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield emulator
-    finally:
-        emulator.stop()
+def tasks_emulator(cloud_emulators: CloudEmulators) -> TasksEmulator:
+    """The run's Cloud Tasks emulator (tests/conftest.py); each test has queues of its own."""
+    return cloud_emulators.tasks
 
 
 class Receiver:
