@@ -40,15 +40,15 @@ class CloudEmulators(Emulator):
         emulators: list[Emulator] = [self.firestore, self.gcs, self.tasks, self.kms]
         with concurrent.futures.ThreadPoolExecutor(len(emulators)) as pool:
             futures = {pool.submit(e.start): e for e in emulators}
-            errors = []
+            errors: list[BaseException] = []
             for future in concurrent.futures.as_completed(futures):
-                if future.exception() is None:
+                if (error := future.exception()) is None:
                     self._started.append(futures[future])
                 else:
-                    errors.append(future.exception())
+                    errors.append(error)
         if errors:
             self.stop()
-            raise errors[0]  # type: ignore[misc]
+            raise errors[0]
         self.gcs.create_bucket(BUCKET, self.project)
         self.tasks.create_queue(self.queue)
         return self
