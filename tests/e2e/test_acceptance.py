@@ -122,17 +122,22 @@ def test_an_unused_session_suspends_by_itself_but_not_while_a_shell_runs(
 ) -> None:
     server = standin_server
     add_env(server, remote)
+    # Never idle until the shell holds its lease: otherwise the shell races the first idle
+    # check (1.2 s) and, on a slow machine, finds the session already suspending.
     server.ok("session", "new", "idle", "hello", "--env", "app", "--harness", "antigravity",
-              "--idle", "0.02", "-w")  # fmt: skip
+              "--idle", "0", "-w")  # fmt: skip
     shell = subprocess.Popen(
         [HANGAR, "session", "shell", "idle", "--", "sh", "-c",
-         "while [ ! -e /tmp/stop ]; do sleep 0.1; done"],
+         "touch /tmp/started; while [ ! -e /tmp/stop ]; do sleep 0.1; done"],
         env=server.env(), stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    time.sleep(4)  # several idle periods pass while the shell runs
-    assert get(server, "idle")["state"] == "idle"
     stopper = server.sandboxes()
     [sandbox] = stopper.list()
+    # The lease is taken before the command starts: once it runs, the shell holds it.
+    until(lambda: stopper.exec(sandbox.id, ["test", "-e", "/tmp/started"]).ok)
+    server.ok("session", "keep", "idle", "--idle", "0.02")
+    time.sleep(4)  # several idle periods pass while the shell runs
+    assert get(server, "idle")["state"] == "idle"
     stopper.exec(sandbox.id, ["touch", "/tmp/stop"])
     assert shell.wait(30) == 0
     until(lambda: get(server, "idle")["state"] == "suspended")
