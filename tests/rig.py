@@ -30,14 +30,17 @@ class Engine:
     session: Session
     remote: Path
     conversation_dirs: Sequence[str] = field(default=DEFAULT_CONVERSATION_DIRS)
+    host_ports: Sequence[int] = ()
 
     def sandbox(self) -> tuple[str, Workspace]:
-        """A fresh sandbox with the remote cloned on the session's work branch."""
+        """A fresh sandbox with the remote cloned on the session's work branch (and the host
+        ports, such as the model stub's, reachable)."""
         info = self.sandboxes.create(
             SandboxSpec(
                 labels={"hangar.session": self.session.id},
                 ro_paths=[str(self.remote)],
                 env=GIT_IDENTITY,
+                host_ports=self.host_ports,
             )
         )
         workspace = clone(
@@ -80,6 +83,7 @@ def make_engine(
     name: str = "demo",
     harness: str = "claude",
     conversation_dirs: Sequence[str] = DEFAULT_CONVERSATION_DIRS,
+    host_ports: Sequence[int] = (),
 ) -> Engine:
     session = db.create_session(Session(name=name, environment="app", harness=harness))
     return Engine(
@@ -91,4 +95,5 @@ def make_engine(
         session=session,
         remote=remote,
         conversation_dirs=conversation_dirs,
+        host_ports=host_ports,
     )

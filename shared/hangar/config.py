@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -80,6 +80,17 @@ class Settings(BaseModel):
     sandbox_ttl_minutes: float = Field(120, gt=0)
     activity_grace_seconds: float = Field(90, ge=0)
     setup_timeout_minutes: float = Field(15, gt=0)
+    sandbox_uid_base: int = Field(
+        200_000, ge=1000, le=2**31 - 2 * 4096,
+        description="First host uid of local sandboxes: base+2n is hangar's, base+2n+1 the agent's",
+    )
+    sandbox_limits: Literal["auto", "cgroup", "rlimit"] = Field(
+        "auto", description="How the agent's limits are enforced: auto, cgroup or rlimit"
+    )
+    sandbox_max_pids: int = Field(1024, ge=16, description="Processes and threads of the agent")
+    sandbox_memory_mb: int = Field(
+        4096, ge=64, description="The agent's memory (cgroup: all of it; rlimit: per process)"
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -194,6 +194,10 @@ class Environment(Record):
     secrets: dict[str, str] = Field(
         default_factory=dict, description="name -> ciphertext (base64); never the plain value"
     )
+    host_ports: list[int] = Field(
+        default_factory=list,
+        description="host loopback ports its sandboxes reach at their own 127.0.0.1:PORT",
+    )
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 

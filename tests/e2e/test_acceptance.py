@@ -63,7 +63,7 @@ def add_env(server: Server, remote: Path, stub: ModelStub | None = None) -> None
     if stub is not None:
         endpoint = ["--var", f"ANTHROPIC_BASE_URL={stub.url}", "--var",
                     f"OPENAI_BASE_URL={stub.url}/v1", "--secret", "ANTHROPIC_API_KEY=sk-stub",
-                    "--secret", "OPENAI_API_KEY=sk-stub"]  # fmt: skip
+                    "--secret", "OPENAI_API_KEY=sk-stub", "--host-port", str(stub.port)]  # fmt: skip
     server.ok("env", "add", "app", "--repo", str(remote), *IDENTITY, *endpoint)
 
 

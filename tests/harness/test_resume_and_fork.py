@@ -105,7 +105,8 @@ def agent(
     harness = get_harness(request.param)
     sandboxes = LocalSandboxes(tmp_path / "sandboxes", harness_dir())
     engine = make_engine(settings, db, blobs, keys, sandboxes, remote, harness=harness.name,
-                         conversation_dirs=harness.conversation_dirs)  # fmt: skip
+                         conversation_dirs=harness.conversation_dirs,
+                         host_ports=[stub.port])  # fmt: skip
     yield Agent(engine=engine, harness=harness, stub=stub)
     for info in sandboxes.list():
         sandboxes.destroy(info.id, hooks=False)

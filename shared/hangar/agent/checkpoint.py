@@ -10,34 +10,35 @@ CONFIG is one JSON object::
     harness, harness_session
     max_part, max_untracked, max_patch      byte caps
     skip_if_fingerprint the previous checkpoint's fingerprint, or null
+    tmp                 hangar's own scratch folder (its lock and staging), out of the
+                        agent's reach; absent: the system's temporary folder
+
+git runs through :mod:`hangar.agent.gitsafe`: nothing the repo's or the agent's config names
+is ever run, and the repo's own git folder is only read.
 
 Standard output is one JSON line (the manifest) followed by the bytes of each part listed in it,
 in order, each exactly ``size`` bytes. With an unchanged fingerprint, the manifest says
 ``"unchanged": true`` and lists no parts. On failure the exit status is non-zero and stderr says
-why. Nothing is left behind in the repo but the ref ``refs/hangar/checkpoint`` (HEAD pinned).
+why. Nothing is left behind in the repo: HEAD is pinned to ``refs/hangar/checkpoint`` in
+hangar's private git folder, not the repo's.
 """
 
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from stat import S_ISDIR, S_ISLNK, S_ISREG
 
-# shutil, tempfile and threading are imported when parts are packed: the unchanged-fingerprint
-# path (every interval tick) must stay as quick as the interpreter's start.
+from hangar.agent.gitsafe import GitError, Repo
+
+# threading is imported when parts are packed: the unchanged-fingerprint path (every interval
+# tick) must stay as quick as the interpreter's start.
 
 PIN = "refs/hangar/checkpoint"
-# Never let the user's or the agent's git config change what we produce or run.
-GIT = [
-    "git",
-    "-c", "core.quotepath=false",
-    "-c", "diff.noprefix=false",
-    "-c", "diff.mnemonicPrefix=false",
-    "-c", "diff.external=",
-    "-c", "core.fsmonitor=false",
-    "-c", "core.hooksPath=/dev/null",
-]  # fmt: skip
+DIFF = ["diff", "--binary", "--no-ext-diff", "--no-textconv", "--no-color"]
 STAGING_PREFIX = ".hangar-ckpt-"
 # Fields in a `git status --porcelain=v2` record (the path is the last, and may hold spaces).
 STATUS_FIELDS = {b"1": 9, b"u": 11, b"?": 2}
@@ -46,23 +47,6 @@ STALE_SECONDS = 3600
 
 class Failure(Exception):
     pass
-
-
-def git(repo, *args, check=True, stdin=None, env=None):
-    proc = subprocess.run(
-        GIT + ["-C", repo, *args],
-        input=stdin,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    if check and proc.returncode != 0:
-        raise Failure("git %s: %s" % (args[0], proc.stderr.decode(errors="replace").strip()))
-    return proc
-
-
-def git_out(repo, *args):
-    return git(repo, *args).stdout.decode().strip()
 
 
 def stat_line(path):
@@ -88,26 +72,17 @@ def conversation_listing(home, dirs):
     return entries
 
 
-def repo_state(repo):
+def repo_state(r):
     """(head, branch or None, status records) from one ``git status`` call, which takes no
     optional locks so that it never races the agent's own git commands."""
-    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
-    out = git(
-        repo, "status", "--porcelain=v2", "-z", "--branch", "--untracked-files=all",
-        "--ignore-submodules", "--no-renames", env=env,
-    ).stdout  # fmt: skip
-    head = branch = None
-    records = []
-    for record in out.split(b"\0"):
-        if record.startswith(b"# branch.oid "):
-            head = record[13:].decode()
-        elif record.startswith(b"# branch.head "):
-            branch = record[14:].decode()
-        elif record:
-            records.append(record)
-    if not head or head == "(initial)":
+    if not r.head:
         raise Failure("the repo has no commit at HEAD")
-    return head, (None if branch == "(detached)" else branch), records
+    out = r.run(
+        "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignore-submodules",
+        "--no-renames", env={"GIT_OPTIONAL_LOCKS": "0"},
+    ).stdout  # fmt: skip
+    records = [record for record in out.split(b"\0") if record]
+    return r.head, r.branch, records
 
 
 def fingerprint(repo, home, dirs, head, branch, records):
@@ -132,12 +107,15 @@ def fingerprint(repo, home, dirs, head, branch, records):
     return h.hexdigest()
 
 
-def upstream_base(repo, head):
-    for ref in ("@{upstream}", "refs/remotes/origin/HEAD"):
-        proc = git(repo, "rev-parse", "--verify", "-q", ref, check=False)
-        if proc.returncode == 0:
-            tip = proc.stdout.decode().strip()
-            mb = git(repo, "merge-base", head, tip, check=False)
+def upstream_base(r, head):
+    """Where HEAD left the remote's default branch, read from the repo's own refs."""
+    names = ["refs/remotes/origin/HEAD"]
+    if r.branch:
+        names.insert(0, "refs/remotes/origin/" + r.branch)
+    for ref in names:
+        tip = r.resolve(ref)
+        if tip:
+            mb = r.run("merge-base", head, tip, check=False)
             if mb.returncode == 0:
                 return mb.stdout.decode().strip()
     return None
@@ -245,7 +223,7 @@ def skipped_warning(label, skipped):
     return "%s skipped (not a regular file, folder or link inside): %s" % (label, shown)
 
 
-def make_bundle(repo, staging, head, base):
+def make_bundle(r, staging, head, base):
     """The commits since ``base``, the commit the session started from, which any fresh clone
     has. (``--not --remotes`` would also leave out commits that only a stale or foreign
     remote-tracking ref holds, which a fresh clone lacks.) Without a base: the commits no
@@ -257,58 +235,47 @@ def make_bundle(repo, staging, head, base):
         exclude = ["--not", base]
     else:
         exclude = ["--not", "--remotes"]
-    count = int(git_out(repo, "rev-list", "--count", PIN, *exclude))
+    count = int(r.out("rev-list", "--count", PIN, *exclude))
     if count == 0:
         return None
-    git(repo, "bundle", "create", "-q", path, PIN, *exclude)
+    r.run("bundle", "create", "-q", path, PIN, *exclude)
     return path
 
 
-def make_diff(repo, staging, name, *args):
+def make_diff(r, staging, name, *args):
     path = os.path.join(staging, name)
     with open(path, "wb") as out:
-        proc = subprocess.run(
-            GIT + ["-C", repo, "diff", "--binary", "--no-ext-diff", "--no-textconv",
-                   "--no-color", "--no-renames", *args, PIN],
-            stdout=out, stderr=subprocess.PIPE,
-        )  # fmt: skip
-    if proc.returncode != 0:
-        raise Failure("git diff: %s" % proc.stderr.decode(errors="replace").strip())
+        r.run(*DIFF, "--no-renames", *args, PIN, stdout=out)
     return path
 
 
-def make_wip(repo, staging):
+def make_wip(r, staging):
     """wip.patch: the pinned head to the working tree, staged and unstaged changes alike."""
-    return make_diff(repo, staging, "wip.patch")
+    return make_diff(r, staging, "wip.patch")
 
 
-def make_staged(repo, staging):
+def make_staged(r, staging):
     """staged.patch: the pinned head to the index, so restore can rebuild what was staged."""
-    path = make_diff(repo, staging, "staged.patch", "--cached")
+    path = make_diff(r, staging, "staged.patch", "--cached")
     return path if os.path.getsize(path) else None
 
 
-def make_session_patch(repo, staging, base, untracked, limit):
-    """base..working tree, untracked files included, built on a scratch index so the repo's own
-    index is never touched. Returns (path, None) or (None, warning)."""
-    index = os.path.join(staging, "index")
-    git_dir = git_out(repo, "rev-parse", "--absolute-git-dir")
-    shutil.copyfile(os.path.join(git_dir, "index"), index)
-    env = dict(os.environ, GIT_INDEX_FILE=index)
-    present = [p for p in untracked if os.path.lexists(os.path.join(repo, p))]
+def make_session_patch(r, staging, base, untracked, limit):
+    """base..working tree, untracked files included, built on a scratch index (a copy of the
+    private one, which other parts read meanwhile). Returns (path, None) or (None, warning)."""
+    index = os.path.join(staging, "patch-index")
+    shutil.copyfile(os.path.join(r.shadow, "index"), index)
+    env = {"GIT_INDEX_FILE": index}
+    present = [p for p in untracked if os.path.lexists(os.path.join(r.worktree, p))]
     if present:
         data = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in present)
-        added = git(repo, "add", "-N", "--pathspec-from-file=-", "--pathspec-file-nul",
-                    stdin=data, env=env, check=False)  # fmt: skip
+        added = r.run("add", "-N", "--pathspec-from-file=-", "--pathspec-file-nul",
+                      stdin=data, env=env, check=False)  # fmt: skip
         if added.returncode != 0:
             return None, "session.patch skipped: %s" % added.stderr.decode(errors="replace").strip()
     path = os.path.join(staging, "session.patch")
     with open(path, "wb") as out:
-        proc = subprocess.Popen(
-            GIT + ["-C", repo, "diff", "--binary", "--no-ext-diff", "--no-textconv",
-                   "--no-color", base],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-        )  # fmt: skip
+        proc = r.popen(*DIFF, base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         written = 0
         while True:
             chunk = proc.stdout.read(1 << 20)
@@ -326,12 +293,13 @@ def make_session_patch(repo, staging, base, untracked, limit):
     return path, None
 
 
-def clean_stale(tmp):
+def clean_stale(tmp, keep):
+    """Remove staging folders of checkpoints that died (older than STALE_SECONDS)."""
     import time
 
     now = time.time()
     for name in os.listdir(tmp):
-        if name.startswith(STAGING_PREFIX):
+        if name.startswith(STAGING_PREFIX) and os.path.join(tmp, name) != keep:
             full = os.path.join(tmp, name)
             try:
                 if now - os.lstat(full).st_mtime > STALE_SECONDS:
@@ -360,12 +328,12 @@ def run_all(jobs):
     return results
 
 
-def pack(cfg, staging, head, branch, records, fp):
+def pack(cfg, r, staging, head, branch, records, fp):
     repo, home = cfg["repo"], cfg["home"]
     dirs = cfg.get("conversation_dirs") or []
     manifest = {"fingerprint": fp, "head": head, "branch": branch, "unchanged": False}
-    git(repo, "update-ref", PIN, head)
-    base = cfg.get("base") or upstream_base(repo, head)
+    r.run("update-ref", PIN, head)  # in the private git folder: the repo is not written
+    base = cfg.get("base") or upstream_base(r, head)
     compression = compressor()
     warnings = []
     listed = [r[2:].decode("utf-8", "surrogateescape") for r in records if r[:2] == b"? "]
@@ -432,16 +400,16 @@ def pack(cfg, staging, head, branch, records, fp):
                 "over the %d-byte patch limit" % (untracked_packed, cfg["max_patch"])
             )
             return None
-        path, warning = make_session_patch(repo, staging, base, untracked, cfg["max_patch"])
+        path, warning = make_session_patch(r, staging, base, untracked, cfg["max_patch"])
         if warning:
             warnings.append(warning)
         return path
 
     produced = run_all(
         {
-            "repo.bundle": lambda: make_bundle(repo, staging, head, base),
-            "wip.patch": lambda: make_wip(repo, staging),
-            "staged.patch": lambda: make_staged(repo, staging),
+            "repo.bundle": lambda: make_bundle(r, staging, head, base),
+            "wip.patch": lambda: make_wip(r, staging),
+            "staged.patch": lambda: make_staged(r, staging),
             "untracked": untracked_and_patch_job,
             "agent" + ext: agent_job,
         }
@@ -481,68 +449,63 @@ def pack(cfg, staging, head, branch, records, fp):
     return manifest, parts
 
 
-def emit_patch(cfg, records, out):
+def emit_patch(cfg, r, staging, records, out):
     """Mode ``patch``: write the session patch (base to working tree, untracked files
     included) to ``out``; exit status 4 when it passes ``max_patch``."""
-    repo = cfg["repo"]
     if not cfg.get("base"):
         raise Failure("the session's base commit is not known")
-    untracked = [r[2:].decode("utf-8", "surrogateescape") for r in records
-                 if r[:2] == b"? " and not r.endswith(b"/")]  # fmt: skip
-    untracked = [p for p in untracked if keep_member(repo, p, [])]
-    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX)
-    try:
-        path, warning = make_session_patch(repo, staging, cfg["base"], untracked, cfg["max_patch"])
-        if path is None:
-            sys.stderr.write("%s\n" % warning)
-            sys.exit(4)
-        with open(path, "rb") as src:
-            shutil.copyfileobj(src, out, 1 << 20)
-        out.flush()
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    untracked = [rec[2:].decode("utf-8", "surrogateescape") for rec in records
+                 if rec[:2] == b"? " and not rec.endswith(b"/")]  # fmt: skip
+    untracked = [p for p in untracked if keep_member(r.worktree, p, [])]
+    path, warning = make_session_patch(r, staging, cfg["base"], untracked, cfg["max_patch"])
+    if path is None:
+        sys.stderr.write("%s\n" % warning)
+        sys.exit(4)
+    with open(path, "rb") as src:
+        shutil.copyfileobj(src, out, 1 << 20)
+    out.flush()
 
 
 def main():
-    global shutil, tempfile, threading
+    global threading
     cfg = json.loads(sys.argv[1])
     out = sys.stdout.buffer
+    tmp = cfg.get("tmp")
+    if not tmp or not os.path.isdir(tmp):
+        tmp = tempfile.gettempdir()  # a sandbox without a folder of hangar's own
     try:
-        head, branch, records = repo_state(cfg["repo"])
-        patch_mode = cfg.get("mode") == "patch"
-        if not patch_mode:
-            fp = fingerprint(cfg["repo"], cfg["home"], cfg.get("conversation_dirs") or [], head,
-                             branch, records)  # fmt: skip
-            if cfg.get("skip_if_fingerprint") == fp:
-                line = {"fingerprint": fp, "head": head, "branch": branch, "unchanged": True}
-                out.write(json.dumps(line).encode() + b"\n")
-                return
-        import fcntl
-        import shutil
-        import tempfile
+        # Every checkpoint has a private git folder of its own: checkpoints share nothing, so
+        # none waits for another (and nothing the agent holds can make one wait).
+        staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=tmp)
+    except OSError as exc:
+        sys.stderr.write("checkpoint failed: cannot make a staging folder in %s: %s\n" % (tmp, exc))
+        sys.exit(3)
+    try:
+        r = Repo(cfg["repo"], staging)
+        head, branch, records = repo_state(r)
+        if cfg.get("mode") == "patch":
+            return emit_patch(cfg, r, staging, records, out)
+        fp = fingerprint(cfg["repo"], cfg["home"], cfg.get("conversation_dirs") or [], head,
+                         branch, records)  # fmt: skip
+        if cfg.get("skip_if_fingerprint") == fp:
+            line = {"fingerprint": fp, "head": head, "branch": branch, "unchanged": True}
+            out.write(json.dumps(line).encode() + b"\n")
+            return
         import threading
 
-        if patch_mode:
-            return emit_patch(cfg, records, out)
-        tmp = tempfile.gettempdir()
-        # One checkpoint at a time per sandbox: they share the pinned ref.
-        lock = os.open(os.path.join(tmp, ".hangar-checkpoint.lock"), os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        clean_stale(tmp)
-        staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=tmp)
-        try:
-            manifest, parts = pack(cfg, staging, head, branch, records, fp)
-            listed = [{k: v for k, v in p.items() if k != "path"} for p in parts]
-            out.write(json.dumps(dict(manifest, parts=listed)).encode() + b"\n")
-            for part in parts:
-                with open(part["path"], "rb") as src:
-                    shutil.copyfileobj(src, out, 1 << 20)
-            out.flush()
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    except Failure as exc:
+        clean_stale(tmp, keep=staging)
+        manifest, parts = pack(cfg, r, staging, head, branch, records, fp)
+        listed = [{k: v for k, v in p.items() if k != "path"} for p in parts]
+        out.write(json.dumps(dict(manifest, parts=listed)).encode() + b"\n")
+        for part in parts:
+            with open(part["path"], "rb") as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+        out.flush()
+    except (Failure, GitError) as exc:
         sys.stderr.write("checkpoint failed: %s\n" % exc)
         sys.exit(3)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ order, each exactly ``size`` bytes::
     repo, home          where the repo and HOME are
     branch, head        check out ``branch`` at ``head`` (detached when branch is null)
     conversation_dirs   folders relative to HOME that agent.tar.* may write (absent: none)
+    tmp                 hangar's own scratch folder (absent: the system's temporary folder)
     parts               [{"name", "size", "compression"}]: any of repo.bundle, staged.patch,
                         wip.patch, untracked.tar.*, agent.tar.*
 
@@ -20,8 +21,10 @@ Steps, in order:
    are its folder). A link's target is relative, stays inside the root once normalised, has no
    ``..`` after a normal component (so chained links cannot climb out) and obeys the same
    ``.git``/conversation rule. A refusal here comes before the repo or HOME is touched.
-3. git: reset --hard, clean -fd, verify and fetch repo.bundle, check out, apply staged.patch to
-   the index only, then wip.patch (head to working tree) to the working tree.
+3. git, through :mod:`hangar.agent.gitsafe` (nothing the repo's config names runs): reset
+   --hard, clean -fd, verify and fetch repo.bundle, check out, apply staged.patch to the index
+   only, then wip.patch (head to working tree) to the working tree; then the repo's branch, HEAD
+   and index are set to the result.
 4. Check the tree on disk: a member that would go through a symbolic link now on disk is
    refused (unsafe_archive); a file where a folder is, or the reverse, fails (restore_failed).
    Either comes after the git steps of 3 but before any member is written.
@@ -31,6 +34,9 @@ Steps, in order:
    written outside the repo and HOME (short of another process moving a folder out after it
    was opened, where that process could write anyway). A failure in this step (such a race,
    an I/O error) leaves the members already unpacked in place, all inside the repo or HOME.
+6. Hand everything under the repo and the conversation folders to the repo folder's owner
+   (the agent, who cloned it) when that is not this process's user: the agent must own what it
+   works on (Claude Code writes its conversation files 0600).
 
 Standard output is one JSON line: ``{"ok": true}`` or ``{"ok": false, "code", "step", "error"}``
 with code ``unsafe_archive`` or ``restore_failed``; the exit status is 0 or 3.
@@ -47,7 +53,8 @@ import sys
 import tarfile
 import tempfile
 
-GIT = ["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"]
+from hangar.agent.gitsafe import GitError, Repo
+
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -62,13 +69,12 @@ def unsafe(message, step="check"):
     return Failure("unsafe_archive", step, message)
 
 
-def git(repo, step, *args):
-    proc = subprocess.run(GIT + ["-C", repo, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if proc.returncode != 0:
-        # Some failures say why only on standard output; ours is reserved for the JSON answer.
-        err = (proc.stderr or proc.stdout).decode(errors="replace").strip()
-        raise Failure("restore_failed", step, "git %s: %s" % (args[0], err or "failed"))
-    return proc.stdout
+def git(r, step, *args):
+    """Run git through the safe repo; a failure is restore_failed at ``step``."""
+    try:
+        return r.run(*args).stdout
+    except GitError as exc:
+        raise Failure("restore_failed", step, str(exc)) from None
 
 
 def read_exact(stream, size, out):
@@ -349,41 +355,82 @@ def restore(plan, staging):
             plain = decompress(path, compression)
             archives.append((found[0], root, plain, check_members(plain, found[0], rules[kind])))
 
-    if not os.path.isdir(os.path.join(repo, ".git")):
-        raise Failure("restore_failed", "reset", "%s is not a git checkout" % repo)
-    git(repo, "reset", "reset", "--hard", "-q")
-    git(repo, "clean", "clean", "-fdq")
+    try:
+        r = Repo(repo, os.path.join(staging, "git-scratch"))
+    except GitError as exc:
+        raise Failure("restore_failed", "reset", exc.message) from None
+    git(r, "reset", "reset", "--hard", "-q")
+    git(r, "clean", "clean", "-fdq")
     head = plan["head"]
     if "repo.bundle" in paths:
         bundle = paths["repo.bundle"][0]
         # Not -q: with it, git says nothing about missing prerequisites.
-        git(repo, "bundle", "bundle", "verify", bundle)
-        git(repo, "fetch", "fetch", "-q", "--no-tags", bundle,
+        git(r, "bundle", "bundle", "verify", bundle)
+        git(r, "fetch", "fetch", "-q", "--no-tags", bundle,
             "refs/hangar/checkpoint:refs/hangar/checkpoint")  # fmt: skip
-    probe = subprocess.run(GIT + ["-C", repo, "cat-file", "-e", head + "^{commit}"],
-                           stderr=subprocess.DEVNULL)  # fmt: skip
-    if probe.returncode != 0:
+    if r.run("cat-file", "-e", head + "^{commit}", check=False).returncode != 0:
         raise Failure("restore_failed", "checkout", "head %s is not in the repo" % head)
-    if plan.get("branch"):
-        git(repo, "checkout", "checkout", "-q", "-f", "-B", plan["branch"], head)
-    else:
-        git(repo, "checkout", "checkout", "-q", "-f", "--detach", head)
+    git(r, "checkout", "checkout", "-q", "-f", "--detach", head)
     # staged.patch is head -> index: applied to the index alone it stages exactly what was
     # staged, ignored files included. wip.patch (head -> working tree) then fills the tree.
     for part, where in (("staged.patch", ["--cached"]), ("wip.patch", [])):
         if part in paths and os.path.getsize(paths[part][0]) > 0:
-            git(repo, "apply", "apply", *where, "--binary", "--whitespace=nowarn", paths[part][0])
+            git(r, "apply", "apply", *where, "--binary", "--whitespace=nowarn", paths[part][0])
+    try:
+        if plan.get("branch"):
+            r.update_repo_ref("refs/heads/" + plan["branch"], head)
+            r.set_repo_head("refs/heads/" + plan["branch"])
+        else:
+            r.set_repo_head(head)
+        r.write_back_index()
+    except (GitError, OSError) as exc:
+        raise Failure("restore_failed", "checkout", str(exc)) from None
 
     for label, root, plain, checked in archives:
         check_on_disk(root, checked, label)
     for label, root, plain, checked in archives:
         extract(plain, root, checked, label)
+    owner = os.lstat(repo)
+    if owner.st_uid != os.geteuid():
+        tops = [repo] + [os.path.join(home, d) for d in conversation_dirs if d]
+        hand_over(home, tops, owner.st_uid, owner.st_gid)
+
+
+def hand_over(home, tops, uid, gid):
+    """Make ``uid:gid`` own every entry under each of ``tops`` and the folders between HOME and
+    them, never following a link (lchown changes the link itself)."""
+    seen = set()
+    for top in tops:
+        rel = os.path.relpath(top, home)
+        if not rel.startswith(".."):  # the folders restore may have made on the way
+            parts = rel.split("/")
+            for i in range(1, len(parts)):
+                seen.add(os.path.join(home, *parts[:i]))
+        seen.add(top)
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in dirnames + filenames:
+                seen.add(os.path.join(dirpath, name))
+    for path in seen:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if (st.st_uid, st.st_gid) != (uid, gid):
+            try:
+                os.lchown(path, uid, gid)
+            except OSError as exc:
+                raise Failure("restore_failed", "owner", "cannot hand %s to the agent: %s"
+                              % (path, exc)) from None  # fmt: skip
 
 
 def main():
-    staging = tempfile.mkdtemp(prefix=".hangar-restore-")
+    staging = None
     try:
         plan = json.loads(sys.stdin.buffer.readline())
+        tmp = plan.get("tmp")
+        if not tmp or not os.path.isdir(tmp):
+            tmp = None  # a sandbox without a folder of hangar's own
+        staging = tempfile.mkdtemp(prefix=".hangar-restore-", dir=tmp)
         restore(plan, staging)
         result = {"ok": True}
     except Failure as exc:
@@ -392,7 +439,8 @@ def main():
         result = {"ok": False, "code": "restore_failed", "step": "internal",
                   "error": "%s: %s" % (type(exc).__name__, exc)}  # fmt: skip
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging:
+            shutil.rmtree(staging, ignore_errors=True)
     sys.stdout.write(json.dumps(result) + "\n")
     sys.exit(0 if result["ok"] else 3)
 

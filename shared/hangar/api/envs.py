@@ -26,7 +26,7 @@ async def create(runtime: Runtime, request: Request) -> Response:
     env = await run_in_threadpool(
         lambda: runtime.sessions.environments.add(
             body.name, body.repo, branch=body.branch, setup=body.setup, vars=body.vars,
-            secrets=body.secrets,
+            secrets=body.secrets, host_ports=body.host_ports,
         )  # fmt: skip
     )
     return reply(s.EnvironmentView.of(env), 201)

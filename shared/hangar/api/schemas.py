@@ -88,6 +88,9 @@ class NewEnvironment(Body):
     vars: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(default_factory=dict, description="stored encrypted, never "
                                     "shown again, given to every turn")  # fmt: skip
+    host_ports: list[int] = Field(default_factory=list, description="host loopback ports (a "
+                                  "local model server) its sandboxes reach at their own "
+                                  "127.0.0.1:PORT; no other host port is reachable")  # fmt: skip
 
 
 class TurnView(BaseModel):
@@ -193,12 +196,13 @@ class EnvironmentView(BaseModel):
     setup: str | None
     vars: list[str] = Field(description="variable names; values are not shown")
     secrets: list[str] = Field(description="secret names; values are never shown")
+    host_ports: list[int] = Field(description="host loopback ports its sandboxes reach")
     created_at: datetime
 
     @classmethod
     def of(cls, e: Environment) -> EnvironmentView:
         return cls(name=e.name, repo=e.repo, branch=e.branch, setup=e.setup,
-                   vars=sorted(e.vars), secrets=sorted(e.secrets),
+                   vars=sorted(e.vars), secrets=sorted(e.secrets), host_ports=e.host_ports,
                    created_at=e.created_at)  # fmt: skip
 
 

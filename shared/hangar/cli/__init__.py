@@ -32,6 +32,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{where}: {message}" if where else message)
 
 
+def _port(raw: str) -> int:
+    try:
+        port = int(raw)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a port (1-65535)")
+    return port
+
+
 def _json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -64,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--var", action="append", metavar="K=V", help="repeatable")
     add.add_argument("--secret", action="append", metavar="K=V",
                      help="repeatable; stored encrypted, never shown again")  # fmt: skip
+    add.add_argument("--host-port", action="append", type=_port, metavar="PORT", default=[],
+                     help="repeatable; a port on the server's loopback (a local model server) "
+                     "its sandboxes reach at their own 127.0.0.1:PORT")  # fmt: skip
     _json(add)
     _json(env_cmd.add_parser("list", help="list environments (never secret values)"))
     env_cmd.add_parser("delete", help="delete an environment").add_argument("name")

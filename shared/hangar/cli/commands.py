@@ -94,7 +94,7 @@ def _env(api: Client, args: argparse.Namespace) -> int:
     if args.action == "add":
         body = {"name": args.name, "repo": args.repo, "branch": args.branch,
                 "setup": args.setup, "vars": _pairs(args.var, "--var"),
-                "secrets": _pairs(args.secret, "--secret")}  # fmt: skip
+                "secrets": _pairs(args.secret, "--secret"), "host_ports": args.host_port}  # fmt: skip
         env = api.call("POST", "/api/envs", body)
         if args.json:
             _print_json(env)

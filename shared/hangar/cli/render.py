@@ -65,6 +65,8 @@ def print_envs(envs: list[dict[str, Any]]) -> None:
     for e in envs:
         extra = [f"vars: {', '.join(e['vars'])}"] if e["vars"] else []
         extra += [f"secrets: {', '.join(e['secrets'])}"] if e["secrets"] else []
+        ports = e.get("host_ports") or []
+        extra += [f"host ports: {', '.join(str(p) for p in ports)}"] if ports else []
         branch = f" @ {e['branch']}" if e["branch"] else ""
         print(f"{e['name']}: {e['repo']}{branch}{'  (' + '; '.join(extra) + ')' if extra else ''}")
 

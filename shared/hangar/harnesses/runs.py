@@ -1,35 +1,40 @@
-"""Detached runs: a turn's harness process runs in the sandbox under tmux, not in a request.
+"""Detached runs: a turn's harness process (or an environment's setup) runs in the sandbox under
+hangar's supervisor (:mod:`hangar.agent.run`), not in a request.
 
-A run lives in ``~/.hangar/runs/<run id>/`` inside the sandbox (never in the repo or a
-conversation folder, so never in a checkpoint)::
+A run lives in ``/hangar/runs/<run id>/`` inside the sandbox: hangar's folder, out of the
+agent's HOME, which the agent can read where it must and write nowhere (so it can neither
+replace the run's files nor forge its exit status). Never in the repo or a conversation folder,
+so never in a checkpoint::
 
-    run.sh      the script tmux runs
-    env         the turn's variables and secrets (mode 0600), deleted by run.sh as it starts
-    log         the harness's standard output (its JSON events): the run log
+    spec.json   the command and its working folder
+    env.json    the run's variables and secrets (mode 0600), removed before the command starts
+    log         the command's standard output (its JSON events): the run log
     stderr      its standard error
     exit        its exit status, written (atomically) only when it has ended
+    pid         the supervisor's pid and the command's
 
-:func:`start_run` returns as soon as tmux has the run. :func:`read_run` reads the log from a
-byte cursor, so a caller that went away (a restarted control plane) catches up from where it
-stopped. The environment reaches the harness process of this run only.
+:func:`start_run` returns as soon as the command runs, as the agent. :func:`read_run` reads the
+log from a byte cursor, so a caller that went away (a restarted control plane) catches up from
+where it stopped. The environment reaches that command only, never a command line.
 """
 
 from __future__ import annotations
 
+import json
 import re
-import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from hangar import agent
 from hangar.errors import InvalidInput, SandboxError
-from hangar.sandboxes import HOME, Sandboxes
+from hangar.sandboxes import HANGAR_DIR, Sandboxes, SandboxUser
 
-RUNS_DIR = f"{HOME}/.hangar/runs"
-TMUX = ["tmux", "-L", "hangar"]
+RUNS_DIR = f"{HANGAR_DIR}/runs"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 INTERRUPTED_EXIT = 130
+HANGAR = SandboxUser.HANGAR
 
 
 @dataclass(frozen=True)
@@ -52,21 +57,6 @@ def run_dir(run_id: str) -> str:
     return f"{RUNS_DIR}/{run_id}"
 
 
-def _script(folder: str, argv: Sequence[str], cwd: str) -> str:
-    q = shlex.quote
-    return "\n".join(
-        [
-            "#!/bin/bash",
-            f"run={q(folder)}",
-            'set -a; . "$run/env"; set +a; rm -f "$run/env"',
-            f'cd {q(cwd)} 2>>"$run/stderr" || {{ echo 1 > "$run/exit"; exit 1; }}',
-            f'{shlex.join(argv)} < /dev/null > "$run/log" 2>>"$run/stderr"',
-            'echo $? > "$run/exit.tmp" && mv "$run/exit.tmp" "$run/exit"',
-            "",
-        ]
-    )
-
-
 def start_run(
     sandboxes: Sandboxes,
     sandbox_id: str,
@@ -76,20 +66,20 @@ def start_run(
     cwd: str,
     env: Mapping[str, str],
 ) -> None:
-    """Start ``argv`` detached in the sandbox with ``env`` (variables and secrets) for this run
-    only. Returns at once. SandboxError if tmux cannot start it (the env file is removed)."""
+    """Start ``argv`` detached in the sandbox, as the agent, with ``env`` (variables and
+    secrets) for this run only. Returns once it runs. SandboxError if it cannot be started (the
+    env file is removed)."""
     folder = run_dir(run_id)
     bad = [k for k in env if not _ENV_NAME.match(k)]
     if bad:
         raise InvalidInput(f"invalid environment variable names: {bad}", names=bad)
-    env_file = "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items())
-    sandboxes.put_file(sandbox_id, f"{folder}/env", env_file.encode(), mode=0o600)
-    sandboxes.put_file(sandbox_id, f"{folder}/run.sh", _script(folder, argv, cwd).encode(), mode=0o700)
-    started = sandboxes.exec(
-        sandbox_id, [*TMUX, "new-session", "-d", "-s", run_id, "bash", f"{folder}/run.sh"]
-    )
+    spec = {"argv": list(argv), "cwd": cwd}
+    sandboxes.put_file(sandbox_id, f"{folder}/env.json", json.dumps(dict(env)).encode(),
+                       mode=0o600, user=HANGAR)  # fmt: skip
+    sandboxes.put_file(sandbox_id, f"{folder}/spec.json", json.dumps(spec).encode(), user=HANGAR)
+    started = sandboxes.exec(sandbox_id, agent.command("run", folder), user=HANGAR)
     if not started.ok:
-        sandboxes.exec(sandbox_id, ["rm", "-f", f"{folder}/env"])
+        sandboxes.exec(sandbox_id, ["rm", "-f", f"{folder}/env.json"], user=HANGAR)
         raise SandboxError(
             f"could not start run {run_id}: {started.stderr.decode(errors='replace').strip()}",
             run_id=run_id,
@@ -111,7 +101,8 @@ def read_run(
 ) -> RunStatus:
     """Up to ``limit`` log bytes from ``cursor``. SandboxError if the run does not exist."""
     folder = run_dir(run_id)
-    result = sandboxes.exec(sandbox_id, ["sh", "-c", _READ, "sh", folder, str(cursor), str(limit)])
+    result = sandboxes.exec(sandbox_id, ["sh", "-c", _READ, "sh", folder, str(cursor), str(limit)],
+                            user=HANGAR)  # fmt: skip
     if result.exit_code == 3:
         raise SandboxError(f"no run {run_id} in sandbox {sandbox_id}", run_id=run_id)
     header, _, data = result.stdout.partition(b"\n")
@@ -125,20 +116,25 @@ def read_stderr(sandboxes: Sandboxes, sandbox_id: str, run_id: str, limit: int =
     """The last ``limit`` bytes of the run's standard error."""
     result = sandboxes.exec(
         sandbox_id, ["sh", "-c", 'tail -c "$2" "$1/stderr" 2>/dev/null; exit 0', "sh",
-                     run_dir(run_id), str(limit)]  # fmt: skip
-    )
+                     run_dir(run_id), str(limit)], user=HANGAR,
+    )  # fmt: skip
     return result.stdout
 
 
+_STOP = f"""
+cd "$1" 2>/dev/null || exit 0
+[ -f exit ] && exit 0
+read supervisor child < pid 2>/dev/null && kill -TERM "$supervisor" 2>/dev/null
+i=0
+while [ ! -f exit ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+[ -f exit ] || {{ echo {INTERRUPTED_EXIT} > exit.tmp && mv exit.tmp exit; }}
+"""
+
+
 def stop_run(sandboxes: Sandboxes, sandbox_id: str, run_id: str) -> None:
-    """End a run (its tmux session and the processes in it); a run that had not ended gets
-    exit status 130. Idempotent."""
-    folder = run_dir(run_id)
-    sandboxes.exec(sandbox_id, [*TMUX, "kill-session", "-t", run_id])
-    sandboxes.exec(
-        sandbox_id,
-        ["sh", "-c", f'[ -f "$1/exit" ] || echo {INTERRUPTED_EXIT} > "$1/exit"', "sh", folder],
-    )
+    """End a run (its command and the processes it started); a run that had not ended gets exit
+    status 130. Idempotent."""
+    sandboxes.exec(sandbox_id, ["sh", "-c", _STOP, "sh", run_dir(run_id)], user=HANGAR)
 
 
 def wait_run(

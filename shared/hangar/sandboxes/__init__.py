@@ -7,6 +7,14 @@ Contract for every backend (checked by :mod:`hangar.testing.sandboxes`):
   on PATH.
 - ``create`` returns once the sandbox accepts ``exec``. A sandbox outlives the process that made
   it: any later :class:`Sandboxes` opened on the same URL finds, uses and destroys it.
+- Two users (the uid split): :attr:`SandboxUser.AGENT` runs the agent's side (clone, the
+  environment's setup, the harness, shells), with no privileges; :attr:`SandboxUser.HANGAR`
+  runs hangar's own tools (checkpoint, restore, run supervision), which read and write any of
+  the agent's files and which the agent can neither signal, trace nor read. ``exec``,
+  ``put_file`` and ``get_file`` run as the agent unless told otherwise. Hangar's files live
+  under :data:`HANGAR_DIR`, out of the agent's reach; the agent's HOME is :data:`HOME`.
+- ``host_ports`` of the spec are host loopback ports the sandbox reaches at its own
+  ``127.0.0.1:PORT``; no other host loopback port is reachable.
 - ``exec`` runs one command to completion. stdin is streamed in (bytes, a binary file or an
   iterable of byte chunks); stdout and stderr are streamed to the given binary files, or
   collected and returned when none is given. A timeout kills the command and raises
@@ -23,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import BinaryIO, Protocol
 
 from hangar.backends import pick
@@ -30,8 +39,21 @@ from hangar.config import Settings
 
 WORKSPACE = "/workspace"
 HOME = "/root"
+HANGAR_DIR = "/hangar"
+"""hangar's own folder inside a sandbox: ``runs/`` (detached runs), ``tmp/`` (its scratch space,
+its locks), ``sandbox.json`` (who the agent is and its limits, for the run supervisor)."""
+HANGAR_TMP = f"{HANGAR_DIR}/tmp"
+"""hangar's scratch folder inside a sandbox (checkpoint and restore staging): the agent's
+processes cannot see, fill or lock anything in it."""
 
 Stdin = bytes | BinaryIO | Iterable[bytes] | None
+
+
+class SandboxUser(StrEnum):
+    """Who a command in a sandbox runs as (the uid split)."""
+
+    AGENT = "agent"
+    HANGAR = "hangar"
 
 
 @dataclass(frozen=True)
@@ -39,19 +61,25 @@ class SandboxSpec:
     """What a new sandbox needs.
 
     ``ro_paths`` are host paths shown read-only at the same path inside (a local-path repo, so
-    that it can be cloned). ``env`` is the base environment of every exec in the sandbox.
+    that it can be cloned). ``env`` is the base environment of every exec as the agent.
+    ``host_ports`` are host loopback ports the sandbox may reach (a local model server).
     """
 
     labels: Mapping[str, str] = field(default_factory=dict)
     ro_paths: Sequence[str] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    host_ports: Sequence[int] = ()
 
 
 @dataclass(frozen=True)
 class SandboxInfo:
+    """A live sandbox. ``outdated``: made by an older, weaker layout of the backend; it works,
+    and should be checkpointed and replaced (``hangar serve`` does so at start)."""
+
     id: str
     labels: Mapping[str, str]
     created_at: datetime
+    outdated: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,17 +116,28 @@ class Sandboxes(Protocol):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         timeout: float | None = None,
+        user: SandboxUser = SandboxUser.AGENT,
     ) -> ExecResult:
-        """Run ``argv`` in the sandbox (cwd defaults to HOME). ``env`` is added to the spec's."""
+        """Run ``argv`` in the sandbox as ``user`` (cwd defaults to HOME). As the agent, ``env``
+        is added to the spec's; hangar's tools get ``env`` alone. Neither is ever put on a
+        command line the host can see."""
         ...
 
     def put_file(
-        self, sandbox_id: str, path: str, data: bytes | BinaryIO, *, mode: int = 0o644
+        self,
+        sandbox_id: str,
+        path: str,
+        data: bytes | BinaryIO,
+        *,
+        mode: int = 0o644,
+        user: SandboxUser = SandboxUser.AGENT,
     ) -> None:
-        """Write a file (parents made as needed), replacing any file at ``path``."""
+        """Write a file as ``user`` (parents made as needed), replacing any file at ``path``."""
         ...
 
-    def get_file(self, sandbox_id: str, path: str, out: BinaryIO) -> int:
+    def get_file(
+        self, sandbox_id: str, path: str, out: BinaryIO, *, user: SandboxUser = SandboxUser.AGENT
+    ) -> int:
         """Copy a file's bytes to ``out``; returns the count. SandboxError if it is missing."""
         ...
 

@@ -1,23 +1,27 @@
-"""Local sandboxes: long-lived bubblewrap namespaces, one folder each under a root folder.
+"""Local sandboxes: bubblewrap namespaces that hold by the kernel's own rules.
 
-``<root>/<id>/`` holds ``record.json`` (written atomically once the sandbox runs), ``home/``
-(bound at ``/root``, HOME), ``workspace/`` (``/workspace``), ``tmp/`` (``/tmp``) and
-``init.log`` (bubblewrap's messages). bubblewrap runs as root in its own session (``setsid -f``,
-no ``--die-with-parent``), so a sandbox outlives the process that made it; PID 1 inside is a
-small reaper. The record keeps the init's host pid and start time: a sandbox is live while its
-record exists and that very process runs (a reused pid never passes); ``get`` and ``list``
-remove records whose init is gone.
+Each sandbox runs in its own user namespace as two unprivileged host uids of its own (the uid
+split, :mod:`hangar.sandboxes.isolation`): hangar's tools as uid 0 inside, with only the
+capabilities they need and only over the namespace; the agent as uid 1000, with none. It has
+its own network namespace, whose egress goes through slirp4netns with the host's loopback
+unreachable except the spec's ``host_ports``; its own PID, IPC, UTS and mount namespaces; and
+limits on the agent's processes and memory. The folder and what is shown inside are described
+in :mod:`hangar.sandboxes.layout`.
 
-Inside: a tmpfs root, ``/usr``, ``/etc``, ``/opt`` read-only (``/bin`` and the like mirrored
-from the host), its own ``/proc``, ``/dev``, ``/dev/shm``, HOME, ``/workspace`` and ``/tmp``,
-the harness folder read-only at :data:`HARNESS_MOUNT`, each ``ro_paths`` entry read-only at its
-own path, and the host's network; nothing else of the host. Every exec enters with ``nsenter``,
-drops every capability with ``setpriv`` (nsenter does not inherit bubblewrap's drop) and runs
-the command under ``env -i``, so no host variable leaks in.
+A sandbox is started by :mod:`hangar.sandboxes.launcher` in its own session, so it outlives the
+process that made it. The record keeps the init's host pid and start time: a sandbox is live
+while its record exists and that very process runs (a reused pid never passes); ``get`` and
+``list`` tear down sandboxes whose init is gone.
 
-Limits: the host's network namespace is shared (a sandbox reaches the host's loopback services
-and other sandboxes' abstract sockets); no memory or process limit; files written on the tmpfs
-root outside the bound folders use RAM.
+Every exec enters the namespaces with ``nsenter`` and sets its user with ``setpriv``: the agent
+as 1000 with no capabilities and ``no_new_privs``, joined to its cgroups (or given its rlimits)
+before it enters; hangar's tools as 0 with :data:`HANGAR_CAPS` alone. The environment reaches
+the command through the process environment, never its arguments: the host's process list shows
+no variable or secret.
+
+Sandboxes made by the previous layout (``layout`` 1: the host's user and network namespaces,
+root with every capability dropped) are still found and used, as :attr:`SandboxInfo.outdated`,
+so that they can be checkpointed and replaced.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,41 +47,42 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from hangar.config import Settings
 from hangar.errors import ExecTimeout, InvalidInput, InvalidSettings, SandboxError
 from hangar.errors import SandboxNotFound, SandboxUnavailable
-from hangar.sandboxes import HOME, WORKSPACE, ExecResult, PreDestroyHook, SandboxInfo
-from hangar.sandboxes import SandboxSpec, Stdin
+from hangar.sandboxes import HANGAR_DIR, HANGAR_TMP, HOME, ExecResult, PreDestroyHook
+from hangar.sandboxes import SandboxInfo
+from hangar.sandboxes import SandboxSpec, SandboxUser, Stdin
+from hangar.sandboxes import layout
+from hangar.sandboxes.isolation import Cgroups, Limits, LimitsMode, UidClaim, claim_uids
+from hangar.sandboxes.isolation import resolve_mode
+from hangar.sandboxes.layout import HANGAR_PATH, HARNESS_MOUNT, SANDBOX_PATH
 from hangar.sandboxes.processes import HOST_ENV, feed, host_tool, kill, kill_tree, pump
 from hangar.sandboxes.processes import read_some, start_time
 
+__all__ = ["HARNESS_MOUNT", "HANGAR_CAPS", "LocalSandboxes"]
+
 logger = logging.getLogger(__name__)
 
-HARNESS_MOUNT = "/hangar/harnesses"
-"""Where the harness folder appears inside; its ``bin/`` and ``node_modules/.bin/`` are on PATH."""
+LAYOUT = 2
+"""The layout this module makes; records without one are layout 1 (shared host namespaces)."""
 
-SANDBOX_PATH = (
-    f"{HARNESS_MOUNT}/bin:{HARNESS_MOUNT}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin"
-)
+HANGAR_CAPS = ("chown", "dac_override", "dac_read_search", "fowner", "kill", "setgid", "setuid")
+"""What hangar's tools keep, inside the sandbox's namespace only: read and write any of the
+agent's files, hand them to the agent, start the agent's processes as it and signal them."""
+
+STAGE = "/run/hangar/stage"
+"""Each launcher mounts a private tmpfs here (in a mount namespace of its own)."""
 
 _ID = re.compile(r"sbx-[0-9a-f]{8}\Z")
 _RECORD = "record.json"
-_START_TIMEOUT = 10.0  # seconds for bubblewrap to report and the init to run
+_START_TIMEOUT = 15.0  # seconds for the launcher, bubblewrap and the network to be up
 _KILL_TIMEOUT = 10.0  # seconds for a killed init to be gone
-_SYSTEM_DIRS = ("/usr", "/etc", "/opt")
-_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
-_BOUND = ("/proc", "/dev", HOME, WORKSPACE, "/tmp")
-_OWN_MOUNTS = ("/", *_SYSTEM_DIRS, *_BOUND, "/hangar")
+_HELPER_GRACE = 2.0  # seconds for slirp4netns and the relay to see the sandbox end
+_TOOLS = ("setsid", "nsenter", "setpriv", "slirp4netns", "prlimit")
 
-# PID 1 inside: report readiness on the fd it is given, then reap every orphan for ever.
-_INIT = """\
-import os, signal
-os.write({fd}, b"r")
-os.close({fd})
-signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGCHLD}})
-while True:
-    try:
-        os.waitpid(-1, 0)
-    except ChildProcessError:
-        signal.sigwait({{signal.SIGCHLD}})
-"""
+# Join the agent's cgroups, then become the rest of the command: sh -c JOIN sh N FILE... CMD...
+_JOIN = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; '
+    'n=$((n - 1)); done; exec "$@"'
+)
 
 # put_file: write beside the target, then rename, so a reader never sees half a file.
 _PUT = (
@@ -84,6 +90,13 @@ _PUT = (
     'mkdir -p -- "$(dirname -- "$1")"; cat > "$t"; chmod -- "$2" "$t"; mv -fT -- "$t" "$1"; '
     "trap - EXIT"
 )
+
+
+class _Helper(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    pid: int
+    start_time: int
 
 
 class _Record(BaseModel):
@@ -97,23 +110,49 @@ class _Record(BaseModel):
     init_pid: int
     init_start_time: int
     env: dict[str, str]
+    layout: int = 1
+    uid_index: int | None = None
+    hangar_uid: int | None = None
+    agent_uid: int | None = None
+    host_ports: list[int] = []
+    helpers: list[_Helper] = []
+    limits_mode: LimitsMode | None = None
+    max_pids: int | None = None
+    memory_mb: int | None = None
 
     def info(self) -> SandboxInfo:
         created_at = self.created_at.astimezone(UTC)
-        return SandboxInfo(id=self.id, labels=dict(self.labels), created_at=created_at)
+        return SandboxInfo(id=self.id, labels=dict(self.labels), created_at=created_at,
+                           outdated=self.layout < LAYOUT)  # fmt: skip
 
 
 class LocalSandboxes:
     """The ``local:`` backend of :class:`hangar.sandboxes.Sandboxes` (runs as root).
 
     ``root`` holds one folder per sandbox; ``harness_dir`` (if it exists) is shown read-only at
-    :data:`HARNESS_MOUNT`. ``bwrap`` overrides the bubblewrap binary (default: found on PATH at
-    ``create``); a missing one makes ``create`` raise :class:`SandboxUnavailable`.
+    :data:`HARNESS_MOUNT`. ``uid_base``, ``limits`` (AUTO picks cgroups where usable),
+    ``max_pids`` and ``memory_mb`` are the settings of the same names. ``bwrap`` overrides the
+    bubblewrap binary (default: found on PATH at ``create``); a missing one makes ``create``
+    raise :class:`SandboxUnavailable`.
     """
 
-    def __init__(self, root: Path, harness_dir: Path | None = None, *, bwrap: str | None = None):
+    def __init__(
+        self,
+        root: Path,
+        harness_dir: Path | None = None,
+        *,
+        bwrap: str | None = None,
+        uid_base: int = 200_000,
+        limits: LimitsMode = LimitsMode.AUTO,
+        max_pids: int = 1024,
+        memory_mb: int = 4096,
+    ):
         self.root = Path(root)
         self.harness_dir = harness_dir
+        self.uid_base = uid_base
+        self.limits_mode = limits
+        self.max_pids = max_pids
+        self.memory_mb = memory_mb
         self._bwrap = bwrap
         self._hooks: list[PreDestroyHook] = []
 
@@ -127,40 +166,81 @@ class LocalSandboxes:
                 f"HANGAR_SANDBOXES: expected local:///ABSOLUTE/PATH, got {url!r}",
                 setting="HANGAR_SANDBOXES",
             )
-        return cls(Path(path), settings.harness_dir)
+        return cls(
+            Path(path),
+            settings.harness_dir,
+            uid_base=settings.sandbox_uid_base,
+            limits=LimitsMode(settings.sandbox_limits),
+            max_pids=settings.sandbox_max_pids,
+            memory_mb=settings.sandbox_memory_mb,
+        )
+
+    def limits(self) -> Limits:
+        """The agent's limits in a sandbox made now (the mechanism resolved for this machine)."""
+        mode = resolve_mode(self.limits_mode)
+        return Limits(mode=mode, max_pids=self.max_pids, memory_mb=self.memory_mb)
 
     # -- the port ---------------------------------------------------------------------------
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
-        """Start a sandbox; returns once it accepts exec (about 30 ms).
+        """Start a sandbox; returns once it accepts exec and its network is up.
 
-        Raises SandboxUnavailable when bubblewrap or util-linux tools are missing, InvalidInput
-        for a bad ``ro_paths`` entry or env name, and SandboxError when bubblewrap fails.
+        Raises SandboxUnavailable when bubblewrap, util-linux tools or slirp4netns are missing,
+        InvalidInput for a bad ``ro_paths`` entry, env name or host port, and SandboxError when
+        the sandbox cannot start.
         """
         tools = self._tools()
         ro_paths = [self._check_ro_path(p) for p in spec.ro_paths]
         env = _check_env(spec.env)
+        ports = _check_ports(spec.host_ports)
+        limits = self.limits()
         sandbox_id, folder = self._new_folder()
+        claim: UidClaim | None = None
+        cgroups: Cgroups | None = None
         record: _Record | None = None
         try:
-            for name, mode in (("home", 0o700), ("workspace", 0o755), ("tmp", 0o1777)):
-                (folder / name).mkdir()
-                os.chmod(folder / name, mode)  # after mkdir: the umask would mask the bits
-            pid, started = self._start(tools, folder, sandbox_id, ro_paths)
+            claim = claim_uids(self.uid_base, f"{folder}")
+            cgroup_files: list[str] = []
+            if limits.mode is LimitsMode.CGROUP:
+                cgroups = Cgroups(sandbox_id)
+                cgroups.create(limits, claim.hangar_uid)
+                cgroup_files = cgroups.procs
+            layout.make_folder(folder, sandbox_id, claim.hangar_uid, claim.agent_uid, limits,
+                               cgroup_files)  # fmt: skip
+            binds, args = layout.binds_and_args(
+                folder, STAGE, sandbox_id, ro_paths, self.harness_dir, cgroup_files
+            )
+            init_pid, helpers = self._launch(tools, folder, claim, binds, args, ports)
+            started = start_time(init_pid)
+            if started is None:
+                raise SandboxError(f"the sandbox's init died at once: {_log_text(folder)}")
             record = _Record(
                 id=sandbox_id,
                 labels=dict(spec.labels),
                 created_at=datetime.now(UTC),
-                init_pid=pid,
+                init_pid=init_pid,
                 init_start_time=started,
                 env=env,
+                layout=LAYOUT,
+                uid_index=claim.index,
+                hangar_uid=claim.hangar_uid,
+                agent_uid=claim.agent_uid,
+                host_ports=ports,
+                helpers=[_Helper(pid=p, start_time=t) for p in helpers
+                         if (t := start_time(p)) is not None],  # fmt: skip
+                limits_mode=limits.mode,
+                max_pids=limits.max_pids,
+                memory_mb=limits.memory_mb,
             )
             _write_atomically(folder / _RECORD, record.model_dump_json(indent=2).encode())
         except BaseException as exc:
-            _kill_and_remove(folder, record)
+            _teardown(folder, record, cgroups)
             if isinstance(exc, OSError):
                 raise SandboxError(f"cannot create a sandbox in {self.root}: {exc}") from exc
             raise
+        finally:
+            if claim is not None:
+                claim.release()  # the sandbox's init holds its own
         return record.info()
 
     def get(self, sandbox_id: str) -> SandboxInfo:
@@ -179,7 +259,7 @@ class LocalSandboxes:
             if record is None:
                 continue  # being created, or not ours
             if not _is_live(record):
-                _kill_and_remove(self.root / name, None)
+                _teardown(self.root / name, record)
                 continue
             if all(record.labels.get(k) == v for k, v in (labels or {}).items()):
                 found.append(record)
@@ -197,10 +277,13 @@ class LocalSandboxes:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         timeout: float | None = None,
+        user: SandboxUser = SandboxUser.AGENT,
     ) -> ExecResult:
-        """Run ``argv`` to completion in the sandbox (cwd defaults to HOME).
+        """Run ``argv`` to completion in the sandbox as ``user``.
 
-        The environment is HOME, PATH and LANG, then the spec's env, then ``env``. Output that
+        As the agent: cwd defaults to HOME, the environment is HOME, PATH and LANG, then the
+        spec's env, then ``env``. As hangar: cwd defaults to :data:`HANGAR_DIR`, the
+        environment is HOME (hangar's folder), PATH, LANG and TMPDIR, then ``env``. Output that
         background processes keep writing after the command exits is read for at most
         :data:`~hangar.sandboxes.processes.DRAIN_GRACE` seconds. A command killed by signal N
         exits 128 + N. A timeout kills the command and every process it started that is still
@@ -212,14 +295,17 @@ class LocalSandboxes:
         if "=" in argv[0]:
             raise InvalidInput(f"command name {argv[0]!r} must not contain '='")
         record = self._live_record(sandbox_id)
-        full_env = {"HOME": HOME, "PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
-        full_env.update(record.env)
+        if user is SandboxUser.HANGAR and record.layout >= LAYOUT:
+            full_env = {"HOME": HANGAR_DIR, "PATH": HANGAR_PATH, "LANG": "C.UTF-8",
+                        "TMPDIR": HANGAR_TMP}  # fmt: skip
+            default_cwd = HANGAR_DIR
+        else:
+            full_env = {"HOME": HOME, "PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
+            full_env.update(record.env)
+            default_cwd = HOME
         full_env.update(_check_env(env or {}))
-        nsenter = host_tool("nsenter") or "nsenter"
-        command = [nsenter, "--target", str(record.init_pid), "--mount", "--pid", "--uts"]
-        command += ["--ipc", "--", "/usr/bin/setpriv", "--bounding-set=-all", "--inh-caps=-all"]
-        command += ["--ambient-caps=-all", "--no-new-privs", "--", "/usr/bin/env", "-i"]
-        command += ["-C", cwd or HOME, *(f"{k}={v}" for k, v in full_env.items()), *argv]
+        command = _command(record, user) + ["/usr/bin/env", "-C", cwd or default_cwd, "--"]
+        command += list(argv)
         out: list[bytes] = []
         err: list[bytes] = []
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -230,7 +316,7 @@ class LocalSandboxes:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,  # its own process group, so a timeout can kill it all
-                env=HOST_ENV,
+                env=full_env,  # inherited all the way in; never on a command line
             )
         except OSError as exc:
             raise SandboxUnavailable(f"cannot run nsenter: {exc}", tool="nsenter") from exc
@@ -270,19 +356,29 @@ class LocalSandboxes:
         return ExecResult(128 - code if code < 0 else code, b"".join(out), b"".join(err))
 
     def put_file(
-        self, sandbox_id: str, path: str, data: bytes | BinaryIO, *, mode: int = 0o644
+        self,
+        sandbox_id: str,
+        path: str,
+        data: bytes | BinaryIO,
+        *,
+        mode: int = 0o644,
+        user: SandboxUser = SandboxUser.AGENT,
     ) -> None:
-        """Write a file (parents made as needed), replacing any file at ``path`` atomically."""
+        """Write a file as ``user`` (parents made as needed), replacing any file at ``path``
+        atomically."""
         argv = ["/bin/sh", "-c", _PUT, "sh", path, format(mode & 0o7777, "o")]
-        result = self.exec(sandbox_id, argv, stdin=data)
+        result = self.exec(sandbox_id, argv, stdin=data, user=user)
         if not result.ok:
             message = f"cannot write {path} in sandbox {sandbox_id}: {_tail(result.stderr)}"
             raise SandboxError(message, sandbox_id=sandbox_id, path=path)
 
-    def get_file(self, sandbox_id: str, path: str, out: BinaryIO) -> int:
+    def get_file(
+        self, sandbox_id: str, path: str, out: BinaryIO, *, user: SandboxUser = SandboxUser.AGENT
+    ) -> int:
         """Copy a file's bytes to ``out``; returns the count. SandboxError if it is missing."""
         counter = _Counter(out)
-        result = self.exec(sandbox_id, ["cat", "--", path], stdout=cast(BinaryIO, counter))
+        result = self.exec(sandbox_id, ["cat", "--", path], stdout=cast(BinaryIO, counter),
+                           user=user)  # fmt: skip
         if not result.ok:
             message = f"cannot read {path} in sandbox {sandbox_id}: {_tail(result.stderr)}"
             raise SandboxError(message, sandbox_id=sandbox_id, path=path)
@@ -304,7 +400,7 @@ class LocalSandboxes:
                     hook(info)
                 except Exception:  # a hook must never keep a sandbox alive
                     logger.exception("pre-destroy hook %r failed for %s", hook, sandbox_id)
-        _kill_and_remove(self.root / sandbox_id, record)
+        _teardown(self.root / sandbox_id, record)
 
     def add_pre_destroy_hook(self, hook: PreDestroyHook) -> None:
         """Run ``hook(info)`` before every destroy, in the order added."""
@@ -333,11 +429,15 @@ class LocalSandboxes:
                 "run `make install` (or `apt-get install bubblewrap`) and run hangar as root",
                 tool="bwrap",
             )
+        if os.geteuid() != 0:
+            raise SandboxUnavailable("local sandboxes need hangar to run as root", tool="root")
         tools = {"bwrap": bwrap}
-        for name in ("setsid", "nsenter"):
+        for name in _TOOLS:
             found = host_tool(name)
             if found is None:
-                raise SandboxUnavailable(f"{name} (util-linux) is not installed", tool=name)
+                package = "slirp4netns" if name == "slirp4netns" else "util-linux"
+                raise SandboxUnavailable(f"{name} ({package}) is not installed; run `make install`",
+                                         tool=name)  # fmt: skip
             tools[name] = found
         return tools
 
@@ -349,56 +449,62 @@ class LocalSandboxes:
         root = PurePosixPath(os.path.realpath(self.root))
         if real.is_relative_to(root) or root.is_relative_to(real):
             raise InvalidInput(f"ro_paths entry {raw!r} would show the sandboxes folder")
-        if _under(path, ("/proc", "/dev")) or any(_under(own, [path]) for own in _OWN_MOUNTS):
+        if layout.under(path, ("/proc", "/dev")) or any(
+            layout.under(own, [path]) for own in layout.OWN_MOUNTS
+        ):
             raise InvalidInput(f"ro_paths entry {raw!r} would hide the sandbox's own folders")
         return path
 
-    def _start(
-        self, tools: Mapping[str, str], folder: Path, sandbox_id: str, ro_paths: Sequence[str]
-    ) -> tuple[int, int]:
-        """Start bubblewrap detached; return the init's host pid and start time once it runs."""
-        info_r, info_w = os.pipe()
-        ready_r, ready_w = os.pipe()
+    def _launch(
+        self,
+        tools: Mapping[str, str],
+        folder: Path,
+        claim: UidClaim,
+        binds: Sequence[Mapping[str, str]],
+        args: Sequence[str],
+        ports: Sequence[int],
+    ) -> tuple[int, Sequence[int]]:
+        """Run the launcher detached; return the init's host pid and the helpers' pids."""
+        from hangar.sandboxes import launcher
+
+        os.makedirs(STAGE, mode=0o755, exist_ok=True)
+        os.chmod(STAGE, 0o755)
+        config = {
+            "stage": STAGE,
+            "binds": [dict(b) for b in binds],
+            "hangar_uid": claim.hangar_uid,
+            "agent_uid": claim.agent_uid,
+            "bwrap": [tools["bwrap"], *args],
+            "init": ["/usr/bin/python3", "-I", "-S", "-c", layout.INIT],
+            "hold_fds": [claim.fd],
+            "slirp4netns": tools["slirp4netns"],
+            "host_ports": list(ports),
+            "timeout": _START_TIMEOUT,
+        }
+        report_r, report_w = os.pipe()
+        os.set_inheritable(claim.fd, True)
         try:
-            argv = [tools["setsid"], "--fork", tools["bwrap"]]
-            argv += _bwrap_args(folder, sandbox_id, ro_paths, self.harness_dir)
-            argv += ["--info-fd", str(info_w), "/usr/bin/python3", "-I", "-c"]
-            argv.append(_INIT.format(fd=ready_w))
+            argv = [tools["setsid"], "--fork", _launcher_python(), "-I", "-S", "-c",
+                    _source(launcher), json.dumps(config), str(report_w)]  # fmt: skip
             with open(folder / "init.log", "wb") as log:
                 try:
-                    # setsid forks bwrap off and exits at once: no child of ours lingers.
-                    subprocess.run(
-                        argv,
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=log,
-                        pass_fds=(info_w, ready_w),
-                        env=HOST_ENV,
-                        check=True,
-                        timeout=_START_TIMEOUT,
-                    )
+                    # setsid forks the launcher off and exits at once: no child of ours lingers.
+                    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                   pass_fds=(report_w, claim.fd), env=HOST_ENV, check=True,
+                                   timeout=_START_TIMEOUT)  # fmt: skip
                 except (OSError, subprocess.SubprocessError) as exc:
-                    raise SandboxError(f"cannot start bubblewrap: {exc}") from exc
-            os.close(info_w)
-            os.close(ready_w)
-            info_w = ready_w = -1
-            deadline = time.monotonic() + _START_TIMEOUT
-            info = _read_json(info_r, deadline)
-            pid = info.get("child-pid") if info else None
-            if not isinstance(pid, int):
-                raise SandboxError(f"bubblewrap failed: {_log_text(folder)}")
-            try:
-                started = start_time(pid) if _read_some(ready_r, deadline) == b"r" else None
-                if started is None:
-                    raise SandboxError(f"sandbox init did not start: {_log_text(folder)}")
-            except BaseException:
-                kill(pid)
-                raise
-            return pid, started
+                    raise SandboxError(f"cannot start the sandbox launcher: {exc}") from exc
+            os.close(report_w)
+            report_w = -1
+            answer = _read_answer(report_r, time.monotonic() + _START_TIMEOUT + 5)
         finally:
-            for fd in (info_r, info_w, ready_r, ready_w):
-                if fd >= 0:
-                    os.close(fd)
+            os.close(report_r)
+            if report_w >= 0:
+                os.close(report_w)
+        if not answer.get("ok"):
+            detail = answer.get("error") or "no answer"
+            raise SandboxError(f"the sandbox could not start: {detail}; {_log_text(folder)}")
+        return int(answer["init_pid"]), [int(p) for p in answer.get("helpers", [])]
 
     # -- records and liveness ----------------------------------------------------------------
 
@@ -414,43 +520,60 @@ class LocalSandboxes:
     def _live_record(self, sandbox_id: str) -> _Record:
         record = self._read_record(sandbox_id) if _ID.match(sandbox_id) else None
         if record is not None and not _is_live(record):
-            _kill_and_remove(self.root / sandbox_id, None)
+            _teardown(self.root / sandbox_id, record)
             record = None
         if record is None:
             raise SandboxNotFound(f"no sandbox {sandbox_id}", sandbox_id=sandbox_id)
         return record
 
 
-def _bwrap_args(
-    folder: Path, sandbox_id: str, ro_paths: Sequence[str], harness_dir: Path | None
-) -> list[str]:
-    """bubblewrap's options for a sandbox (everything but the command and its info fd)."""
-    args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--share-net"]
-    args += ["--cap-drop", "ALL", "--as-pid-1", "--hostname", sandbox_id, "--tmpfs", "/"]
-    for d in _SYSTEM_DIRS:
-        if os.path.isdir(d) and not os.path.islink(d):
-            args += ["--ro-bind", d, d]
-    for d in _SYSTEM_LINKS:
-        if os.path.islink(d):
-            args += ["--symlink", os.readlink(d), d]
-        elif os.path.isdir(d):
-            args += ["--ro-bind", d, d]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
-    args += ["--bind", str(folder / "home"), HOME]
-    args += ["--bind", str(folder / "workspace"), WORKSPACE]
-    args += ["--bind", str(folder / "tmp"), "/tmp"]
-    made: set[str] = set()
-    extra = list(ro_paths)
-    resolv = os.path.realpath("/etc/resolv.conf")  # often a link into /run
-    if os.path.exists(resolv) and not _under(resolv, _SYSTEM_DIRS):
-        extra.append(resolv)
-    if harness_dir is not None and harness_dir.is_dir():
-        args += _parents(HARNESS_MOUNT, made)
-        args += ["--ro-bind", str(harness_dir), HARNESS_MOUNT]
-    for path in extra:
-        args += _parents(path, made)
-        args += ["--ro-bind", path, path]
-    return args + ["--chdir", HOME]
+def _command(record: _Record, user: SandboxUser) -> list[str]:
+    """Everything before ``env -C CWD -- ARGV``: entering the sandbox as ``user``."""
+    nsenter = host_tool("nsenter") or "nsenter"
+    setpriv = "/usr/bin/setpriv"  # the sandbox's own (its /usr is the host's, read-only)
+    target = ["--target", str(record.init_pid)]
+    if record.layout < LAYOUT:  # one user for everything, root with every capability dropped
+        return [nsenter, *target, "--mount", "--pid", "--uts", "--ipc", "--", setpriv,
+                "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all",
+                "--no-new-privs", "--"]  # fmt: skip
+    enter = [nsenter, *target, "--user", "--mount", "--pid", "--uts", "--ipc", "--net",
+             "--cgroup", "--"]  # fmt: skip
+    if user is SandboxUser.HANGAR:
+        keep = ",".join(f"+{cap}" for cap in HANGAR_CAPS)
+        return enter + [setpriv, f"--bounding-set=-all,{keep}", "--inh-caps=-all",
+                        "--ambient-caps=-all", "--no-new-privs", "--"]  # fmt: skip
+    agent = [setpriv, "--reuid=1000", "--regid=1000", "--clear-groups", "--bounding-set=-all",
+             "--inh-caps=-all", "--ambient-caps=-all", "--no-new-privs", "--"]  # fmt: skip
+    if record.limits_mode is LimitsMode.CGROUP:
+        procs = Cgroups(record.id).procs
+        return ["/bin/sh", "-c", _JOIN, "sh", str(len(procs)), *procs, *enter, *agent]
+    prlimit = host_tool("prlimit") or "prlimit"
+    nproc, memory = record.max_pids or 1024, (record.memory_mb or 4096) << 20
+    return [prlimit, f"--nproc={nproc}", f"--as={memory}", "--", *enter, *agent]
+
+
+def _launcher_python() -> str:
+    """The system's interpreter where there is one: the relay drops root and must still read
+    its standard library, which a Python under /root would hide from it."""
+    return "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+
+
+def _source(module: Any) -> str:
+    return Path(module.__file__).read_text()
+
+
+def _read_answer(fd: int, deadline: float) -> dict[str, Any]:
+    buf = b""
+    try:
+        while chunk := read_some(fd, deadline):
+            buf += chunk
+    except TimeoutError:
+        raise SandboxError("the sandbox did not start in time") from None
+    try:
+        value = json.loads(buf or b"{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 class _Counter:
@@ -469,23 +592,40 @@ def _is_live(record: _Record) -> bool:
     return start_time(record.init_pid) == record.init_start_time
 
 
-def _kill_and_remove(folder: Path, record: _Record | None) -> None:
-    """Kill the init of ``record`` (if given and live), wait until it is gone, remove the folder."""
+def _teardown(folder: Path, record: _Record | None, cgroups: Cgroups | None = None) -> None:
+    """Kill the init of ``record`` (if given and live) and wait until it is gone; make sure its
+    helpers are gone; remove its cgroups and its folder."""
     if record is not None and _is_live(record):
         kill(record.init_pid)
-        deadline = time.monotonic() + _KILL_TIMEOUT
-        pause = 0.001
-        while _is_live(record):
-            if time.monotonic() > deadline:
-                raise SandboxError(
-                    f"sandbox {record.id} outlived SIGKILL", sandbox_id=record.id
-                )
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+        _wait_gone(lambda: _is_live(record), record.id, _KILL_TIMEOUT)
+    if record is not None:
+        for helper in record.helpers:
+            def alive(h: _Helper = helper) -> bool:
+                return start_time(h.pid) == h.start_time
+
+            try:
+                _wait_gone(alive, record.id, _HELPER_GRACE)
+            except SandboxError:
+                kill(helper.pid)  # it did not see the sandbox end: end it
+                _wait_gone(alive, record.id, _KILL_TIMEOUT)
+        if record.limits_mode is LimitsMode.CGROUP:
+            cgroups = Cgroups(record.id)
+    if cgroups is not None:
+        cgroups.remove()
     try:
         _remove_tree(folder)
     except OSError as exc:
         raise SandboxError(f"cannot remove sandbox folder {folder}: {exc}") from exc
+
+
+def _wait_gone(alive: Callable[[], bool], sandbox_id: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while alive():
+        if time.monotonic() > deadline:
+            raise SandboxError(f"sandbox {sandbox_id} outlived SIGKILL", sandbox_id=sandbox_id)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _check_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -495,40 +635,12 @@ def _check_env(env: Mapping[str, str]) -> dict[str, str]:
     return dict(env)
 
 
-def _parents(path: str, made: set[str]) -> list[str]:
-    """``--dir`` ops making the missing parents of ``path`` traversable (bwrap makes 0700)."""
-    args: list[str] = []
-    for parent in reversed(PurePosixPath(path).parents):
-        p = str(parent)
-        if p == "/" or p in made or p in _BOUND or _under(p, _SYSTEM_DIRS):
-            continue
-        made.add(p)
-        args += ["--perms", "0755", "--dir", p]
-    return args
-
-
-def _under(path: str, folders: Sequence[str]) -> bool:
-    return any(PurePosixPath(path).is_relative_to(f) for f in folders)
-
-
-def _read_some(fd: int, deadline: float) -> bytes:
-    """One read from ``fd`` (b"" at EOF); SandboxError if nothing comes before the deadline."""
-    try:
-        return read_some(fd, deadline)
-    except TimeoutError:
-        raise SandboxError("sandbox did not start in time") from None
-
-
-def _read_json(fd: int, deadline: float) -> dict[str, Any] | None:
-    """Read bubblewrap's info JSON (it closes the fd after it); None if it failed first."""
-    buf = b""
-    while chunk := _read_some(fd, deadline):
-        buf += chunk
-    try:
-        value = json.loads(buf)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+def _check_ports(ports: Sequence[int]) -> list[int]:
+    checked = sorted(set(ports))
+    bad = [p for p in checked if not isinstance(p, int) or not 1 <= p <= 65535]
+    if bad:
+        raise InvalidInput(f"host ports must be between 1 and 65535: {bad}", ports=bad)
+    return checked
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -541,7 +653,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 def _remove_tree(folder: Path) -> None:
-    """Remove a sandbox folder, making read-only folders writable on the way (as a non-root)."""
+    """Remove a sandbox folder, making read-only folders writable on the way."""
 
     def retry(func: Callable[..., Any], path: str, exc_info: Any) -> None:
         exc = exc_info[1]

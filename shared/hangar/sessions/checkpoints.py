@@ -32,7 +32,7 @@ from hangar.errors import (
 )
 from hangar.keys import Keys
 from hangar.models import Checkpoint, CheckpointPart, CheckpointReason, Compression
-from hangar.sandboxes import HOME, Sandboxes
+from hangar.sandboxes import HANGAR_TMP, HOME, Sandboxes, SandboxUser
 from hangar.sessions.parts import CheckpointParts
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ PART_NAMES = frozenset(
     }
 )
 _MAX_MANIFEST = 1 << 20
+
 
 
 class _Bounded:
@@ -162,6 +163,7 @@ class Checkpointer:
             "max_untracked": self.settings.max_untracked_bytes,
             "max_patch": self.settings.max_patch_bytes,
             "skip_if_fingerprint": previous,
+            "tmp": HANGAR_TMP,
         }
         with tempfile.TemporaryFile() as spool:
             self._pack(target, config, spool)
@@ -178,6 +180,7 @@ class Checkpointer:
                 agent.command("checkpoint", json.dumps(config)),
                 stdout=cast(BinaryIO, _Bounded(spool, self._output_limit())),
                 timeout=self.settings.checkpoint_timeout_seconds,
+                user=SandboxUser.HANGAR,
             )
         except ExecTimeout:
             raise CheckpointError(

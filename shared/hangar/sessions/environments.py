@@ -36,6 +36,15 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
+def check_ports(ports: list[int]) -> list[int]:
+    """Host ports, each from 1 to 65535, sorted and without repeats."""
+    bad = [p for p in ports if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 65535]
+    if bad:
+        raise InvalidInput(f"host ports must be whole numbers from 1 to 65535, not {bad}",
+                           ports=bad)  # fmt: skip
+    return sorted(set(ports))
+
+
 def check_vars(values: dict[str, str]) -> dict[str, str]:
     bad = [k for k in values if not _VAR_NAME.match(k)]
     if bad:
@@ -57,17 +66,18 @@ class Environments:
         setup: str | None = None,
         vars: dict[str, str] | None = None,
         secrets: dict[str, str] | None = None,
+        host_ports: list[int] | None = None,
     ) -> Environment:
         """Check everything, including that the repo (and branch) can be reached with
         ``git ls-remote``, then create the environment. Creates nothing on any error."""
         check_name("environment", name)
         check_vars(vars or {})
         check_vars(secrets or {})
+        ports = check_ports(host_ports or [])
         self._check_reachable(repo, branch)
         sealed = {k: self._seal(name, k, v) for k, v in (secrets or {}).items()}
-        env = Environment(
-            name=name, repo=repo, branch=branch, setup=setup, vars=vars or {}, secrets=sealed
-        )
+        env = Environment(name=name, repo=repo, branch=branch, setup=setup, vars=vars or {},
+                          secrets=sealed, host_ports=ports)  # fmt: skip
         return self.db.create_environment(env)
 
     def _check_reachable(self, repo: str, branch: str | None) -> None:

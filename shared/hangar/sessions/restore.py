@@ -33,7 +33,7 @@ from hangar.errors import (
 )
 from hangar.keys import Keys
 from hangar.models import Checkpoint
-from hangar.sandboxes import HOME, Sandboxes
+from hangar.sandboxes import HANGAR_TMP, HOME, Sandboxes, SandboxUser
 from hangar.sessions.parts import CheckpointParts
 
 logger = logging.getLogger(__name__)
@@ -125,6 +125,7 @@ class Restorer:
                 "branch": checkpoint.branch,
                 "head": checkpoint.head,
                 "conversation_dirs": checkpoint.conversation_dirs,
+                "tmp": HANGAR_TMP,
                 "parts": [entry for entry, _ in opened],
             }
 
@@ -140,6 +141,7 @@ class Restorer:
                     agent.command("restore"),
                     stdin=stdin(),
                     timeout=self.settings.checkpoint_timeout_seconds,
+                    user=SandboxUser.HANGAR,
                 )
             except ExecTimeout:
                 raise RestoreFailed(

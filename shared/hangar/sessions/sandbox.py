@@ -12,11 +12,13 @@ claimed (see :meth:`hangar.sessions.records.Records.claim`).
 
 from __future__ import annotations
 
+import secrets
 from datetime import timedelta
 
 from hangar.config import Settings
 from hangar.errors import HangarError, SandboxError, SandboxNotFound
 from hangar.harnesses import get_harness
+from hangar.harnesses.runs import read_stderr, start_run, stop_run, wait_run
 from hangar.models import Session, utcnow
 from hangar.sandboxes import HOME, SandboxInfo, Sandboxes, SandboxSpec
 from hangar.sessions.checkpoints import CheckpointTarget
@@ -76,27 +78,40 @@ class Provisioner:
         failure the sandbox is destroyed and the HangarError raised."""
         env = self.environments.require(session.environment)
         ro_paths = [env.repo] if env.repo.startswith("/") else []
-        info = self.sandboxes.create(
-            SandboxSpec(labels={SESSION_LABEL: session.id}, ro_paths=ro_paths)
-        )
+        info = self.sandboxes.create(SandboxSpec(labels={SESSION_LABEL: session.id},
+                                                 ro_paths=ro_paths, host_ports=env.host_ports))
         try:
             workspace = clone(
                 self.sandboxes, info.id, env.repo, work_branch=session.branch, branch=env.branch
             )
-            turn_env = self.environments.turn_env(env)
             if env.setup:
-                result = self.sandboxes.exec(
-                    info.id, ["bash", "-lc", env.setup], cwd=workspace.repo_dir, env=turn_env,
-                    timeout=self.settings.setup_timeout_minutes * 60,
-                )  # fmt: skip
-                if not result.ok:
-                    detail = result.stderr.decode(errors="replace").strip()[-1000:]
-                    raise SandboxError(f"the environment's setup failed: {detail}",
-                                       exit_code=result.exit_code)  # fmt: skip
+                self._setup(info.id, env.setup, workspace.repo_dir,
+                            self.environments.turn_env(env))  # fmt: skip
         except HangarError:
             self.sandboxes.destroy(info.id, hooks=False)
             raise
         return info, workspace
+
+    def _setup(self, sandbox_id: str, command: str, repo_dir: str, env: dict[str, str]) -> None:
+        """Run the environment's setup as the agent, as a detached run: its variables and
+        secrets reach it through a file of hangar's, never a command line."""
+        run_id = f"setup-{secrets.token_hex(4)}"
+        timeout = self.settings.setup_timeout_minutes * 60
+        start_run(self.sandboxes, sandbox_id, run_id, ["bash", "-lc", command], cwd=repo_dir,
+                  env=env)  # fmt: skip
+        try:
+            _, code = wait_run(self.sandboxes, sandbox_id, run_id, timeout=timeout)
+        except SandboxError:
+            stop_run(self.sandboxes, sandbox_id, run_id)
+            raise SandboxError(f"the environment's setup did not finish within {timeout:g} s",
+                               run_id=run_id) from None  # fmt: skip
+        if code != 0:
+            detail = read_stderr(self.sandboxes, sandbox_id, run_id, 1000)
+            raise SandboxError(
+                f"the environment's setup failed (exit {code}): "
+                f"{detail.decode(errors='replace').strip()}",
+                exit_code=code,
+            )
 
     def ensure(self, session: Session) -> Session:
         """A live sandbox for a claimed session: made, cloned, set up and restored if needed."""

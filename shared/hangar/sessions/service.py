@@ -56,7 +56,7 @@ from hangar.models import (
     TurnOutcome,
     utcnow,
 )
-from hangar.sandboxes import Sandboxes, SandboxInfo
+from hangar.sandboxes import HANGAR_TMP, Sandboxes, SandboxInfo, SandboxUser
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.environments import Environments, check_name
 from hangar.sessions.forks import Forks
@@ -310,9 +310,11 @@ class SessionService:
         session = self._turns.catch_up(self.resolve(ref))
         if session.sandbox_id and sandbox_alive(self.sandboxes, session):
             config = {"repo": repo_dir_for(session.repo or ""), "base": session.base_commit,
-                      "max_patch": self.settings.max_patch_bytes, "mode": "patch"}  # fmt: skip
+                      "max_patch": self.settings.max_patch_bytes, "mode": "patch",
+                      "tmp": HANGAR_TMP}  # fmt: skip
             result = self.sandboxes.exec(session.sandbox_id,
-                                         agent.command("checkpoint", json.dumps(config)))  # fmt: skip
+                                         agent.command("checkpoint", json.dumps(config)),
+                                         user=SandboxUser.HANGAR)  # fmt: skip
             if not result.ok:
                 raise SandboxError(f"cannot make the patch: {result.stderr.decode(errors='replace').strip()}")
             self._touch(session.id)

@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from hangar import agent
 from tests.conftest import GIT_IDENTITY, git
 
 PROJECT = Path(__file__).resolve().parents[3]
-SCRIPT = "shared/hangar/agent/restore.py"
+SCRIPT = agent.bundle("restore")  # the script with its helper modules, as sandboxes get it
 PYTHON = "/usr/bin/python3"
 MTIME = 1_600_000_000
 VICTIM_MTIME = 1_500_000_000
@@ -153,7 +154,7 @@ def answer_of(stdout: bytes, returncode: int) -> dict[str, object]:
 
 def restore(world: World, parts: dict[str, tuple[bytes, str]], **plan: object) -> dict[str, object]:
     proc = subprocess.run(
-        [PYTHON, "-I", "-S", SCRIPT],
+        [PYTHON, "-I", "-S", "-c", SCRIPT],
         input=plan_and_input(world, parts, **plan),
         capture_output=True,
         cwd=PROJECT,
@@ -414,7 +415,7 @@ def test_a_folder_swapped_for_a_link_mid_restore_never_lets_a_write_out(world: W
             stop.wait(0.001)  # leave each state in place a moment, so the restore meets both
 
     proc = subprocess.Popen(
-        [PYTHON, "-I", "-S", SCRIPT],
+        [PYTHON, "-I", "-S", "-c", SCRIPT],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

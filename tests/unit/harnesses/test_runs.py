@@ -1,4 +1,5 @@
-"""Detached runs in real sandboxes: started under tmux, read from a cursor, scoped env."""
+"""Detached runs in real sandboxes: started under hangar's supervisor, read from a cursor,
+scoped env."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from hangar.errors import SandboxError
 from hangar.harnesses.runs import INTERRUPTED_EXIT, read_run, start_run, stop_run, wait_run
-from hangar.sandboxes import SandboxSpec
+from hangar.sandboxes import SandboxSpec, SandboxUser
 from hangar.sandboxes.local import LocalSandboxes
 
 pytestmark = pytest.mark.sandbox
@@ -47,9 +48,10 @@ def test_the_environment_reaches_only_its_own_run_and_its_file_is_gone(
               cwd="/tmp", env={})  # fmt: skip
     log, _ = wait_run(sandboxes, sandbox, "without", timeout=30, poll=0.05)
     assert log == b"unset"
-    # The secret's only trace is what the process itself printed: no env file, not in run.sh.
-    leftover = sandboxes.exec(sandbox, ["sh", "-c", "grep -rl s3cr3t /root/.hangar /tmp || true"])
-    assert leftover.stdout == b"/root/.hangar/runs/with/log\n"
+    # The secret's only trace is what the process itself printed: no env file, not in a spec.
+    leftover = sandboxes.exec(sandbox, ["sh", "-c", "grep -rl s3cr3t /hangar /root /tmp || true"],
+                              user=SandboxUser.HANGAR)  # fmt: skip
+    assert leftover.stdout == b"/hangar/runs/with/log\n"
 
 
 def test_stopping_a_run_ends_it_with_the_interrupted_status(sandboxes: LocalSandboxes) -> None:

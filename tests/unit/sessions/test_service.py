@@ -431,7 +431,7 @@ def test_a_failing_setup_fails_the_session_with_the_reason_and_leaves_no_sandbox
     world: World, remote: Path
 ) -> None:
     world.service.environments.add("broken", str(remote), setup="echo 'no such tool' >&2; exit 7")
-    with pytest.raises(SandboxError, match="setup failed: no such tool"):
+    with pytest.raises(SandboxError, match=r"setup failed \(exit 7\): no such tool"):
         world.service.new("doomed", "hi", "broken", harness="antigravity")
     session = world.service.get("doomed")
     assert session.state is SessionState.FAILED and "no such tool" in (session.error or "")

@@ -1,0 +1,228 @@
+"""git on the agent's repo, run by hangar's tools, running nothing the repo names.
+
+A repo's config can make git run programs: hooks, ``core.fsmonitor``, clean, smudge and process
+filters, textconv, diff and merge drivers, ``core.sshCommand``, a pager. The agent writes that
+config (``.git/config``, and ``~/.gitconfig``, which is in its HOME), so hangar's git, which has
+capabilities over the agent's files, must never read it. :class:`Repo` therefore runs git with:
+
+- a private git folder of its own (``GIT_DIR``) in hangar's scratch space: a config written
+  here (only the repo's object format is carried over), HEAD pinned to the commit the repo's
+  HEAD names, a copy of the repo's index, ``info/exclude`` and ``shallow``, refs of its own;
+- the repo's objects (``GIT_OBJECT_DIRECTORY``) and working tree (``GIT_WORK_TREE``);
+- no system config, a global config of its own (``safe.directory``, so the agent owning the
+  repo is no reason to refuse it), HOME and XDG_CONFIG_HOME in the scratch space, and hooks and
+  fsmonitor turned off on the command line as well.
+
+In-tree ``.gitattributes`` still name filters and drivers, but none is defined, so none runs.
+The repo's own refs and HEAD are read here, from the files (loose refs, then packed-refs);
+:meth:`Repo.update_repo_ref` and :meth:`Repo.set_repo_head` write them with git plumbing that
+runs nothing but hooks, which are off.
+
+Standard library only: this module is shipped into sandboxes with the scripts that import it.
+"""
+
+import errno
+import os
+import re
+import shutil
+import stat
+import subprocess
+
+COMMAND_LINE = [
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "core.fsmonitor=false",
+    "-c", "core.quotepath=false",
+    "-c", "diff.noprefix=false",
+    "-c", "diff.mnemonicPrefix=false",
+    "-c", "diff.external=",
+    "-c", "core.sshCommand=false",
+    "-c", "core.pager=cat",
+]  # fmt: skip
+GLOBAL_CONFIG = "[safe]\n\tdirectory = *\n[core]\n\thooksPath = /dev/null\n\tfsmonitor = false\n"
+_OBJECT_FORMAT = re.compile(r"^\s*objectformat\s*=\s*(\S+)\s*$", re.I | re.M)
+_SECTION = re.compile(r"^\s*\[\s*extensions\s*\]", re.I | re.M)
+
+
+class GitError(Exception):
+    """A git command failed: ``command`` is its subcommand, ``message`` what git said."""
+
+    def __init__(self, command, message):
+        super().__init__("git %s: %s" % (command, message))
+        self.command, self.message = command, message
+
+
+def read_small(path, limit=1 << 20):
+    """The bytes of a regular file (never through a link), or None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link
+            return None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def copy_regular(src, dst):
+    """Copy a regular file (never through a link); False when there is none."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        with os.fdopen(os.dup(fd), "rb") as source, open(dst, "wb") as out:
+            shutil.copyfileobj(source, out, 1 << 20)
+        return True
+    finally:
+        os.close(fd)
+
+
+class Repo:
+    """The repo at ``worktree`` as hangar's git sees it, with its private git folder under
+    ``scratch`` (a folder of hangar's that the caller removes)."""
+
+    def __init__(self, worktree, scratch):
+        self.worktree = worktree
+        self.gitdir = os.path.join(worktree, ".git")
+        try:
+            st = os.lstat(self.gitdir)
+        except FileNotFoundError:
+            raise GitError("init", "%s is not a git checkout" % worktree) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise GitError("init", "%s/.git is not a folder" % worktree)
+        self.scratch = scratch
+        self.shadow = os.path.join(scratch, "git")
+        self.head_ref, self.head = self._read_head()
+        self._build()
+
+    # -- the repo's own refs, read from the files --------------------------------------------
+
+    def _read_head(self):
+        raw = read_small(os.path.join(self.gitdir, "HEAD"))
+        if raw is None:
+            raise GitError("init", "the repo has no HEAD")
+        text = raw.decode(errors="replace").strip()
+        if text.startswith("ref:"):
+            ref = text[4:].strip()
+            return ref, self.resolve(ref)
+        return None, text or None
+
+    def resolve(self, ref, depth=0):
+        """The commit a ref of the repo names (loose, then packed, following ``ref:``), or
+        None when it does not exist."""
+        if depth > 5 or ".." in ref.split("/") or ref.startswith("/"):
+            return None
+        raw = read_small(os.path.join(self.gitdir, ref))
+        if raw is not None:
+            text = raw.decode(errors="replace").strip()
+            if text.startswith("ref:"):
+                return self.resolve(text[4:].strip(), depth + 1)
+            return text or None
+        packed = read_small(os.path.join(self.gitdir, "packed-refs"), 1 << 28)
+        for line in (packed or b"").decode(errors="replace").splitlines():
+            if line[:1] in ("#", "^"):
+                continue
+            sha, _, name = line.partition(" ")
+            if name == ref:
+                return sha
+        return None
+
+    @property
+    def branch(self):
+        """The branch HEAD is on, or None when it is detached."""
+        if self.head_ref and self.head_ref.startswith("refs/heads/"):
+            return self.head_ref[len("refs/heads/"):]
+        return None
+
+    # -- the private git folder ------------------------------------------------------------
+
+    def _build(self):
+        os.makedirs(os.path.join(self.shadow, "refs"), exist_ok=True)
+        os.makedirs(os.path.join(self.shadow, "info"), exist_ok=True)
+        config = (read_small(os.path.join(self.gitdir, "config")) or b"").decode(errors="replace")
+        found = _OBJECT_FORMAT.search(config) if _SECTION.search(config) else None
+        fmt = found.group(1).lower() if found else "sha1"
+        lines = ["[core]", "\trepositoryformatversion = %d" % (0 if fmt == "sha1" else 1),
+                 "\tbare = false", "\tlogallrefupdates = false", "[gc]", "\tauto = 0",
+                 "[maintenance]", "\tauto = false"]  # fmt: skip
+        if fmt != "sha1":
+            lines += ["[extensions]", "\tobjectformat = %s" % fmt]
+        with open(os.path.join(self.shadow, "config"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        with open(os.path.join(self.shadow, "HEAD"), "w") as f:
+            f.write("%s\n" % (self.head or "0" * 40))
+        copy_regular(os.path.join(self.gitdir, "index"), os.path.join(self.shadow, "index"))
+        for name in ("info/exclude", "shallow"):
+            copy_regular(os.path.join(self.gitdir, name), os.path.join(self.shadow, name))
+        with open(os.path.join(self.scratch, "gitconfig"), "w") as f:
+            f.write(GLOBAL_CONFIG)
+
+    def env(self, extra=None, gitdir=None):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env.update(
+            GIT_DIR=gitdir or self.shadow,
+            GIT_CONFIG_NOSYSTEM="1",
+            GIT_CONFIG_GLOBAL=os.path.join(self.scratch, "gitconfig"),
+            GIT_ATTR_NOSYSTEM="1",
+            GIT_TERMINAL_PROMPT="0",
+            GIT_NO_REPLACE_OBJECTS="1",
+            HOME=self.scratch,
+            XDG_CONFIG_HOME=self.scratch,
+        )
+        if gitdir is None:
+            env.update(GIT_WORK_TREE=self.worktree,
+                       GIT_OBJECT_DIRECTORY=os.path.join(self.gitdir, "objects"))  # fmt: skip
+        env.update(extra or {})
+        return env
+
+    def run(self, *args, check=True, stdin=None, stdout=subprocess.PIPE, env=None, cwd=None):
+        """Run git in the private folder over the repo's objects and working tree."""
+        proc = subprocess.run(
+            ["git", *COMMAND_LINE, *args], input=stdin, stdout=stdout, stderr=subprocess.PIPE,
+            env=self.env(env), cwd=cwd or self.worktree,
+        )  # fmt: skip
+        if check and proc.returncode != 0:
+            err = proc.stderr or (proc.stdout if stdout == subprocess.PIPE else b"")
+            raise GitError(args[0], err.decode(errors="replace").strip() or "failed")
+        return proc
+
+    def out(self, *args):
+        return self.run(*args).stdout.decode().strip()
+
+    def popen(self, *args, env=None, **kw):
+        return subprocess.Popen(["git", *COMMAND_LINE, *args], env=self.env(env),
+                                cwd=self.worktree, **kw)  # fmt: skip
+
+    # -- writing the repo's own refs, HEAD and index (restore) -------------------------------
+
+    def _repo_git(self, *args):
+        proc = subprocess.run(["git", *COMMAND_LINE, *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=self.env(gitdir=self.gitdir),
+                              cwd=self.scratch)  # fmt: skip
+        if proc.returncode != 0:
+            raise GitError(args[0], proc.stderr.decode(errors="replace").strip() or "failed")
+
+    def update_repo_ref(self, ref, sha):
+        """Point the repo's ``ref`` at ``sha`` (update-ref runs no program but hooks)."""
+        self._repo_git("update-ref", "--no-deref", ref, sha)
+
+    def set_repo_head(self, ref_or_sha):
+        """The repo's HEAD: on branch ref ``refs/heads/...``, or detached at a commit."""
+        if ref_or_sha.startswith("refs/"):
+            self._repo_git("symbolic-ref", "HEAD", ref_or_sha)
+        else:
+            self._repo_git("update-ref", "--no-deref", "HEAD", ref_or_sha)
+
+    def write_back_index(self):
+        """Replace the repo's index with the private one (renamed into place)."""
+        tmp = os.path.join(self.gitdir, "index.hangar-%s" % os.urandom(6).hex())
+        shutil.copyfile(os.path.join(self.shadow, "index"), tmp)
+        os.replace(tmp, os.path.join(self.gitdir, "index"))

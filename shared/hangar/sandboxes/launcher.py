@@ -1,0 +1,338 @@
+"""Start one local sandbox. Host side, standard library only, run as root and detached
+(``setsid --fork python3 -I -S -c SOURCE CONFIG REPORT_FD``) so the sandbox outlives the caller.
+
+CONFIG is one JSON object::
+
+    stage           a folder (0755 on the host) where this launcher's private mounts go
+    binds           [{"src", "name", "kind": "dir" | "file"}]: host paths shown at
+                    STAGE/NAME, so that the unprivileged bubblewrap can open them even under a
+                    0700 folder such as /root
+    hangar_uid      the host uid of hangar's tools (uid 0 inside)
+    agent_uid       the host uid of the agent (uid 1000 inside)
+    bwrap           bubblewrap's argv up to and excluding ``--userns`` and the command
+    init            the argv of PID 1 inside; it is given the descriptors to hold as arguments
+    hold_fds        descriptors this launcher was given that the sandbox must hold for its life
+                    (the uid claim's lock)
+    slirp4netns     the slirp4netns binary; the sandbox's own network goes through it
+    host_ports      host loopback ports reachable from the sandbox's own loopback
+    timeout         seconds for each step
+
+Steps: a private mount namespace with the binds staged; a user namespace created by a child
+running as ``hangar_uid``, whose two-line uid and gid maps root writes (``0 -> hangar_uid``,
+``1000 -> agent_uid``) and in which nobody can create a further user namespace; bubblewrap run
+as ``hangar_uid`` inside it (``--userns``), with its own network, PID, IPC and UTS
+namespaces; slirp4netns for egress with the host's loopback unreachable; and, for host ports, a
+relay that listens on the sandbox's loopback and connects to the host's. The init holds the
+write end of a "life" pipe whose read end slirp4netns and the relay watch: when the sandbox
+ends, so do they.
+
+REPORT_FD gets one JSON line: ``{"ok": true, "init_pid", "helpers": [pids]}`` or
+``{"ok": false, "error"}``; on failure everything started is killed.
+"""
+
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+INNER_AGENT = 1000
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Failure(Exception):
+    pass
+
+
+def call(result, what):
+    if result != 0:
+        err = ctypes.get_errno()
+        raise Failure("%s: %s" % (what, os.strerror(err)))
+
+
+def mount(src, dst, fstype, flags, data=None):
+    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
+    call(libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)), "mount %s" % dst)
+
+
+def become(uid):
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+
+
+def read_within(fd, deadline, what):
+    ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+    if not ready:
+        raise Failure("%s did not happen in time" % what)
+    return os.read(fd, 65536)
+
+
+def stage_binds(cfg):
+    """A private mount namespace where each bind source is mounted under the stage folder."""
+    call(libc.unshare(CLONE_NEWNS), "unshare(mount)")
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    stage = cfg["stage"]
+    mount("tmpfs", stage, "tmpfs", 0, "mode=0755")
+    for bind in cfg["binds"]:
+        target = os.path.join(stage, bind["name"])
+        if bind["kind"] == "dir":
+            os.mkdir(target)
+        else:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
+        mount(bind["src"], target, None, MS_BIND)
+
+
+def make_userns(cfg, deadline):
+    """A user namespace owned by hangar_uid with both uids mapped; returns an fd on it."""
+    hangar, agent = cfg["hangar_uid"], cfg["agent_uid"]
+    up_r, up_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(up_r)
+            os.close(go_w)
+            become(hangar)
+            call(libc.unshare(CLONE_NEWUSER), "unshare(user)")
+            os.write(up_w, b"u")
+            os.read(go_r, 1)
+            # Nested user namespaces would give the agent every capability over namespaces of
+            # its own: a wide kernel surface. The limit is this namespace's own.
+            with open("/proc/sys/user/max_user_namespaces", "w") as f:
+                f.write("0")
+            os.write(up_w, b"k")
+            os._exit(0)
+        except BaseException as exc:  # reported through the pipe's silence and our status
+            os.write(2, ("user namespace: %s\n" % exc).encode())
+            os._exit(1)
+    os.close(up_w)
+    os.close(go_r)
+    try:
+        if read_within(up_r, deadline, "the user namespace") != b"u":
+            raise Failure("the user namespace could not be made")
+        mapping = "0 %d 1\n%d %d 1\n" % (hangar, INNER_AGENT, agent)
+        for name in ("uid_map", "gid_map"):
+            with open("/proc/%d/%s" % (pid, name), "w") as f:
+                f.write(mapping)
+        nsfd = os.open("/proc/%d/ns/user" % pid, os.O_RDONLY)
+        os.write(go_w, b"g")
+        if read_within(up_r, deadline, "limiting nested user namespaces") != b"k":
+            raise Failure("could not limit nested user namespaces")
+        return nsfd
+    finally:
+        os.close(up_r)
+        os.close(go_w)
+        _, status = os.waitpid(pid, 0)
+
+
+def start_bwrap(cfg, nsfd, life_w, deadline):
+    """bubblewrap as hangar_uid in the user namespace; returns (bwrap pid, init host pid)."""
+    info_r, info_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    hold = [life_w, ready_w] + list(cfg["hold_fds"])
+    pid = os.fork()
+    if pid == 0:
+        try:
+            # Every other descriptor of ours is close-on-exec: only these reach the sandbox.
+            for fd in (nsfd, info_w, *hold):
+                os.set_inheritable(fd, True)
+            become(cfg["hangar_uid"])
+            argv = list(cfg["bwrap"]) + ["--userns", str(nsfd), "--info-fd", str(info_w), "--"]
+            argv += list(cfg["init"]) + [",".join(str(fd) for fd in hold), str(ready_w)]
+            os.execv(argv[0], argv)
+        except BaseException as exc:
+            os.write(2, ("bubblewrap: %s\n" % exc).encode())
+            os._exit(127)
+    os.close(info_w)
+    os.close(ready_w)
+    try:
+        data = b""
+        while True:
+            chunk = read_within(info_r, deadline, "bubblewrap's start")
+            if not chunk:
+                break
+            data += chunk
+        try:
+            init_pid = json.loads(data)["child-pid"]
+        except (ValueError, KeyError, TypeError):
+            raise Failure("bubblewrap failed to start the sandbox") from None
+        if read_within(ready_r, deadline, "the sandbox's init") != b"r":
+            os.kill(init_pid, signal.SIGKILL)
+            raise Failure("the sandbox's init did not start")
+        return pid, init_pid
+    finally:
+        os.close(info_r)
+        os.close(ready_r)
+
+
+def start_slirp(cfg, init_pid, life_r, deadline):
+    """slirp4netns on the sandbox's network namespace: egress, the host's loopback refused."""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            argv = [cfg["slirp4netns"], "--configure", "--mtu=65520", "--disable-host-loopback",
+                    "--enable-sandbox", "--enable-seccomp",
+                    "--userns-path=/proc/%d/ns/user" % init_pid,
+                    "--ready-fd", str(ready_w), "--exit-fd", str(life_r), str(init_pid), "tap0"]
+            os.set_inheritable(ready_w, True)
+            os.set_inheritable(life_r, True)
+            os.execv(argv[0], argv)
+        except BaseException as exc:
+            os.write(2, ("slirp4netns: %s\n" % exc).encode())
+            os._exit(127)
+    os.close(ready_w)
+    try:
+        if read_within(ready_r, deadline, "the sandbox's network") != b"1":
+            raise Failure("slirp4netns could not configure the sandbox's network")
+    finally:
+        os.close(ready_r)
+    return pid
+
+
+def start_relay(cfg, init_pid, life_r, report):
+    """A process in the host's network namespace that holds listeners made in the sandbox's:
+    a connection to the sandbox's 127.0.0.1:PORT is relayed to the host's 127.0.0.1:PORT."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.close(report)  # forked, not executed: the caller must see the report end
+            os.setsid()
+            own = os.open("/proc/self/ns/net", os.O_RDONLY)
+            theirs = os.open("/proc/%d/ns/net" % init_pid, os.O_RDONLY)
+            call(libc.setns(theirs, CLONE_NEWNET), "setns(sandbox network)")
+            listeners = []
+            for port in cfg["host_ports"]:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(("127.0.0.1", port))
+                sock.listen(64)
+                listeners.append((sock, port))
+            call(libc.setns(own, CLONE_NEWNET), "setns(host network)")
+            os.close(own)
+            os.close(theirs)
+            become(cfg["hangar_uid"])
+            os.write(w, b"r")
+            os.close(w)
+            relay_forever(listeners, life_r)
+        except BaseException as exc:
+            os.write(2, ("relay: %s\n" % exc).encode())
+        os._exit(0)
+    os.close(w)
+    try:
+        if os.read(r, 1) != b"r":
+            raise Failure("the host-port relay did not start")
+    finally:
+        os.close(r)
+    return pid
+
+
+def relay_forever(listeners, life_r):
+    by_fd = {sock.fileno(): (sock, port) for sock, port in listeners}
+    while True:
+        ready, _, _ = select.select([life_r, *by_fd], [], [])
+        if life_r in ready:
+            os._exit(0)  # the sandbox is gone
+        for fd in ready:
+            sock, port = by_fd[fd]
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=pipe_both, args=(conn, port), daemon=True).start()
+
+
+def pipe_both(inner, port):
+    # A numeric address and no name lookup: this process has dropped root and may no longer
+    # read the modules a lookup would import.
+    outer = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        outer.settimeout(10)
+        outer.connect(("127.0.0.1", port))
+        outer.settimeout(None)
+    except OSError:
+        inner.close()
+        outer.close()
+        return
+    pair = {inner: outer, outer: inner}
+    try:
+        while pair:
+            ready, _, _ = select.select(list(pair), [], [])
+            for src in ready:
+                data = src.recv(65536)
+                dst = pair.get(src)
+                if dst is None:
+                    continue
+                if data:
+                    dst.sendall(data)
+                else:  # one side finished sending: pass the end on, keep reading the other
+                    try:
+                        dst.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+                    del pair[src]
+    except OSError:
+        pass
+    finally:
+        inner.close()
+        outer.close()
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    report = int(sys.argv[2])
+    os.set_inheritable(report, False)
+    deadline = time.monotonic() + cfg["timeout"]
+    started = []
+    try:
+        stage_binds(cfg)
+        nsfd = make_userns(cfg, deadline)
+        life_r, life_w = os.pipe()
+        bwrap_pid, init_pid = start_bwrap(cfg, nsfd, life_w, deadline)
+        started.append(init_pid)
+        os.close(life_w)
+        os.close(nsfd)
+        for fd in cfg["hold_fds"]:
+            os.close(fd)
+        helpers = [start_slirp(cfg, init_pid, life_r, deadline)]
+        started.extend(helpers)
+        if cfg["host_ports"]:
+            helpers.append(start_relay(cfg, init_pid, life_r, report))
+            started.append(helpers[-1])
+        os.close(life_r)
+        answer = {"ok": True, "init_pid": init_pid, "helpers": helpers}
+    except (Failure, OSError) as exc:
+        for pid in started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        answer = {"ok": False, "error": str(exc)}
+    try:
+        os.write(report, (json.dumps(answer) + "\n").encode())
+    except OSError:  # the caller gave up waiting: nobody will know this sandbox, so end it
+        for pid in started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    os.close(report)
+
+
+if __name__ == "__main__":
+    main()

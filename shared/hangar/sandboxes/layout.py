@@ -1,0 +1,210 @@
+"""The layout of a local sandbox: its folder on the host and what bubblewrap shows inside.
+
+``<root>/<id>/`` (root's, 0711: hangar's uid may pass through it, nobody may list it)::
+
+    record.json     the backend's record (root's, 0600)
+    init.log        what the launcher and bubblewrap said (root's, 0600)
+    home/           HOME inside (/root): the agent's, 0700
+    workspace/      /workspace: the agent's
+    tmp/            /tmp: shared, sticky
+    hangar/         /hangar: hangar's uid's, 0711, holding
+        runs/         detached runs (0711: the agent reads the files it must, writes none)
+        tmp/          hangar's scratch space and locks (0700)
+        sandbox.json  who the agent is and its limits, for the run supervisor
+        harnesses/    where the harness folder is shown, read-only
+        limits/       where the agent's cgroup files are shown (hangar's only)
+    etc/            passwd, group, hosts, resolv.conf and gitconfig shown over the host's /etc
+
+Inside: a tmpfs root; ``/usr``, ``/opt`` and every entry of ``/etc`` read-only from the host
+(``/bin`` and the like mirrored), the files of ``etc/`` in place of the host's; its own ``/proc``, ``/dev``, ``/dev/shm``;
+the folders above; each ``ro_paths`` entry read-only at its own path. Nothing else of the host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+
+from hangar.sandboxes import HANGAR_DIR, HOME, WORKSPACE
+from hangar.sandboxes.isolation import INNER_AGENT, Limits, LimitsMode
+
+HARNESS_MOUNT = f"{HANGAR_DIR}/harnesses"
+"""Where the harness folder appears inside; its ``bin/`` and ``node_modules/.bin/`` are on PATH."""
+RUNS_DIR = f"{HANGAR_DIR}/runs"
+SANDBOX_JSON = f"{HANGAR_DIR}/sandbox.json"
+LIMITS_DIR = f"{HANGAR_DIR}/limits"
+
+SANDBOX_PATH = (
+    f"{HARNESS_MOUNT}/bin:{HARNESS_MOUNT}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin"
+)
+HANGAR_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+DNS = "10.0.2.3"  # slirp4netns's resolver
+
+SYSTEM_DIRS = ("/usr", "/etc", "/opt")
+SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+BOUND = ("/proc", "/dev", HOME, WORKSPACE, "/tmp", HANGAR_DIR)
+OWN_MOUNTS = ("/", *SYSTEM_DIRS, *BOUND)
+ETC_FILES = ("passwd", "group", "hosts", "resolv.conf", "gitconfig")
+
+# PID 1 inside: close everything but the descriptors it must hold for the sandbox's life, say
+# it runs, then reap every orphan for ever.
+INIT = """\
+import os, signal, sys
+hold = {int(fd) for fd in sys.argv[1].split(",") if fd}
+ready = int(sys.argv[2])
+for fd in range(3, 1024):
+    if fd not in hold and fd != ready:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+os.write(ready, b"r")
+os.close(ready)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+while True:
+    try:
+        os.waitpid(-1, 0)
+    except ChildProcessError:
+        signal.sigwait({signal.SIGCHLD})
+"""
+
+
+def make_folder(folder: Path, hostname: str, hangar_uid: int, agent_uid: int,
+                limits: Limits, cgroup_files: Sequence[str]) -> None:  # fmt: skip
+    """Fill a new sandbox folder (it exists, empty) with its tree, owners and files."""
+    os.chmod(folder, 0o711)
+    tree = [
+        ("home", agent_uid, 0o700),
+        ("workspace", agent_uid, 0o755),
+        ("tmp", hangar_uid, 0o1777),
+        ("hangar", hangar_uid, 0o711),
+        ("hangar/runs", hangar_uid, 0o711),
+        ("hangar/tmp", hangar_uid, 0o700),
+        ("hangar/harnesses", hangar_uid, 0o755),
+        ("hangar/limits", hangar_uid, 0o700),
+        ("etc", 0, 0o755),
+    ]
+    for name, owner, mode in tree:
+        path = folder / name
+        path.mkdir()
+        os.chown(path, owner, owner)
+        os.chmod(path, mode)  # after mkdir: the umask would mask the bits
+    for name in ("pids.procs", "memory.procs")[: len(cgroup_files)]:
+        (folder / "hangar/limits" / name).touch(mode=0o600)
+    etc = {
+        "passwd": "root:x:0:0:hangar:/hangar:/bin/sh\n"
+        f"agent:x:{INNER_AGENT}:{INNER_AGENT}:agent:{HOME}:/bin/bash\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        "group": f"root:x:0:\nagent:x:{INNER_AGENT}:\nnogroup:x:65534:\n",
+        "hosts": f"127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tip6-localhost ip6-loopback\n",
+        "resolv.conf": f"nameserver {DNS}\n",
+        # A local-path repo (read-only, the host's) has another owner than the agent: git
+        # refuses it unless the system config says otherwise. Everything else stays.
+        "gitconfig": _host_text("/etc/gitconfig") + "[safe]\n\tdirectory = *\n",
+    }
+    for name, text in etc.items():
+        (folder / "etc" / name).write_text(text)
+        os.chmod(folder / "etc" / name, 0o644)
+    described = {
+        "agent": {"uid": INNER_AGENT, "gid": INNER_AGENT, "home": HOME, "path": SANDBOX_PATH},
+        "cgroup_procs": [f"{LIMITS_DIR}/{n}" for n in ("pids.procs", "memory.procs")][
+            : len(cgroup_files)
+        ],
+        "rlimits": {"nproc": limits.max_pids, "as": limits.memory_bytes}
+        if limits.mode is LimitsMode.RLIMIT
+        else {},
+    }
+    sandbox_json = folder / "hangar" / "sandbox.json"
+    sandbox_json.write_text(json.dumps(described))
+    os.chown(sandbox_json, hangar_uid, hangar_uid)
+    os.chmod(sandbox_json, 0o644)
+
+
+def _host_text(path: str) -> str:
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return ""
+    return text if text.endswith("\n") or not text else text + "\n"
+
+
+def binds_and_args(
+    folder: Path,
+    stage: str,
+    hostname: str,
+    ro_paths: Sequence[str],
+    harness_dir: Path | None,
+    cgroup_files: Sequence[str],
+) -> tuple[list[dict[str, str]], list[str]]:
+    """The launcher's staged binds and bubblewrap's options (all but the command).
+
+    Every host path under a folder the unprivileged bubblewrap cannot pass through (the data
+    folder, /root, pytest's temp folders) is staged first; the system folders and the cgroup
+    files are reachable as they are."""
+    binds = [{"src": str(folder), "name": "sandbox", "kind": "dir"}]
+    box = f"{stage}/sandbox"
+    args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
+    args += ["--unshare-cgroup-try", "--as-pid-1", "--hostname", hostname, "--tmpfs", "/"]
+    for d in SYSTEM_DIRS:
+        if d != "/etc" and os.path.isdir(d) and not os.path.islink(d):
+            args += ["--ro-bind", d, d]
+    for d in SYSTEM_LINKS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    args += etc_args(f"{box}/etc")
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
+    args += ["--bind", f"{box}/home", HOME, "--bind", f"{box}/workspace", WORKSPACE]
+    args += ["--bind", f"{box}/tmp", "/tmp", "--bind", f"{box}/hangar", HANGAR_DIR]
+    for src, name in zip(cgroup_files, ("pids.procs", "memory.procs"), strict=False):
+        args += ["--bind", src, f"{LIMITS_DIR}/{name}"]
+    if harness_dir is not None and harness_dir.is_dir():
+        binds.append({"src": str(harness_dir), "name": "harnesses", "kind": "dir"})
+        args += ["--ro-bind", f"{stage}/harnesses", HARNESS_MOUNT]
+    made: set[str] = set()
+    for i, path in enumerate(ro_paths):
+        kind = "dir" if os.path.isdir(path) else "file"
+        binds.append({"src": path, "name": f"ro{i}", "kind": kind})
+        args += parents(path, made)
+        args += ["--ro-bind", f"{stage}/ro{i}", path]
+    return binds, args + ["--chdir", "/"]
+
+
+def etc_args(generated: str) -> list[str]:
+    """/etc: the host's entries one by one, read-only (links as links), and ours in place of
+    theirs, whether the host has them or not (or has them as links to elsewhere)."""
+    args = ["--perms", "0755", "--dir", "/etc"]
+    try:
+        entries = sorted(os.listdir("/etc"))
+    except OSError:
+        entries = []
+    for name in entries:
+        if name in ETC_FILES:
+            continue
+        path = f"/etc/{name}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        else:
+            args += ["--ro-bind", path, path]
+    for name in ETC_FILES:
+        args += ["--ro-bind", f"{generated}/{name}", f"/etc/{name}"]
+    return args
+
+
+def parents(path: str, made: set[str]) -> list[str]:
+    """``--dir`` ops making the missing parents of ``path`` traversable (bwrap makes 0700)."""
+    args: list[str] = []
+    for parent in reversed(PurePosixPath(path).parents):
+        p = str(parent)
+        if p == "/" or p in made or p in BOUND or under(p, SYSTEM_DIRS):
+            continue
+        made.add(p)
+        args += ["--perms", "0755", "--dir", p]
+    return args
+
+
+def under(path: str, folders: Sequence[str]) -> bool:
+    return any(PurePosixPath(path).is_relative_to(f) for f in folders)
