@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 # Debian packages the local sandboxes and the in-sandbox scripts need.
-DEB_PACKAGES := bubblewrap git tar zstd tmux util-linux
+DEB_PACKAGES := bubblewrap git tar zstd util-linux slirp4netns
 # The harness CLIs the tests run for real, pinned (newer Claude Code releases want Node 22).
 HARNESS_PACKAGES := @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 \
 	@mariozechner/pi-coding-agent@0.73.1

@@ -1,6 +1,8 @@
 """``hangar serve``: the control plane on one machine, on the embedded backends or the cloud ones.
 
-On first start it makes an admin token, writes it to ``DATA_DIR/admin-token`` (mode 0600) and
+At start it checkpoints and destroys every sandbox made by an older layout of the sandbox
+backend (their sessions become SUSPENDED and resume in a current one). On first start it makes
+an admin token, writes it to ``DATA_DIR/admin-token`` (mode 0600) and
 says where it is (never what it is). It starts the in-process ticker, so turns finish, idle
 sessions suspend and expired sandboxes are reaped with nobody calling in, and serves the REST
 API with uvicorn until SIGINT or SIGTERM, then stops cleanly (open requests get a few seconds to
@@ -70,6 +72,10 @@ def serve(settings: Settings, host: str, port: int) -> int:
             _say(f"the admin token is in {token_file}")
         if stat.S_IMODE(token_file.stat().st_mode) & 0o077:
             _say(f"warning: {token_file} can be read by others; chmod 600 it")
+        replaced = runtime.sessions.replace_outdated_sandboxes()
+        if replaced:
+            _say(f"checkpointed and replaced {len(replaced)} sandbox(es) of an older, weaker "
+                 "layout; their sessions resume in new ones")  # fmt: skip
         app = create_app(runtime, receive_ticks=receive_ticks)
         config = uvicorn.Config(app, log_level="warning", lifespan="off",
                                 timeout_graceful_shutdown=GRACE_SECONDS)  # fmt: skip

@@ -230,6 +230,35 @@ class SessionService:
     def _before_destroy(self, info: SandboxInfo) -> None:
         """The pre-destroy hook: a session losing its sandbox any other way than by suspend is
         checkpointed first (reason ``destroy``) and becomes SUSPENDED."""
+        try:
+            self._settle_before_destroy(info)
+        except CheckpointError:
+            logger.exception("checkpoint before destroying %s failed", info.id)
+
+    def replace_outdated_sandboxes(self) -> list[str]:
+        """Checkpoint (reason ``destroy``) and destroy every sandbox made by an older, weaker
+        layout of the backend (``hangar serve`` calls this at start); each session loses its
+        sandbox to SUSPENDED, and its next use makes a current one. A sandbox whose checkpoint
+        fails is kept (its work must not be lost) and logged. Returns those destroyed."""
+        replaced = []
+        for info in self.sandboxes.list():
+            if not info.outdated:
+                continue
+            try:
+                self._settle_before_destroy(info, strict=True)
+            except HangarError as exc:
+                logger.error("sandbox %s is of an older layout, but its checkpoint failed, so "
+                             "it is kept: %s", info.id, exc.message)  # fmt: skip
+                continue
+            self.sandboxes.destroy(info.id, hooks=False)
+            replaced.append(info.id)
+        return replaced
+
+    def _settle_before_destroy(self, info: SandboxInfo, *, strict: bool = False) -> None:
+        """A session losing sandbox ``info`` any other way than by suspend: checkpoint it
+        (reason ``destroy``), interrupt its running turn, make it SUSPENDED. A failed checkpoint
+        raises CheckpointError when ``strict`` (then nothing changes); otherwise the session is
+        settled anyway, and the caller logs it."""
         session_id = info.labels.get(SESSION_LABEL)
         if not session_id:
             return
@@ -239,10 +268,19 @@ class SessionService:
             return
         if session.sandbox_id != info.id or session.state is S.SUSPENDING:
             return
+        failure: CheckpointError | None = None
         try:
             self.checkpointer.take(checkpoint_target(session), CheckpointReason.DESTROY)
-        except CheckpointError:
-            logger.exception("checkpoint before destroying %s failed", info.id)
+        except CheckpointError as exc:
+            if strict:
+                raise
+            failure = exc
+        self._lose_sandbox(session)
+        if failure is not None:
+            raise failure
+
+    def _lose_sandbox(self, session: Session) -> None:
+        """The session's sandbox is going: its running turn is interrupted, it is SUSPENDED."""
         running = [t for t in self.db.list_turns(session.id) if t.finished_at is None]
         for turn in running:
             try:
