@@ -43,7 +43,8 @@ IDENTITY = {
     "GIT_COMMITTER_NAME": "bench",
     "GIT_COMMITTER_EMAIL": "bench@example.com",
 }
-TARGETS = {"checkpoint_turn": 0.5, "checkpoint_unchanged": 0.08, "restore": 1.0}
+TARGETS = {"checkpoint_turn": 0.25, "checkpoint_unchanged": 0.05, "restore": 0.8}
+"""BRIEF §7: the hardened sandbox (own user and network namespaces) must still meet these."""
 
 
 def _git(cwd: Path, *args: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.cli.conftest import Cli, Server
 from tests.conftest import GIT_IDENTITY
+from tests.legacy_sandbox import make_legacy_sandbox
 
 FIRST = ("run: echo one > one.txt && git add one.txt && git commit -qm one\n"
          "run: echo note > note.txt")  # fmt: skip
@@ -173,3 +174,42 @@ def test_doctor_checks_the_machine_and_the_server(
     code, out, _ = cli("doctor")
     assert code == 1 and any(line.startswith("FAIL") and "no answer" in line
                              for line in out.splitlines())  # fmt: skip
+
+
+def test_doctor_reports_the_isolation_in_force_and_previous_layout_sandboxes(
+    server: Server, cli: Cli, monkeypatch: pytest.MonkeyPatch, remote: Path
+) -> None:
+    monkeypatch.setenv("HANGAR_HARNESS_DIR", str(server.data_dir.parent / "harnesses"))
+    _, out, _ = cli("doctor")
+    lines = out.splitlines()
+    for layer in ("user namespace:", "uid split:", "own network:", "limits on the agent:"):
+        assert any(line.startswith("OK") and layer in line for line in lines), (layer, out)
+    assert any(line.startswith("OK") and "cgroup v1" in line for line in lines), out
+    assert any(line.startswith("OK") and "no sandbox of the previous layout" in line
+               for line in lines)  # fmt: skip
+
+    old = make_legacy_sandbox(server.data_dir / "sandboxes", {"made-by": "wave 1"}, [])
+    monkeypatch.setenv("HANGAR_SANDBOX_LIMITS", "rlimit")
+    _, out, _ = cli("doctor")
+    lines = out.splitlines()
+    assert any(line.startswith("WARN") and "1 sandbox(es) of the previous layout" in line
+               and old in line for line in lines), out  # fmt: skip
+    assert any(line.startswith("OK") and "rlimits (memory per process" in line for line in lines)
+
+
+def test_an_environment_naming_a_loopback_url_it_cannot_reach_is_warned_about(
+    server: Server, cli: Cli, remote: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = cli("env", "add", "local-model", "--repo", str(remote),
+                         "--var", "ANTHROPIC_BASE_URL=http://127.0.0.1:8787/",
+                         "--var", "OTHER=http://localhost:9999", "--host-port", "9999")  # fmt: skip
+    assert code == 0 and out.startswith("added environment local-model")
+    assert err.count("warning") == 1 and "ANTHROPIC_BASE_URL" in err and "--host-port 8787" in err
+    code, out, _ = cli("env", "list")
+    assert "host ports: 9999" in out
+    monkeypatch.setenv("HANGAR_HARNESS_DIR", str(server.data_dir.parent / "harnesses"))
+    _, out, _ = cli("doctor")
+    assert any(line.startswith("WARN") and "environment local-model: ANTHROPIC_BASE_URL" in line
+               for line in out.splitlines()), out  # fmt: skip
+    code, _, err = cli("env", "add", "bad-port", "--repo", str(remote), "--host-port", "70000")
+    assert code != 0 and "not a port" in err

@@ -1,20 +1,26 @@
 """Scripts that run inside sandboxes: standard library only, so any image with ``python3``,
 ``git`` and ``tar`` can run them (``zstd`` is used when present).
 
-They are passed to the sandbox's interpreter with ``-I -S -c`` (isolated, without site:
-nothing the agent can write, such as a module beside the script or PYTHONPATH, is loaded), so
-no copy lives in the sandbox to go stale or be edited. A script's helper modules (:data:`USES`)
-travel with it: :func:`command` puts each one's source ahead of the script and registers it as
-``hangar.agent.<module>``, so the script's ``from hangar.agent import <module>`` works the same
-in the sandbox as in the tests. Their output is untrusted data to the control plane.
+A script and its helper modules (:data:`USES`) travel on the command line, run by the sandbox's
+interpreter with ``-I -S`` (isolated, without site: nothing the agent can write, such as a
+module beside the script or PYTHONPATH, is loaded). :func:`command` gives a small launcher that
+keeps them, the first time, under ``/hangar/lib/<digest>/`` (hangar's folder, out of the agent's
+reach, named by their content so a copy never goes stale) and imports them from there, so later
+runs use compiled bytecode: on a small machine compiling them costs a quick checkpoint a fifth
+of its budget. Where that folder cannot be written (a sandbox without hangar's folder), the
+launcher runs the same sources straight from the command line. Either way each module is
+``hangar.agent.<name>``, so ``from hangar.agent import <module>`` works the same in a sandbox as
+in the tests. Their output is untrusted data to the control plane.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from importlib import resources
 
 SANDBOX_PYTHON = "/usr/bin/python3"
+LIB = "/hangar/lib"
 
 USES: dict[str, tuple[str, ...]] = {
     "checkpoint": ("gitsafe",),
@@ -23,16 +29,46 @@ USES: dict[str, tuple[str, ...]] = {
 }
 """The helper modules of each script, in the order they are loaded."""
 
-_LOADER = """\
-import sys as _sys, types as _types
-def _hangar_module(_name, _source):
-    _sys.modules.setdefault("hangar", _types.ModuleType("hangar"))
-    _pkg = _sys.modules.setdefault("hangar.agent", _types.ModuleType("hangar.agent"))
-    _mod = _types.ModuleType("hangar.agent." + _name)
-    _sys.modules[_mod.__name__] = _mod
-    setattr(_pkg, _name, _mod)
-    exec(compile(_source, "<hangar.agent.%s>" % _name, "exec"), _mod.__dict__)
-"""
+# The launcher: SOURCES maps module names to their text; MAIN is the script to run.
+_LAUNCHER = """\
+import os as _os, sys as _sys
+def _hangar_launch(sources, main, digest):
+    lib = "%s/" + digest
+    if not _os.path.isdir(lib + "/hangar/agent"):
+        if not _os.path.isdir(_os.path.dirname(_os.path.dirname(lib))):
+            return _hangar_inline(sources, main)  # no folder of hangar's here
+        try:
+            _hangar_install(lib, sources)
+        except OSError:
+            return _hangar_inline(sources, main)
+    _sys.path.insert(0, lib)
+    __import__("hangar.agent." + main)
+    _sys.modules["hangar.agent." + main].main()
+def _hangar_install(lib, sources):
+    tmp = "%%s.%%d.%%s" %% (lib, _os.getpid(), _os.urandom(4).hex())
+    _os.makedirs(tmp + "/hangar/agent", 0o700)
+    for name, text in sources.items():
+        with open("%%s/hangar/agent/%%s.py" %% (tmp, name), "w") as f:
+            f.write(text)
+    try:
+        _os.rename(tmp, lib)
+    except OSError:  # installed meanwhile by another run, or not ours to write
+        for name in sources:
+            _os.unlink("%%s/hangar/agent/%%s.py" %% (tmp, name))
+        _os.removedirs(tmp + "/hangar/agent")
+        if not _os.path.isdir(lib + "/hangar/agent"):
+            raise
+def _hangar_inline(sources, main):
+    import types
+    _sys.modules.setdefault("hangar", types.ModuleType("hangar"))
+    pkg = _sys.modules.setdefault("hangar.agent", types.ModuleType("hangar.agent"))
+    for name, text in sources.items():
+        mod = types.ModuleType("hangar.agent." + name)
+        _sys.modules[mod.__name__] = mod
+        setattr(pkg, name, mod)
+        exec(compile(text, "<hangar.agent.%%s>" %% name, "exec"), mod.__dict__)
+    _sys.modules["hangar.agent." + main].main()
+""" % LIB
 
 
 @functools.cache
@@ -43,12 +79,10 @@ def source(name: str) -> str:
 
 @functools.cache
 def bundle(name: str) -> str:
-    """Script ``name`` with its helper modules ahead of it, as one source."""
-    uses = USES.get(name, ())
-    if not uses:
-        return source(name)
-    loads = [f"_hangar_module({module!r}, {source(module)!r})" for module in uses]
-    return "\n".join([_LOADER, *loads, source(name)])
+    """Script ``name`` with its helper modules, as one source that runs it (its ``main()``)."""
+    modules = {module: source(module) for module in (*USES.get(name, ()), name)}
+    digest = hashlib.sha256(repr(sorted(modules.items())).encode()).hexdigest()[:20]
+    return f"{_LAUNCHER}_hangar_launch({modules!r}, {name!r}, {digest!r})\n"
 
 
 def command(name: str, *args: str) -> list[str]:

@@ -23,19 +23,20 @@ why. Nothing is left behind in the repo: HEAD is pinned to ``refs/hangar/checkpo
 hangar's private git folder, not the repo's.
 """
 
-import hashlib
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from stat import S_ISDIR, S_ISLNK, S_ISREG
 
-from hangar.agent.gitsafe import GitError, Repo
+try:
+    from _sha256 import sha256  # built in: hashlib would load OpenSSL, a few ms on the quick path
+except ImportError:
+    from hashlib import sha256
 
-# threading is imported when parts are packed: the unchanged-fingerprint path (every interval
-# tick) must stay as quick as the interpreter's start.
+from hangar.agent.gitsafe import GitError, Repo, copy_regular, remove_tree
+
+# shutil, subprocess and threading are imported when parts are packed: the unchanged-fingerprint
+# path (every interval tick) must stay as quick as the interpreter's start.
 
 PIN = "refs/hangar/checkpoint"
 DIFF = ["diff", "--binary", "--no-ext-diff", "--no-textconv", "--no-color"]
@@ -77,10 +78,12 @@ def repo_state(r):
     optional locks so that it never races the agent's own git commands."""
     if not r.head:
         raise Failure("the repo has no commit at HEAD")
-    out = r.run(
+    code, out, err = r.capture(
         "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignore-submodules",
         "--no-renames", env={"GIT_OPTIONAL_LOCKS": "0"},
-    ).stdout  # fmt: skip
+    )  # fmt: skip
+    if code != 0:
+        raise GitError("status", err.decode(errors="replace").strip() or "failed")
     records = [record for record in out.split(b"\0") if record]
     return r.head, r.branch, records
 
@@ -91,7 +94,7 @@ def fingerprint(repo, home, dirs, head, branch, records):
     File stats include ctime and inode: an edit that restores a file's size and mtime still
     moves its ctime, which no unprivileged process can set.
     """
-    h = hashlib.sha256()
+    h = sha256()
     h.update(("%s\n%s\n" % (head, branch)).encode())
     h.update(stat_line(os.path.join(repo, ".git", "index")).encode())
     for record in records:
@@ -264,7 +267,7 @@ def make_session_patch(r, staging, base, untracked, limit):
     """base..working tree, untracked files included, built on a scratch index (a copy of the
     private one, which other parts read meanwhile). Returns (path, None) or (None, warning)."""
     index = os.path.join(staging, "patch-index")
-    shutil.copyfile(os.path.join(r.shadow, "index"), index)
+    copy_regular(os.path.join(r.shadow, "index"), index)
     env = {"GIT_INDEX_FILE": index}
     present = [p for p in untracked if os.path.lexists(os.path.join(r.worktree, p))]
     if present:
@@ -466,17 +469,29 @@ def emit_patch(cfg, r, staging, records, out):
     out.flush()
 
 
+def make_staging(tmp):
+    """A new private folder under ``tmp`` (tempfile would cost the quick path its budget)."""
+    for _ in range(100):
+        path = os.path.join(tmp, STAGING_PREFIX + os.urandom(6).hex())
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+    raise OSError("no free staging name")
+
+
 def main():
-    global threading
+    global shutil, subprocess, threading
     cfg = json.loads(sys.argv[1])
     out = sys.stdout.buffer
     tmp = cfg.get("tmp")
     if not tmp or not os.path.isdir(tmp):
-        tmp = tempfile.gettempdir()  # a sandbox without a folder of hangar's own
+        tmp = "/tmp"  # a sandbox without a folder of hangar's own
     try:
         # Every checkpoint has a private git folder of its own: checkpoints share nothing, so
         # none waits for another (and nothing the agent holds can make one wait).
-        staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=tmp)
+        staging = make_staging(tmp)
     except OSError as exc:
         sys.stderr.write("checkpoint failed: cannot make a staging folder in %s: %s\n" % (tmp, exc))
         sys.exit(3)
@@ -484,6 +499,9 @@ def main():
         r = Repo(cfg["repo"], staging)
         head, branch, records = repo_state(r)
         if cfg.get("mode") == "patch":
+            import shutil
+            import subprocess
+
             return emit_patch(cfg, r, staging, records, out)
         fp = fingerprint(cfg["repo"], cfg["home"], cfg.get("conversation_dirs") or [], head,
                          branch, records)  # fmt: skip
@@ -491,6 +509,8 @@ def main():
             line = {"fingerprint": fp, "head": head, "branch": branch, "unchanged": True}
             out.write(json.dumps(line).encode() + b"\n")
             return
+        import shutil
+        import subprocess
         import threading
 
         clean_stale(tmp, keep=staging)
@@ -505,7 +525,10 @@ def main():
         sys.stderr.write("checkpoint failed: %s\n" % exc)
         sys.exit(3)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            remove_tree(staging)
+        except OSError:
+            pass  # a later checkpoint's clean_stale removes it
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from hangar.harnesses import get_harness
 from hangar.models import Checkpoint, Environment, Session, SessionDetail, Turn
 from hangar.redact import redact
 from hangar.sandboxes import SandboxInfo
+from hangar.sessions.environments import loopback_warnings
 from hangar.sessions.service import SESSION_LABEL
 
 
@@ -197,13 +198,15 @@ class EnvironmentView(BaseModel):
     vars: list[str] = Field(description="variable names; values are not shown")
     secrets: list[str] = Field(description="secret names; values are never shown")
     host_ports: list[int] = Field(description="host loopback ports its sandboxes reach")
+    warnings: list[str] = Field(description="what would keep its sandboxes from working, such "
+                                "as a variable naming a loopback port they cannot reach")
     created_at: datetime
 
     @classmethod
     def of(cls, e: Environment) -> EnvironmentView:
         return cls(name=e.name, repo=e.repo, branch=e.branch, setup=e.setup,
                    vars=sorted(e.vars), secrets=sorted(e.secrets), host_ports=e.host_ports,
-                   created_at=e.created_at)  # fmt: skip
+                   warnings=loopback_warnings(e), created_at=e.created_at)  # fmt: skip
 
 
 class SandboxView(BaseModel):

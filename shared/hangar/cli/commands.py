@@ -100,6 +100,8 @@ def _env(api: Client, args: argparse.Namespace) -> int:
             _print_json(env)
         else:
             print(f"added environment {env['name']} ({env['repo']})")
+        for warning in env.get("warnings") or []:
+            print(f"hangar: warning: {warning}", file=sys.stderr)
     elif args.action == "list":
         envs = api.call("GET", "/api/envs")
         _print_json(envs) if args.json else print_envs(envs)

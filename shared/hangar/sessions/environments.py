@@ -19,6 +19,11 @@ from hangar.keys.envelope import new_data_key, seal_bytes, unseal_bytes
 from hangar.models import NAME_PATTERN, Environment
 
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LOOPBACK_URL = re.compile(
+    r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?:[^@/]*@)?(?P<host>localhost|127(?:\.\d{1,3}){3}|\[::1\])"
+    r"(?::(?P<port>\d{1,5}))?(?:[/?#]|$)",
+    re.I,
+)
 LS_REMOTE_TIMEOUT = 30
 
 
@@ -34,6 +39,24 @@ def check_name(kind: str, name: str) -> str:
             name=name,
         )
     return name
+
+
+def loopback_warnings(env: Environment) -> list[str]:
+    """One warning per variable whose value is a URL on the server's loopback at a port the
+    environment does not allow: its sandboxes, which have their own network, cannot reach it.
+    (Secrets are sealed and not looked at.)"""
+    warnings = []
+    for name, value in sorted(env.vars.items()):
+        found = _LOOPBACK_URL.match(value.strip())
+        if found is None:
+            continue
+        port = int(found["port"]) if found["port"] else 443 if found["scheme"] == "https" else 80
+        if port not in env.host_ports:
+            warnings.append(
+                f"{name} points at {found['host']}:{port} on the server's loopback, which the "
+                f"environment's sandboxes cannot reach: allow it with --host-port {port}"
+            )
+    return warnings
 
 
 def check_ports(ports: list[int]) -> list[int]:

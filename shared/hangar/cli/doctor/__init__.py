@@ -5,12 +5,13 @@ In order:
 
 1. the settings parse; the data folder (:mod:`.machine`);
 2. with local sandboxes, this machine's tools and harness CLIs (on GKE they are the sandbox
-   image's business);
+   image's business), and the isolation a probe sandbox gets here (:mod:`.isolation`);
 3. how the backends are combined, and one bounded probe per backend: db, blobs, keys, ticks
    (:mod:`.backends`);
 4. the deployed Cloud Run functions, when the settings name any cloud backend
    (:mod:`.functions`);
-5. the server at ``HANGAR_URL``: does it answer, does it take the token.
+5. the server at ``HANGAR_URL``: does it answer, does it take the token, do its environments
+   name loopback ports their sandboxes cannot reach.
 
 Every probe has a short timeout (``timeout`` seconds each), and a backend that cannot be reached
 is a FAIL naming its setting, never a traceback. The Google client libraries are imported only
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hangar.cli.doctor import backends, functions, machine
+from hangar.cli.doctor import backends, functions, isolation, machine
 from hangar.cli.doctor.report import PROBE_SECONDS, Report
 from hangar.config import Settings
 from hangar.errors import HangarError
@@ -42,6 +43,7 @@ def doctor(env: Mapping[str, str], *, timeout: float = PROBE_SECONDS) -> int:
     if settings.sandboxes.startswith("local:"):
         machine.sandbox_tools(report)
         machine.harnesses(report, settings.harness_dir)
+        isolation.isolation(report, settings)
     else:
         report.line("INFO", f"sandboxes (HANGAR_SANDBOXES {settings.sandboxes}): the harness "
                     "CLIs and tools come with the sandbox image, not this machine")  # fmt: skip

@@ -17,7 +17,8 @@ SANDBOX_TOOLS = {
     "bwrap": "bubblewrap: local sandboxes",
     "nsenter": "util-linux: exec into local sandboxes",
     "setpriv": "util-linux: dropping capabilities in local sandboxes",
-    "tmux": "detached turns",
+    "slirp4netns": "each local sandbox's own network",
+    "prlimit": "util-linux: the agent's limits where cgroups are not usable",
     "git": "cloning repos and checking environments",
     "script": "util-linux: session shell terminals",
 }
@@ -92,3 +93,11 @@ def server(report: Report, settings: Settings, seconds: float) -> None:
         report.line("FAIL", f"the token is refused: {exc.message} ({exc.code})")
         return
     report.line("OK", "the token works (admin scope)")
+    try:
+        envs = within(seconds, lambda: api.call("GET", "/api/envs"))
+    except (ApiError, ProbeTimeout) as exc:
+        report.line("WARN", f"could not list the environments: {exc}")
+        return
+    for env in envs:
+        for warning in env.get("warnings") or []:
+            report.line("WARN", f"environment {env['name']}: {warning}")
