@@ -213,3 +213,20 @@ def test_an_environment_naming_a_loopback_url_it_cannot_reach_is_warned_about(
                for line in out.splitlines()), out  # fmt: skip
     code, _, err = cli("env", "add", "bad-port", "--repo", str(remote), "--host-port", "70000")
     assert code != 0 and "not a port" in err
+
+
+@pytest.mark.sandbox
+def test_hangar_serve_cannot_be_reached_from_a_sessions_sandbox(
+    server: Server, cli: Cli, remote: Path
+) -> None:
+    assert cli("env", "add", "app", "--repo", str(remote), *identity())[0] == 0
+    code, _, err = cli("session", "new", "demo", "hello", "--env", "app", "--harness",
+                       "antigravity", "-w")  # fmt: skip
+    assert code == 0, err
+    port = server.url.rsplit(":", 1)[1]
+    probe = ("import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', int(sys.argv[1])),"
+             " timeout=5)\n    print('reached')\nexcept OSError as exc:\n    print('refused')")  # fmt: skip
+    code, out, _ = cli("session", "shell", "demo", "--", "python3", "-c", probe, port)
+    assert (code, out) == (0, "refused\n")
+    # ...while the server, on the host's loopback, answers the CLI right now.
+    assert cli("session", "get", "demo")[0] == 0

@@ -76,7 +76,8 @@ def start_run(
     spec = {"argv": list(argv), "cwd": cwd}
     sandboxes.put_file(sandbox_id, f"{folder}/env.json", json.dumps(dict(env)).encode(),
                        mode=0o600, user=HANGAR)  # fmt: skip
-    sandboxes.put_file(sandbox_id, f"{folder}/spec.json", json.dumps(spec).encode(), user=HANGAR)
+    sandboxes.put_file(sandbox_id, f"{folder}/spec.json", json.dumps(spec).encode(), mode=0o600,
+                       user=HANGAR)  # fmt: skip
     started = sandboxes.exec(sandbox_id, agent.command("run", folder), user=HANGAR)
     if not started.ok:
         sandboxes.exec(sandbox_id, ["rm", "-f", f"{folder}/env.json"], user=HANGAR)

@@ -39,7 +39,7 @@ from hangar.sessions.parts import CheckpointParts
 logger = logging.getLogger(__name__)
 
 _RESTORED_PARTS = ("repo.bundle", "staged.patch", "wip.patch", "untracked.", "agent.")
-_SPOOL_IN_MEMORY = 8 << 20
+_SPOOL_IN_MEMORY = 32 << 20  # per part: a larger one goes to disk, which is slower to write
 
 
 @dataclass(frozen=True)

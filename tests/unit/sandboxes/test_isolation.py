@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,11 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from hangar.blobs.local import LocalBlobs
+from hangar.config import Settings
+from hangar.db.sqlite import SqliteDb
 from hangar.harnesses.runs import read_run, start_run, wait_run
+from hangar.keys.local import LocalKeys
 from hangar.sandboxes import SandboxSpec, SandboxUser
 from hangar.sandboxes.isolation import INNER_AGENT, LimitsMode, uids_for
 from hangar.sandboxes.local import LocalSandboxes
 from hangar.testing.sandboxes import run
+from tests.rig import make_engine
 
 pytestmark = pytest.mark.sandbox
 
@@ -253,6 +259,22 @@ def test_the_hosts_loopback_is_unreachable_but_an_allowed_port(
     assert connect(sandboxes, other.id, "127.0.0.1", allowed.port).startswith("refused")
 
 
+def test_an_allowed_port_stays_reachable_after_the_process_that_made_the_sandbox_exits(
+    sandboxes: LocalSandboxes, listeners: list[Listener]
+) -> None:
+    allowed = Listener(b"still here")
+    listeners.append(allowed)
+    script = (
+        "import sys; from pathlib import Path; from hangar.sandboxes import SandboxSpec; "
+        "from hangar.sandboxes.local import LocalSandboxes; "
+        "print(LocalSandboxes(Path(sys.argv[1])).create(SandboxSpec(host_ports=[int(sys.argv[2])])).id)"
+    )
+    made = subprocess.run([sys.executable, "-c", script, str(sandboxes.root), str(allowed.port)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert connect(sandboxes, made.stdout.strip(), "127.0.0.1", allowed.port) == "got still here"
+
+
 def test_listening_inside_on_the_servers_port_leaves_the_host_its_port(
     sandboxes: LocalSandboxes, listeners: list[Listener]
 ) -> None:
@@ -302,22 +324,26 @@ def agent_tasks(uid: int) -> int:
     return sum(1 for line in out.split() if line == str(uid))
 
 
-def test_a_fork_bomb_is_held_to_the_agents_limit_while_hangars_tools_and_the_host_work(
-    limited: LocalSandboxes,
+def test_a_fork_bomb_is_held_to_the_agents_limit_while_a_checkpoint_and_the_host_work(
+    limited: LocalSandboxes, settings: Settings, db: SqliteDb, blobs: LocalBlobs,
+    keys: LocalKeys, remote: Path,
 ) -> None:
-    bombed, neighbour = limited.create(SandboxSpec()), limited.create(SandboxSpec())
-    _, agent = host_uids_of(limited, bombed.id)
+    engine = make_engine(settings, db, blobs, keys, limited, remote)
+    bombed, workspace = engine.sandbox()
+    neighbour = limited.create(SandboxSpec())
+    _, agent = host_uids_of(limited, bombed)
+    engine.sh(bombed, "echo work > wip.txt")
     bomb = "setsid bash -c ':(){ :|:& };:' </dev/null >/dev/null 2>&1 &"
-    assert limited.exec(bombed.id, ["sh", "-c", bomb]).ok
+    assert limited.exec(bombed, ["sh", "-c", bomb]).ok
     until(lambda: agent_tasks(agent) >= 90)
     assert agent_tasks(agent) <= 96
-    # hangar's tools in the same sandbox still run, and write where only they may.
-    probe = limited.exec(bombed.id, ["sh", "-c", "echo ok > /hangar/tmp/probe && cat /hangar/tmp/probe"],
-                         user=HANGAR)  # fmt: skip
-    assert probe.stdout == b"ok\n"
+    # hangar's tools in the same sandbox still run: a whole checkpoint, during the bomb.
+    checkpoint = engine.take(bombed, workspace)
+    assert checkpoint.part("untracked.tar.zst") or checkpoint.part("untracked.tar.gz")
+    assert agent_tasks(agent) >= 90, "the bomb was still going"
     assert run(limited, neighbour.id, "echo next door") == "next door\n"
     assert subprocess.run(["true"]).returncode == 0
-    limited.destroy(bombed.id, hooks=False)
+    limited.destroy(bombed, hooks=False)
     until(lambda: agent_tasks(agent) == 0)
 
 
