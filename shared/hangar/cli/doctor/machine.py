@@ -98,6 +98,7 @@ def server(report: Report, settings: Settings, seconds: float) -> None:
     except (ApiError, ProbeTimeout) as exc:
         report.line("WARN", f"could not list the environments: {exc}")
         return
-    for env in envs:
-        for warning in env.get("warnings") or []:
-            report.line("WARN", f"environment {env['name']}: {warning}")
+    for env in envs if isinstance(envs, list) else []:
+        if isinstance(env, dict):
+            for warning in env.get("warnings") or []:
+                report.line("WARN", f"environment {env.get('name')}: {warning}")
