@@ -163,6 +163,9 @@ class Checkpoint(Record):
     conversation_dirs: list[str] = Field(
         default_factory=list, description="the folders under HOME the agent archive may hold"
     )
+    exchange_dir: str | None = Field(
+        default=None, description="the session's exchange folder under HOME ($HANGAR_IO)"
+    )
     parts: list[CheckpointPart] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     fingerprint: str | None = None

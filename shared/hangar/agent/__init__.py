@@ -23,8 +23,8 @@ SANDBOX_PYTHON = "/usr/bin/python3"
 LIB = "/hangar/lib"
 
 USES: dict[str, tuple[str, ...]] = {
-    "checkpoint": ("gitsafe",),
-    "restore": ("gitsafe",),
+    "checkpoint": ("gitsafe", "paths"),
+    "restore": ("gitsafe", "paths"),
     "run": (),
 }
 """The helper modules of each script, in the order they are loaded."""

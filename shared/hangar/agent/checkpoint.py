@@ -5,16 +5,23 @@ CONFIG is one JSON object::
     repo                the repo's folder (/workspace/<repo>)
     home                HOME, which the conversation folders are relative to
     conversation_dirs   folders under HOME to archive, if they exist (never credentials)
+    exchange_dir        the session's exchange folder under HOME ($HANGAR_IO), archived as a
+                        part of its own (exchange.tar.*), or null
     base                the commit the session builds on, or null (then: merge-base with the
                         upstream branch, if any)
     harness, harness_session
-    max_part, max_untracked, max_patch      byte caps
+    max_part, max_untracked, max_patch      byte caps (above max_untracked, the largest
+                        untracked files are left out one by one until the rest fits)
     skip_if_fingerprint the previous checkpoint's fingerprint, or null
     tmp                 hangar's own scratch folder (its lock and staging), out of the
                         agent's reach; absent: the system's temporary folder
 
 git runs through :mod:`hangar.agent.gitsafe`: nothing the repo's or the agent's config names
-is ever run, and the repo's own git folder is only read.
+is ever run, and the repo's own git folder is only read. What goes into the archives obeys
+:mod:`hangar.agent.paths`, the rules the restore applies: anything it would refuse (a link into
+.git, a FIFO, a link out of a conversation folder) is left out and named in a warning, so every
+checkpoint restores. Nothing the agent leaves can fail the whole checkpoint: a tracked file
+replaced by a FIFO, grown huge or unreadable loses its uncommitted changes alone, named.
 
 Standard output is one JSON line (the manifest) followed by the bytes of each part listed in it,
 in order, each exactly ``size`` bytes. With an unchanged fingerprint, the manifest says
@@ -26,7 +33,7 @@ hangar's private git folder, not the repo's.
 import json
 import os
 import sys
-from stat import S_ISDIR, S_ISLNK, S_ISREG
+from stat import S_ISREG
 
 try:
     from _sha256 import sha256  # built in: hashlib would load OpenSSL, a few ms on the quick path
@@ -34,6 +41,8 @@ except ImportError:
     from hashlib import sha256
 
 from hangar.agent.gitsafe import GitError, Repo, copy_regular, remove_tree
+from hangar.agent.paths import entry_problem, folders_rule, kind_problem, left_out_warning
+from hangar.agent.paths import untracked_rule
 
 # shutil, subprocess and threading are imported when parts are packed: the unchanged-fingerprint
 # path (every interval tick) must stay as quick as the interpreter's start.
@@ -79,8 +88,8 @@ def repo_state(r):
     if not r.head:
         raise Failure("the repo has no commit at HEAD")
     code, out, err = r.capture(
-        "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignore-submodules",
-        "--no-renames", env={"GIT_OPTIONAL_LOCKS": "0"},
+        "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=traditional",
+        "--ignore-submodules", "--no-renames", env={"GIT_OPTIONAL_LOCKS": "0"},
     )  # fmt: skip
     if code != 0:
         raise GitError("status", err.decode(errors="replace").strip() or "failed")
@@ -98,6 +107,8 @@ def fingerprint(repo, home, dirs, head, branch, records):
     h.update(("%s\n%s\n" % (head, branch)).encode())
     h.update(stat_line(os.path.join(repo, ".git", "index")).encode())
     for record in records:
+        if record[:1] == b"!":
+            continue  # ignored paths are never checkpointed
         h.update(record + b"\0")
         fields = STATUS_FIELDS.get(record[:1])
         if fields is None:
@@ -169,61 +180,141 @@ def _feed(pipe, members):
             pass
 
 
-def link_stays_inside(name, target):
-    """Whether symlink ``name`` -> ``target`` stays inside its folder by the rule restore
-    applies: relative, inside once normalised, and no ``..`` after a normal component (which a
-    link earlier on the path could turn into an escape)."""
-    if target.startswith("/") or not target:
-        return False
-    seen_normal = False
-    for part in target.split("/"):
-        if part == "..":
-            if seen_normal:
-                return False
-        elif part not in ("", "."):
-            seen_normal = True
-    resolved = os.path.normpath(os.path.join(os.path.dirname(name), target))
-    return resolved != ".." and not resolved.startswith("../")
+def untracked_entries(records):
+    """The untracked paths git listed (a trailing / is a nested repository, left whole)."""
+    return [rec[2:].decode("utf-8", "surrogateescape") for rec in records if rec[:2] == b"? "]
 
 
-def keep_member(root, rel, skipped):
-    """Whether ``rel`` (under ``root``) goes into an archive: regular files, folders and links
-    that stay inside do; anything restore would refuse is left out and noted in ``skipped``."""
-    try:
-        st = os.lstat(os.path.join(root, rel))
-    except FileNotFoundError:
-        return False  # gone since it was listed
-    mode = st.st_mode
-    if S_ISREG(mode) or S_ISDIR(mode):
-        return True
-    if S_ISLNK(mode) and link_stays_inside(rel, os.readlink(os.path.join(root, rel))):
-        return True
-    skipped.append(rel)
-    return False
+def ignored_entries(records):
+    return {rec[2:].decode("utf-8", "surrogateescape") for rec in records if rec[:2] == b"! "}
 
 
-def conversation_members(home, dirs, skipped, warnings):
-    """Every folder, file and inside link under the conversation folders, relative to HOME."""
+def changed_tracked(records):
+    """The tracked paths whose working-tree state differs from the index or HEAD."""
     out = []
+    for rec in records:
+        fields = STATUS_FIELDS.get(rec[:1])
+        if fields is not None and rec[:1] != b"?":
+            out.append(rec.split(b" ", fields - 1)[-1].decode("utf-8", "surrogateescape"))
+    return out
+
+
+def select_untracked(repo, listed, cap, warnings):
+    """The untracked files that go into the checkpoint. What a restore would refuse is left out
+    by name; above ``cap`` bytes the largest files are left out one by one until the rest fits,
+    each named, so a build log never costs the sources beside it."""
+    refused, kept = [], []
+    for path in listed:
+        if path.endswith("/"):
+            continue
+        why = entry_problem(repo, path, untracked_rule)
+        if why == "gone":
+            continue
+        if why:
+            refused.append((path, why))
+        else:
+            kept.append(path)
+    if refused:
+        warnings.append(left_out_warning("untracked entries", refused))
+    sizes = {}
+    for path in kept:
+        try:
+            st = os.lstat(os.path.join(repo, path))
+            sizes[path] = st.st_size if S_ISREG(st.st_mode) else 0
+        except FileNotFoundError:
+            sizes[path] = 0
+    total = sum(sizes.values())
+    if total <= cap:
+        return kept
+    dropped = set()
+    for path in sorted(kept, key=lambda p: (-sizes[p], p)):
+        if total <= cap:
+            break
+        dropped.add(path)
+        total -= sizes[path]
+        warnings.append("untracked file %s left out: %d bytes, and the untracked files may take "
+                        "%d bytes in all" % (path, sizes[path], cap))  # fmt: skip
+    return [p for p in kept if p not in dropped]
+
+
+def tracked_left_out(repo, changed, cap, warnings):
+    """Changed tracked paths whose working-tree side cannot be diffed: a FIFO, socket or device
+    in a file's place, a file over ``cap`` bytes (a huge sparse one, say) or one not even
+    hangar can open. Their uncommitted changes are left out, each named; the rest are saved."""
+    out = []
+    for path in changed:
+        full = os.path.join(repo, path)
+        try:
+            st = os.lstat(full)
+        except FileNotFoundError:
+            continue  # deleted: the diff says so
+        why = kind_problem(st.st_mode)
+        if why is None and S_ISREG(st.st_mode):
+            if st.st_size > cap:
+                why = "is %d bytes, over the %d-byte part cap" % (st.st_size, cap)
+            else:
+                try:
+                    os.close(os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW))
+                except OSError as exc:
+                    why = "cannot be read (%s)" % exc.strerror
+        if why:
+            out.append(path)
+            warnings.append("uncommitted changes to %s left out: it %s" % (path, why))
+    return out
+
+
+def find_special(repo, ignored, tracked_special, warnings):
+    """Name every FIFO, socket and device in the working tree outside .git and ignored paths
+    (git lists none of them as untracked); they are left out of every part."""
+    found = []
+    todo = [""]
+    while todo:
+        rel = todo.pop()
+        try:
+            entries = list(os.scandir(os.path.join(repo, rel) if rel else repo))
+        except OSError:
+            continue
+        for entry in entries:
+            path = rel + "/" + entry.name if rel else entry.name
+            if entry.name == ".git" or path in ignored or path + "/" in ignored:
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    todo.append(path)
+                elif not (entry.is_file(follow_symlinks=False) or entry.is_symlink()):
+                    if path not in tracked_special:
+                        found.append((path, kind_problem(entry.stat(follow_symlinks=False).st_mode)))
+            except OSError:
+                continue
+    if found:
+        warnings.append(left_out_warning("special files", sorted(found)))
+
+
+def folder_members(home, dirs, what, warnings):
+    """Every folder, file and link under ``dirs`` (relative to HOME) that may go into their
+    archive; the rest left out by name."""
+    rule = folders_rule(dirs, what)
+    out, refused = [], []
     for rel in dirs:
         top = os.path.join(home, rel)
         if os.path.islink(top):
-            warnings.append("conversation folder ~/%s skipped: it is a symbolic link" % rel)
+            warnings.append("%s ~/%s left out: it is a symbolic link" % (what, rel))
             continue
         for dirpath, dirnames, filenames in os.walk(top):
             rel_dir = os.path.relpath(dirpath, home)
             out.append(rel_dir)
             for name in dirnames + filenames:
                 member = os.path.join(rel_dir, name)
-                if os.path.islink(os.path.join(home, member)) or name in filenames:
-                    if keep_member(home, member, skipped):
-                        out.append(member)
+                if name in dirnames and not os.path.islink(os.path.join(home, member)):
+                    continue  # walked into next
+                why = entry_problem(home, member, rule)
+                if why is None:
+                    out.append(member)
+                elif why != "gone":
+                    refused.append((member, why))
+    if refused:
+        warnings.append(left_out_warning(what, refused))
     return out
-
-
-def skipped_warning(label, skipped):
-    shown = ", ".join(skipped[:5]) + (" and %d more" % (len(skipped) - 5) if len(skipped) > 5 else "")
-    return "%s skipped (not a regular file, folder or link inside): %s" % (label, shown)
 
 
 def make_bundle(r, staging, head, base):
@@ -245,16 +336,23 @@ def make_bundle(r, staging, head, base):
     return path
 
 
-def make_diff(r, staging, name, *args):
+def excluding(paths):
+    """Pathspecs for the whole tree but ``paths``."""
+    if not paths:
+        return []
+    return ["--", "."] + [":(exclude,literal)" + p for p in paths]
+
+
+def make_diff(r, staging, name, *args, exclude=()):
     path = os.path.join(staging, name)
     with open(path, "wb") as out:
-        r.run(*DIFF, "--no-renames", *args, PIN, stdout=out)
+        r.run(*DIFF, "--no-renames", *args, PIN, *excluding(exclude), stdout=out)
     return path
 
 
-def make_wip(r, staging):
+def make_wip(r, staging, exclude):
     """wip.patch: the pinned head to the working tree, staged and unstaged changes alike."""
-    return make_diff(r, staging, "wip.patch")
+    return make_diff(r, staging, "wip.patch", exclude=exclude)
 
 
 def make_staged(r, staging):
@@ -263,7 +361,7 @@ def make_staged(r, staging):
     return path if os.path.getsize(path) else None
 
 
-def make_session_patch(r, staging, base, untracked, limit):
+def make_session_patch(r, staging, base, untracked, limit, exclude=()):
     """base..working tree, untracked files included, built on a scratch index (a copy of the
     private one, which other parts read meanwhile). Returns (path, None) or (None, warning)."""
     index = os.path.join(staging, "patch-index")
@@ -278,7 +376,8 @@ def make_session_patch(r, staging, base, untracked, limit):
             return None, "session.patch skipped: %s" % added.stderr.decode(errors="replace").strip()
     path = os.path.join(staging, "session.patch")
     with open(path, "wb") as out:
-        proc = r.popen(*DIFF, base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        proc = r.popen(*DIFF, base, *excluding(exclude), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=env)  # fmt: skip
         written = 0
         while True:
             chunk = proc.stdout.read(1 << 20)
@@ -339,33 +438,23 @@ def pack(cfg, r, staging, head, branch, records, fp):
     base = cfg.get("base") or upstream_base(r, head)
     compression = compressor()
     warnings = []
-    listed = [r[2:].decode("utf-8", "surrogateescape") for r in records if r[:2] == b"? "]
+    listed = untracked_entries(records)
     nested = [p for p in listed if p.endswith("/")]
     if nested:
-        warnings.append("untracked nested repositories skipped: %s" % ", ".join(nested[:5]))
-    skipped = []
-    untracked = [p for p in listed if not p.endswith("/") and keep_member(repo, p, skipped)]
-    if skipped:
-        warnings.append(skipped_warning("untracked entries", skipped))
+        warnings.append("untracked nested repositories left out: %s" % ", ".join(nested[:5]))
+    untracked = select_untracked(repo, listed, cfg["max_untracked"], warnings)
+    changed = changed_tracked(records)
+    excluded = tracked_left_out(repo, changed, cfg["max_part"], warnings)
+    find_special(repo, ignored_entries(records), set(excluded), warnings)
     if os.path.exists(os.path.join(repo, ".gitmodules")):
         warnings.append("changes inside submodules are not checkpointed")
-    untracked_size = 0
-    for p in untracked:
-        try:
-            untracked_size += os.lstat(os.path.join(repo, p)).st_size
-        except FileNotFoundError:
-            pass
-    skip_untracked = untracked_size > cfg["max_untracked"]
-    if skip_untracked:
-        warnings.append(
-            "untracked files skipped: %d bytes in %d files, over the %d-byte cap"
-            % (untracked_size, len(untracked), cfg["max_untracked"])
-        )
     ext = ".tar.zst" if compression == "zstd" else ".tar.gz"
     existing_dirs = [d for d in dirs if os.path.lexists(os.path.join(home, d))]
+    exchange_dir = cfg.get("exchange_dir")
+    exchange = [exchange_dir] if exchange_dir and os.path.lexists(os.path.join(home, exchange_dir)) else []
 
     def untracked_job():
-        if skip_untracked or not untracked:
+        if not untracked:
             return None
         path = os.path.join(staging, "untracked" + ext)
         archive(repo, untracked, path, compression)
@@ -375,25 +464,22 @@ def pack(cfg, r, staging, head, branch, records, fp):
         archived = untracked_job()
         return archived, patch_job(os.path.getsize(archived) if archived else 0)
 
-    def agent_job():
-        if not existing_dirs:
-            return None
-        left_out = []
-        members = conversation_members(home, existing_dirs, left_out, warnings)
-        if left_out:
-            warnings.append(skipped_warning("conversation entries", left_out))
-        if not members:
-            return None
-        path = os.path.join(staging, "agent" + ext)
-        archive(home, members, path, compression)
-        return path
+    def folder_job(part, dirs, what):
+        def job():
+            if not dirs:
+                return None
+            members = folder_members(home, dirs, what, warnings)
+            if not members:
+                return None
+            path = os.path.join(staging, part + ext)
+            archive(home, members, path, compression)
+            return path
+
+        return job
 
     def patch_job(untracked_packed):
         if not base:
             warnings.append("session.patch skipped: no base commit is known")
-            return None
-        if skip_untracked:
-            warnings.append("session.patch skipped: the untracked files were too large")
             return None
         # A patch carries file contents at least as large as they compress, so when the
         # compressed untracked files alone pass the limit, making the patch is wasted work.
@@ -403,7 +489,8 @@ def pack(cfg, r, staging, head, branch, records, fp):
                 "over the %d-byte patch limit" % (untracked_packed, cfg["max_patch"])
             )
             return None
-        path, warning = make_session_patch(r, staging, base, untracked, cfg["max_patch"])
+        path, warning = make_session_patch(r, staging, base, untracked, cfg["max_patch"],
+                                           excluded)  # fmt: skip
         if warning:
             warnings.append(warning)
         return path
@@ -411,10 +498,11 @@ def pack(cfg, r, staging, head, branch, records, fp):
     produced = run_all(
         {
             "repo.bundle": lambda: make_bundle(r, staging, head, base),
-            "wip.patch": lambda: make_wip(r, staging),
+            "wip.patch": lambda: make_wip(r, staging, excluded),
             "staged.patch": lambda: make_staged(r, staging),
             "untracked": untracked_and_patch_job,
-            "agent" + ext: agent_job,
+            "agent" + ext: folder_job("agent", existing_dirs, "conversation folders"),
+            "exchange" + ext: folder_job("exchange", exchange, "exchange folder"),
         }
     )
     produced["untracked" + ext], produced["session.patch"] = produced.pop("untracked")
@@ -427,6 +515,7 @@ def pack(cfg, r, staging, head, branch, records, fp):
         "cwd": repo,
         "compression": compression,
         "conversation_dirs": existing_dirs,
+        "exchange_dir": exchange_dir,
     }
     meta_path = os.path.join(staging, "meta.json")
     with open(meta_path, "w") as out:
@@ -435,7 +524,7 @@ def pack(cfg, r, staging, head, branch, records, fp):
 
     parts = []
     order = ["meta.json", "repo.bundle", "staged.patch", "wip.patch", "untracked" + ext,
-             "agent" + ext, "session.patch"]  # fmt: skip
+             "agent" + ext, "exchange" + ext, "session.patch"]  # fmt: skip
     for name in order:
         path = produced.get(name)
         if not path:
@@ -457,10 +546,11 @@ def emit_patch(cfg, r, staging, records, out):
     included) to ``out``; exit status 4 when it passes ``max_patch``."""
     if not cfg.get("base"):
         raise Failure("the session's base commit is not known")
-    untracked = [rec[2:].decode("utf-8", "surrogateescape") for rec in records
-                 if rec[:2] == b"? " and not rec.endswith(b"/")]  # fmt: skip
-    untracked = [p for p in untracked if keep_member(r.worktree, p, [])]
-    path, warning = make_session_patch(r, staging, cfg["base"], untracked, cfg["max_patch"])
+    ignored = []
+    untracked = select_untracked(r.worktree, untracked_entries(records), cfg["max_patch"], ignored)
+    excluded = tracked_left_out(r.worktree, changed_tracked(records), cfg["max_patch"], ignored)
+    path, warning = make_session_patch(r, staging, cfg["base"], untracked, cfg["max_patch"],
+                                       excluded)  # fmt: skip
     if path is None:
         sys.stderr.write("%s\n" % warning)
         sys.exit(4)
@@ -503,8 +593,8 @@ def main():
             import subprocess
 
             return emit_patch(cfg, r, staging, records, out)
-        fp = fingerprint(cfg["repo"], cfg["home"], cfg.get("conversation_dirs") or [], head,
-                         branch, records)  # fmt: skip
+        folders = (cfg.get("conversation_dirs") or []) + [d for d in [cfg.get("exchange_dir")] if d]
+        fp = fingerprint(cfg["repo"], cfg["home"], folders, head, branch, records)
         if cfg.get("skip_if_fingerprint") == fp:
             line = {"fingerprint": fp, "head": head, "branch": branch, "unchanged": True}
             out.write(json.dumps(line).encode() + b"\n")

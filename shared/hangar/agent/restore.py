@@ -7,9 +7,10 @@ order, each exactly ``size`` bytes::
     repo, home          where the repo and HOME are
     branch, head        check out ``branch`` at ``head`` (detached when branch is null)
     conversation_dirs   folders relative to HOME that agent.tar.* may write (absent: none)
+    exchange_dir        the folder relative to HOME that exchange.tar.* may write (absent: none)
     tmp                 hangar's own scratch folder (absent: the system's temporary folder)
     parts               [{"name", "size", "compression"}]: any of repo.bundle, staged.patch,
-                        wip.patch, untracked.tar.*, agent.tar.*
+                        wip.patch, untracked.tar.*, agent.tar.*, exchange.tar.*
 
 Steps, in order:
 
@@ -45,7 +46,6 @@ with code ``unsafe_archive`` or ``restore_failed``; the exit status is 0 or 3.
 import errno
 import json
 import os
-import posixpath
 import shutil
 import stat
 import subprocess
@@ -54,6 +54,7 @@ import tarfile
 import tempfile
 
 from hangar.agent.gitsafe import GitError, Repo
+from hangar.agent.paths import clean_name, folders_rule, member_problem, untracked_rule
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -112,52 +113,9 @@ def decompress(path, compression):
     return plain
 
 
-def clean_name(name):
-    """The member's normalised relative path, or None when it is not a safe relative path."""
-    if not isinstance(name, str) or name.startswith("/") or "\0" in name:
-        return None
-    parts = [p for p in name.split("/") if p not in ("", ".")]
-    if not parts or ".." in parts:
-        return None
-    return "/".join(parts)
-
-
-def untracked_rule(path, is_folder):
-    # Anything in .git (hooks, config) would run or steer git; any case, for case-folding disks.
-    if any(p.lower() == ".git" for p in path.split("/")):
-        return "is inside .git"
-    return None
-
-
-def agent_rule(dirs):
-    def rule(path, is_folder):
-        if any(path.startswith(d + "/") or (path == d and is_folder) for d in dirs):
-            return None
-        return "is outside the conversation folders %s" % (dirs,)
-
-    return rule
-
-
-def link_problem(name, target):
-    """Why the link ``name -> target`` is refused, or None (with its root-relative resolution)."""
-    if not target or target.startswith("/") or "\0" in target:
-        return "is not relative", None
-    seen_normal = False
-    for part in target.split("/"):
-        if part == "..":
-            # `a/..` is only `.` textually: when `a` is itself a link it is somewhere else.
-            if seen_normal:
-                return "has .. after a folder name", None
-        elif part not in ("", "."):
-            seen_normal = True
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
-    if resolved == ".." or resolved.startswith("../"):
-        return "leads out", None
-    return None, resolved
-
-
 def check_members(tar_path, label, rule):
-    """Check every member of an archive by its own content; return [(member, clean name)]."""
+    """Check every member of an archive by its own content, by the rules of
+    :mod:`hangar.agent.paths`; return [(member, clean name)]."""
     try:
         with tarfile.open(tar_path, "r:") as tf:
             members = tf.getmembers()
@@ -172,7 +130,7 @@ def check_members(tar_path, label, rule):
         if not (m.isfile() or m.isdir() or m.issym()):
             kind = "hard link" if m.islnk() else "special file"
             raise unsafe("%s: member %r is a %s, which is refused" % (label, m.name, kind))
-        why = rule(name, m.isdir())
+        why = member_problem(name, m.isdir(), m.linkname if m.issym() else None, rule)
         if why:
             raise unsafe("%s: member %r %s" % (label, m.name, why))
         parts = name.split("/")
@@ -189,11 +147,6 @@ def check_members(tar_path, label, rule):
             raise unsafe("%s: member %r has the name of an earlier link" % (label, m.name))
         if before is not None and (before == "dir") != (kind == "dir"):
             raise unsafe("%s: member %r turns a folder into a file or back" % (label, m.name))
-        if m.issym():
-            why, resolved = link_problem(name, m.linkname)
-            why = why or rule(resolved, True)
-            if why:
-                raise unsafe("%s: link %r -> %r %s" % (label, m.name, m.linkname, why))
         kinds[name] = kind
         checked.append((m, name))
     return checked
@@ -346,9 +299,12 @@ def restore(plan, staging):
         paths[part["name"]] = (path, part.get("compression", "none"))
 
     conversation_dirs = [clean_name(d) for d in plan.get("conversation_dirs") or []]
-    rules = {"untracked": untracked_rule, "agent": agent_rule([d for d in conversation_dirs if d])}
+    exchange = [d for d in [clean_name(plan.get("exchange_dir") or "")] if d]
+    rules = {"untracked": untracked_rule,
+             "agent": folders_rule([d for d in conversation_dirs if d], "conversation folders"),
+             "exchange": folders_rule(exchange, "exchange folder")}
     archives = []
-    for kind, root in (("untracked", repo), ("agent", home)):
+    for kind, root in (("untracked", repo), ("agent", home), ("exchange", home)):
         found = [n for n in paths if n.startswith(kind + ".tar")]
         if found:
             path, compression = paths[found[0]]
@@ -392,7 +348,7 @@ def restore(plan, staging):
         extract(plain, root, checked, label)
     owner = os.lstat(repo)
     if owner.st_uid != os.geteuid():
-        tops = [repo] + [os.path.join(home, d) for d in conversation_dirs if d]
+        tops = [repo] + [os.path.join(home, d) for d in conversation_dirs + exchange if d]
         hand_over(home, tops, owner.st_uid, owner.st_gid)
 
 

@@ -56,6 +56,8 @@ PART_NAMES = frozenset(
         "untracked.tar.gz",
         "agent.tar.zst",
         "agent.tar.gz",
+        "exchange.tar.zst",
+        "exchange.tar.gz",
     }
 )
 _MAX_MANIFEST = 1 << 20
@@ -91,6 +93,7 @@ class CheckpointTarget:
     harness: str | None = None
     harness_session: str | None = None
     conversation_dirs: Sequence[str] = field(default=DEFAULT_CONVERSATION_DIRS)
+    exchange_dir: str | None = None
     home: str = HOME
 
 
@@ -156,6 +159,7 @@ class Checkpointer:
             "repo": target.repo_dir,
             "home": target.home,
             "conversation_dirs": list(target.conversation_dirs),
+            "exchange_dir": target.exchange_dir,
             "base": target.base,
             "harness": target.harness,
             "harness_session": target.harness_session,
@@ -170,6 +174,13 @@ class Checkpointer:
             spool.seek(0)
             manifest = self._manifest(spool)
             if manifest.unchanged:
+                # Only a skip that was asked for, against the very fingerprint given, is one.
+                if previous is None or manifest.fingerprint != previous:
+                    raise CheckpointError(
+                        f"checkpoint of {target.session_id} failed: the sandbox answered "
+                        "'unchanged' to a checkpoint that asked for no skip or for another one",
+                        session_id=target.session_id,
+                    )
                 return None
             return self._store(target, reason, manifest, spool)
 
@@ -231,6 +242,7 @@ class Checkpointer:
             harness_session=target.harness_session,
             cwd=target.repo_dir,
             conversation_dirs=list(target.conversation_dirs),
+            exchange_dir=target.exchange_dir,
             warnings=manifest.warnings,
             fingerprint=manifest.fingerprint,
             wrapped_key=wrapped,

@@ -38,7 +38,8 @@ from hangar.sessions.parts import CheckpointParts
 
 logger = logging.getLogger(__name__)
 
-_RESTORED_PARTS = ("repo.bundle", "staged.patch", "wip.patch", "untracked.", "agent.")
+_RESTORED_PARTS = ("repo.bundle", "staged.patch", "wip.patch", "untracked.", "agent.",
+                   "exchange.")
 _SPOOL_IN_MEMORY = 32 << 20  # per part: a larger one goes to disk, which is slower to write
 
 
@@ -125,6 +126,7 @@ class Restorer:
                 "branch": checkpoint.branch,
                 "head": checkpoint.head,
                 "conversation_dirs": checkpoint.conversation_dirs,
+                "exchange_dir": checkpoint.exchange_dir,
                 "tmp": HANGAR_TMP,
                 "parts": [entry for entry, _ in opened],
             }

@@ -41,7 +41,14 @@ def checkpoint_target(session: Session) -> CheckpointTarget:
         harness=session.harness,
         harness_session=session.harness_session,
         conversation_dirs=get_harness(session.harness).conversation_dirs,
+        exchange_dir=exchange_dir(session),
     )
+
+
+def exchange_dir(session: Session) -> str:
+    """The session's exchange folder ($HANGAR_IO), relative to HOME: checkpointed as a part of
+    its own, so what the agent hands back never crowds the conversation out of its cap."""
+    return f".hangar/sessions/{session.name}"
 
 
 def sandbox_alive(sandboxes: Sandboxes, session: Session) -> bool:

@@ -272,27 +272,50 @@ def test_recording_prunes_to_the_newest_n_and_deletes_the_pruned_parts(
     assert [k for k in engine.blobs.list() if f"/{taken[2].id}/" in k]
 
 
-def test_an_oversize_untracked_set_is_skipped_with_a_warning(
+def test_over_the_untracked_cap_the_largest_files_are_left_out_until_the_rest_fits(
     engine_with: EngineWith,
 ) -> None:
-    engine = engine_with(session_max_untracked_mb=0.01)
+    engine = engine_with(session_max_untracked_mb=0.01)  # 10,485 bytes
     sandbox, workspace = engine.sandbox()
-    engine.sh(sandbox, "head -c 20000 /dev/urandom > big.bin && echo change >> README.md")
+    engine.sh(sandbox, "head -c 20000 /dev/urandom > big.bin && head -c 6000 /dev/urandom > "
+              "mid.bin && echo 'print(1)' > small.py && echo change >> README.md")  # fmt: skip
     checkpoint = engine.take(sandbox, workspace)
-    assert not any(p.name.startswith("untracked") for p in checkpoint.parts)
-    assert any("untracked files skipped" in w for w in checkpoint.warnings)
+    assert checkpoint.part("untracked.tar.zst") or checkpoint.part("untracked.tar.gz")
+    left_out = [w for w in checkpoint.warnings if w.startswith("untracked file ")]
+    assert [w.split()[2] for w in left_out] == ["big.bin"]
     assert checkpoint.part("wip.patch") is not None
+    fresh, again = engine.sandbox()
+    engine.restorer.restore_checkpoint(checkpoint, fresh, again.repo_dir)
+    assert engine.sh(fresh, "ls; cat small.py; wc -c < mid.bin") == (
+        "README.md\nmid.bin\nsmall.py\nsrc\nprint(1)\n6000\n"), checkpoint.warnings
 
 
 def test_an_oversize_part_is_skipped_with_a_warning_on_the_checkpoint(
     engine_with: EngineWith,
 ) -> None:
-    engine = engine_with(session_max_part_mb=0.01)
+    engine = engine_with(session_max_part_mb=0.01)  # 10,485 bytes
     sandbox, workspace = engine.sandbox()
-    engine.sh(sandbox, "head -c 30000 /dev/urandom | base64 >> README.md")
+    # Each file is under the cap; their diff together is not.
+    engine.sh(sandbox, "for f in README.md src/main.py; do head -c 6000 /dev/urandom | base64 -w0 "
+              ">> $f; done")  # fmt: skip
     checkpoint = engine.take(sandbox, workspace)
     assert checkpoint.part("wip.patch") is None
     assert any(w.startswith("wip.patch skipped") for w in checkpoint.warnings)
+
+
+def test_a_tracked_file_grown_past_the_part_cap_loses_only_its_own_changes(
+    engine_with: EngineWith,
+) -> None:
+    engine = engine_with(session_max_part_mb=0.01)
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, "head -c 30000 /dev/urandom | base64 >> README.md && "
+              "echo 'print(2)' > src/main.py")  # fmt: skip
+    checkpoint = engine.take(sandbox, workspace)
+    [warning] = [w for w in checkpoint.warnings if "README.md" in w]
+    assert warning.startswith("uncommitted changes to README.md left out: it is ")
+    fresh, again = engine.sandbox()
+    engine.restorer.restore_checkpoint(checkpoint, fresh, again.repo_dir)
+    assert engine.sh(fresh, "cat src/main.py; git status --porcelain") == "print(2)\n M src/main.py\n"
 
 
 def test_a_session_patch_over_the_patch_limit_is_skipped_with_a_warning(
