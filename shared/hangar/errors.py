@@ -25,7 +25,8 @@ once shipped; messages may.
     │   ├── AlreadyExists               already_exists      409
     │   ├── NameTaken                   name_taken          409
     │   ├── InvalidState                invalid_state       409
-    │   └── SessionBusy                 session_busy        409
+    │   ├── SessionBusy                 session_busy        409
+    │   └── DestroyVetoed               destroy_vetoed      409
     ├── SandboxError                    sandbox_error       502
     │   ├── SandboxUnavailable          sandbox_unavailable 503
     │   └── ExecTimeout                 exec_timeout        504
@@ -154,6 +155,14 @@ class InvalidState(Conflict):
 
 class SessionBusy(Conflict):
     code = "session_busy"
+
+
+class DestroyVetoed(Conflict):
+    """A pre-destroy hook (the checkpoint before a sandbox goes) failed, so the sandbox was
+    kept: destroying it would lose the work since the last good checkpoint. ``force`` goes
+    ahead anyway."""
+
+    code = "destroy_vetoed"
 
 
 class SandboxError(HangarError):

@@ -100,6 +100,14 @@ class Session(Record):
         description="open shells and terminals: lease id -> lease expiry (activity while held)",
     )
     restored_from: str | None = Field(default=None, description="the checkpoint the sandbox came from")
+    restore_skipped: list[SkippedCheckpoint] = Field(
+        default_factory=list, description="newer checkpoints the last restore could not use"
+    )
+    checkpoint_error: str | None = Field(
+        default=None,
+        description="the last checkpoint's failure, until one succeeds; a sandbox whose "
+        "checkpoint failed is kept (destroys wait for a good checkpoint)",
+    )
     error: str | None = None
     job_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
@@ -177,6 +185,16 @@ class Checkpoint(Record):
     @property
     def total_size(self) -> int:
         return sum(p.stored_size for p in self.parts)
+
+
+class SkippedCheckpoint(BaseModel):
+    """A checkpoint a restore tried and could not use, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint_id: str
+    code: str
+    message: str
 
 
 class SessionDetail(Session):

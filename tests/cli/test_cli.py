@@ -230,3 +230,50 @@ def test_hangar_serve_cannot_be_reached_from_a_sessions_sandbox(
     assert (code, out) == (0, "refused\n")
     # ...while the server, on the host's loopback, answers the CLI right now.
     assert cli("session", "get", "demo")[0] == 0
+
+
+@pytest.mark.sandbox
+def test_a_destroy_after_a_failed_checkpoint_is_refused_unless_forced(
+    server: Server, cli: Cli, remote: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert cli("env", "add", "app", "--repo", str(remote), *identity())[0] == 0
+    code, _, err = cli("session", "new", "demo", "run: ln -s .git/HEAD gitlink && echo k > k.txt",
+                       "--env", "app", "--harness", "antigravity", "-w")  # fmt: skip
+    assert code == 0, err
+    code, out, _ = cli("session", "get", "demo")
+    assert "warning: untracked entries left out (a restore would refuse them): gitlink" in out
+    sandbox = json.loads(cli("session", "get", "demo", "--json")[1])["sandbox_id"]
+    assert cli("session", "shell", "demo", "--", "mv", ".git", ".git-away")[0] == 0
+    code, _, err = cli("sandbox", "destroy", sandbox)
+    assert code == 1 and "was kept" in one_error_line(err, "destroy_vetoed")
+    code, out, _ = cli("session", "get", "demo")
+    assert "checkpoint failing: destroy checkpoint failed" in out
+    monkeypatch.setenv("HANGAR_HARNESS_DIR", str(server.data_dir.parent / "harnesses"))
+    _, report, _ = cli("doctor")
+    assert any(line.startswith("WARN") and "1 session(s) whose last checkpoint failed" in line
+               for line in report.splitlines()), report  # fmt: skip
+    assert cli("sandbox", "destroy", sandbox, "--force")[0] == 0
+    view = json.loads(cli("session", "get", "demo", "--json")[1])
+    assert (view["state"], view["sandbox_id"]) == ("suspended", None)
+
+
+@pytest.mark.sandbox
+def test_session_get_says_which_checkpoint_a_restore_used_and_why_newer_ones_were_skipped(
+    server: Server, cli: Cli, remote: Path
+) -> None:
+    assert cli("env", "add", "app", "--repo", str(remote), *identity())[0] == 0
+    assert cli("session", "new", "demo", FIRST, "--env", "app", "--harness", "antigravity",
+               "-w")[0] == 0  # fmt: skip
+    assert cli("session", "suspend", "demo")[0] == 0
+    view = json.loads(cli("session", "get", "demo", "--json")[1])
+    older, newest = view["checkpoints"][-2]["id"], view["checkpoints"][-1]["id"]
+    blobs = server.data_dir / "blobs" / "sessions" / view["id"] / newest
+    for part in blobs.iterdir():
+        part.write_bytes(b"tampered")  # the newest no longer decrypts
+    assert cli("session", "open", "demo")[0] == 0
+    view = json.loads(cli("session", "get", "demo", "--json")[1])
+    assert view["restored_from"] == older
+    assert [(k["checkpoint_id"], k["code"]) for k in view["restore_skipped"]] == [
+        (newest, "decryption_failed")]
+    _, out, _ = cli("session", "get", "demo")
+    assert f"restored from: {older}, after 1 newer that did not restore:" in out

@@ -1,6 +1,8 @@
 """``/api/sandboxes``: the live sandboxes, and destroying one by hand. A destroy goes through
 the pre-destroy hook like every other: the session using the sandbox is checkpointed (reason
-``destroy``) and becomes SUSPENDED, and resumes like any other."""
+``destroy``) and becomes SUSPENDED, and resumes like any other. When that checkpoint fails the
+sandbox is kept (409 ``destroy_vetoed``) unless ``?force=true``: the caller's choice to lose the
+work since the last good checkpoint."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from starlette.responses import Response
 
 from hangar.api import schemas as s
 from hangar.api.routes import Endpoint, param, reply
+from hangar.errors import InvalidInput
 
 if TYPE_CHECKING:
     from hangar.runtime import Runtime
@@ -27,10 +30,14 @@ async def list_all(runtime: Runtime, request: Request) -> Response:
 
 async def destroy(runtime: Runtime, request: Request) -> Response:
     sandbox_id = param(request, "id")
+    raw = request.query_params.get("force", "false").lower()
+    if raw not in ("true", "false", "1", "0"):
+        raise InvalidInput(f"force must be true or false, not {raw!r}", force=raw)
+    force = raw in ("true", "1")
 
     def run() -> None:
         runtime.sandboxes.get(sandbox_id)  # SandboxNotFound (404) for an unknown id
-        runtime.sandboxes.destroy(sandbox_id)
+        runtime.sessions.destroy_sandbox(sandbox_id, force=force)
 
     await run_in_threadpool(run)
     return Response(status_code=204)
@@ -40,5 +47,6 @@ ENDPOINTS = [
     Endpoint("GET", "/api/sandboxes", "List live sandboxes, oldest first", list_all,
              response=s.SandboxView, many=True),
     Endpoint("DELETE", "/api/sandboxes/{id}", "Destroy a sandbox; its session is checkpointed "
-             "first and suspended", destroy, status=204),
+             "first and suspended. A failed checkpoint keeps the sandbox (409 destroy_vetoed) "
+             "unless ?force=true", destroy, status=204),
 ]  # fmt: skip

@@ -152,6 +152,12 @@ class SessionSummary(BaseModel):
     last_active_at: datetime
     created_at: datetime
     error: str | None
+    checkpoint_error: str | None = Field(description="the last checkpoint's failure, until one "
+                                         "succeeds (its sandbox is kept meanwhile)")
+    restored_from: str | None = Field(description="the checkpoint the sandbox was restored from")
+    restore_skipped: list[dict[str, str]] = Field(description="newer checkpoints that restore "
+                                                  "could not use, with why: "
+                                                  "{checkpoint_id, code, message}")
     resume_hint: str | None = Field(description="what to type in the terminal to carry on")
     summary: str | None = Field(description="the last turn's summary (redacted in lists)")
 
@@ -164,6 +170,8 @@ class SessionSummary(BaseModel):
             environment=s.environment, repo=s.repo, branch=s.branch,
             idle_minutes=s.idle_minutes, needs_input=s.needs_input,
             last_active_at=s.last_active_at, created_at=s.created_at, error=s.error,
+            checkpoint_error=s.checkpoint_error, restored_from=s.restored_from,
+            restore_skipped=[k.model_dump() for k in s.restore_skipped],
             resume_hint=hint, summary=summary,
         )  # fmt: skip
 

@@ -134,8 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     sbx = top.add_parser("sandbox", help="sandboxes")
     sbx_cmd = sbx.add_subparsers(dest="action", required=True, metavar="ACTION")
     _json(sbx_cmd.add_parser("list", help="list live sandboxes"))
-    sbx_cmd.add_parser("destroy", help="destroy a sandbox (its session is checkpointed and "
-                       "suspended first)").add_argument("id")  # fmt: skip
+    destroy = sbx_cmd.add_parser("destroy", help="destroy a sandbox (its session is "
+                                 "checkpointed and suspended first)")  # fmt: skip
+    destroy.add_argument("id")
+    destroy.add_argument("--force", action="store_true", help="even if the checkpoint fails: "
+                         "the work since the last good checkpoint is lost")  # fmt: skip
 
     top.add_parser("admin-token", help="make sure DATA_DIR/admin-token holds an admin token "
                    "the configured database knows (how a cloud deployment gets its first "

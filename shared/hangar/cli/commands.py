@@ -174,7 +174,8 @@ def _sandbox(api: Client, args: argparse.Namespace) -> int:
         boxes = api.call("GET", "/api/sandboxes")
         _print_json(boxes) if args.json else print_sandboxes(boxes)
     else:
-        api.call("DELETE", f"/api/sandboxes/{quote(args.id, safe='')}")
+        force = "?force=true" if args.force else ""
+        api.call("DELETE", f"/api/sandboxes/{quote(args.id, safe='')}{force}")
         print(f"destroyed sandbox {args.id}")
     return 0
 

@@ -50,13 +50,23 @@ def print_session(s: dict[str, Any]) -> None:
         print(f"  resume:   {s['resume_hint']}")
     if s.get("error"):
         print(f"  error:    {one_line(s['error'], 100)}")
+    if s.get("checkpoint_error"):
+        print(f"  checkpoint failing: {one_line(s['checkpoint_error'], 100)} (the sandbox is "
+              "kept until a checkpoint succeeds)")
+    if s.get("restored_from"):
+        skipped = s.get("restore_skipped") or []
+        print(f"  restored from: {s['restored_from']}"
+              + (f", after {len(skipped)} newer that did not restore:" if skipped else ""))
+        for k in skipped:
+            print(f"    {k['checkpoint_id']}: {one_line(k['message'], 90)} ({k['code']})")
     for t in s.get("turns") or []:
         print(f"  turn {t['n']}: {t['outcome'] or 'running'}: {one_line(t['message'], 60)}")
         if t.get("summary"):
             print(f"    {one_line(t['summary'], 90)}")
     for c in s.get("checkpoints") or []:
-        warn = f", {len(c['warnings'])} warnings" if c["warnings"] else ""
-        print(f"  checkpoint {c['id']}: {c['reason']}, {ago(c['ts'])}{warn}")
+        print(f"  checkpoint {c['id']}: {c['reason']}, {ago(c['ts'])}")
+        for warning in c["warnings"]:
+            print(f"    warning: {one_line(warning, 200)}")
 
 
 def print_envs(envs: list[dict[str, Any]]) -> None:

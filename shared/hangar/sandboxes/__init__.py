@@ -22,7 +22,9 @@ Contract for every backend (checked by :mod:`hangar.testing.sandboxes`):
 - ``put_file`` and ``get_file`` stream file contents in and out.
 - ``destroy`` first runs every pre-destroy hook (unless ``hooks=False``), then ends every process
   in the sandbox and removes it. It is idempotent: destroying a missing sandbox does nothing.
-  A hook that raises is logged and does not stop the destroy (a sandbox that must go, goes).
+  A hook that raises vetoes the destroy: the sandbox is kept and
+  :class:`~hangar.errors.DestroyVetoed` raised (the hook is how work is saved before a sandbox
+  goes), unless ``force``, the caller's explicit choice to lose that work; then it is logged.
 - Lookups of a missing sandbox raise :class:`~hangar.errors.SandboxNotFound`.
 """
 
@@ -141,7 +143,7 @@ class Sandboxes(Protocol):
         """Copy a file's bytes to ``out``; returns the count. SandboxError if it is missing."""
         ...
 
-    def destroy(self, sandbox_id: str, *, hooks: bool = True) -> None: ...
+    def destroy(self, sandbox_id: str, *, hooks: bool = True, force: bool = False) -> None: ...
 
     def add_pre_destroy_hook(self, hook: PreDestroyHook) -> None:
         """Run ``hook(info)`` before every destroy, in the order added."""

@@ -10,6 +10,7 @@
     hangar/         /hangar: hangar's uid's, 0711, holding
         runs/         detached runs (0711: the agent reads the files it must, writes none)
         tmp/          hangar's scratch space and locks (0700)
+        lib/          the in-sandbox scripts, by digest, with their bytecode (0700)
         sandbox.json  who the agent is and its limits, for the run supervisor
         harnesses/    where the harness folder is shown, read-only
         limits/       where the agent's cgroup files are shown (hangar's only)
@@ -82,6 +83,7 @@ def make_folder(folder: Path, hostname: str, hangar_uid: int, agent_uid: int,
         ("hangar", hangar_uid, 0o711),
         ("hangar/runs", hangar_uid, 0o711),
         ("hangar/tmp", hangar_uid, 0o700),
+        ("hangar/lib", hangar_uid, 0o700),
         ("hangar/harnesses", hangar_uid, 0o755),
         ("hangar/limits", hangar_uid, 0o700),
         ("etc", 0, 0o755),

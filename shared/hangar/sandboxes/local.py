@@ -45,7 +45,8 @@ from urllib.parse import unquote, urlsplit
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from hangar.config import Settings
-from hangar.errors import ExecTimeout, InvalidInput, InvalidSettings, SandboxError
+from hangar.errors import DestroyVetoed, ExecTimeout, HangarError, InvalidInput, InvalidSettings
+from hangar.errors import SandboxError
 from hangar.errors import SandboxNotFound, SandboxUnavailable
 from hangar.sandboxes import HANGAR_DIR, HANGAR_TMP, HOME, ExecResult, PreDestroyHook
 from hangar.sandboxes import SandboxInfo
@@ -384,11 +385,12 @@ class LocalSandboxes:
             raise SandboxError(message, sandbox_id=sandbox_id, path=path)
         return counter.count
 
-    def destroy(self, sandbox_id: str, *, hooks: bool = True) -> None:
+    def destroy(self, sandbox_id: str, *, hooks: bool = True, force: bool = False) -> None:
         """Run the hooks (if live and ``hooks``), kill every process in it, remove its folder.
 
-        Idempotent. A hook that raises is logged and the destroy goes on. SandboxError if the
-        init outlives SIGKILL for :data:`_KILL_TIMEOUT` seconds (the folder is then kept).
+        Idempotent. A hook that raises vetoes the destroy (DestroyVetoed, the sandbox kept)
+        unless ``force``, when it is logged and the destroy goes on. SandboxError if the init
+        outlives SIGKILL for :data:`_KILL_TIMEOUT` seconds (the folder is then kept).
         """
         record = self._read_record(sandbox_id) if _ID.match(sandbox_id) else None
         if record is None:
@@ -398,8 +400,16 @@ class LocalSandboxes:
             for hook in list(self._hooks):
                 try:
                     hook(info)
-                except Exception:  # a hook must never keep a sandbox alive
-                    logger.exception("pre-destroy hook %r failed for %s", hook, sandbox_id)
+                except Exception as exc:  # any failure: the work it guards is not saved
+                    if not force:
+                        reason = exc.message if isinstance(exc, HangarError) else repr(exc)
+                        raise DestroyVetoed(
+                            f"sandbox {sandbox_id} was kept: saving its work first failed "
+                            f"({reason}); destroying it anyway (force) loses the work since "
+                            "the last good checkpoint", sandbox_id=sandbox_id,
+                        ) from exc  # fmt: skip
+                    logger.exception("pre-destroy hook %r failed for %s; destroying anyway "
+                                     "(forced)", hook, sandbox_id)  # fmt: skip
         _teardown(self.root / sandbox_id, record)
 
     def add_pre_destroy_hook(self, hook: PreDestroyHook) -> None:

@@ -26,7 +26,7 @@ from hangar.sessions.environments import Environments
 from hangar.sessions.housekeeping import Housekeeping
 from hangar.sessions.records import Records
 from hangar.sessions.restore import Restorer
-from hangar.sessions.sandbox import Provisioner, checkpoint_target, sandbox_alive
+from hangar.sessions.sandbox import Provisioner, sandbox_alive, take_checkpoint
 from hangar.sessions.turns import Turns
 
 
@@ -73,7 +73,8 @@ class Forks:
 
     def _fork_point(self, source: Session) -> Checkpoint:
         if source.state is S.IDLE and sandbox_alive(self.sandboxes, source):
-            taken = self.checkpointer.take(checkpoint_target(source), CheckpointReason.MANUAL)
+            taken = take_checkpoint(self.checkpointer, self.records, source,
+                                    CheckpointReason.MANUAL)  # fmt: skip
             if taken is not None:
                 return taken
         checkpoints = self.db.list_checkpoints(source.id)
@@ -111,7 +112,7 @@ class Forks:
         try:
             fork = self.records.update(fork.id, sandbox_id=info.id)
             self.restorer.restore_checkpoint(checkpoint, info.id, workspace.repo_dir)
-            self.checkpointer.take(checkpoint_target(fork), CheckpointReason.MANUAL)
+            take_checkpoint(self.checkpointer, self.records, fork, CheckpointReason.MANUAL)
         except HangarError as exc:
             # A half-restored sandbox is of no use to anyone: it goes, and the FAILED fork
             # keeps no sandbox (the reaper would never take it).

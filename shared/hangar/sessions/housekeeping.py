@@ -24,6 +24,7 @@ from hangar.config import Settings
 from hangar.db import Db
 from hangar.errors import (
     CheckpointError,
+    DestroyVetoed,
     HangarError,
     InvalidState,
     SessionBusy,
@@ -33,7 +34,7 @@ from hangar.models import CheckpointReason, Session, SessionState as S, TickDue,
 from hangar.sandboxes import Sandboxes
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.records import Records
-from hangar.sessions.sandbox import checkpoint_target, sandbox_alive
+from hangar.sessions.sandbox import sandbox_alive, take_checkpoint
 from hangar.ticks import Ticks
 
 logger = logging.getLogger(__name__)
@@ -123,33 +124,41 @@ class Housekeeping:
         if session.state not in (S.IDLE, S.ACTIVE) or not sandbox_alive(self.sandboxes, session):
             return
         try:
-            self.checkpointer.take(checkpoint_target(session), CheckpointReason.INTERVAL,
-                                   skip_if_unchanged=True)  # fmt: skip
+            take_checkpoint(self.checkpointer, self.records, session, CheckpointReason.INTERVAL,
+                            skip_if_unchanged=True)  # fmt: skip
         except CheckpointError as exc:
             logger.warning("interval checkpoint of %s failed: %s", session.id, exc.message)
         self.schedule_interval(session)
 
     def reap(self) -> list[str]:
         """Destroy every sandbox whose session's TTL has passed (not during a turn), each
-        through the pre-destroy hook, concurrently. Returns the ids of those destroyed; one
-        that could not be is logged and left for the next reap."""
+        through the pre-destroy hook, concurrently. Returns the ids of those destroyed. The
+        reaper never forces: a sandbox whose checkpoint fails (DestroyVetoed) is kept until
+        the next pass, with the failure on its session (``checkpoint_error``), and tried again
+        then; one that could not be destroyed for another reason is logged and left too."""
         now = utcnow()
         doomed = [
-            s.sandbox_id
+            (s.id, s.sandbox_id)
             for s in self.db.list_sessions(states=[S.IDLE])
             if s.sandbox_id and s.sandbox_expires_at and s.sandbox_expires_at <= now
         ]
         destroyed: list[str] = []
 
-        def destroy(sandbox_id: str) -> None:
+        def destroy(session_id: str, sandbox_id: str) -> None:
             try:
                 self.sandboxes.destroy(sandbox_id)
+            except DestroyVetoed as exc:
+                logger.warning("kept sandbox %s past its time: %s", sandbox_id, exc.message)
+                try:
+                    self.records.update(session_id, sandbox_expires_at=later(REAP_SECONDS))
+                except HangarError:
+                    pass  # the next pass finds it due again either way
             except HangarError as exc:  # the next reap tries again
                 logger.warning("reaping sandbox %s failed: %s", sandbox_id, exc.message)
             else:
                 destroyed.append(sandbox_id)  # list.append is atomic
 
-        threads = [threading.Thread(target=destroy, args=(sid,)) for sid in doomed if sid]
+        threads = [threading.Thread(target=destroy, args=pair) for pair in doomed]
         for t in threads:
             t.start()
         for t in threads:

@@ -16,12 +16,12 @@ import secrets
 from datetime import timedelta
 
 from hangar.config import Settings
-from hangar.errors import HangarError, SandboxError, SandboxNotFound
+from hangar.errors import CheckpointError, HangarError, SandboxError, SandboxNotFound
 from hangar.harnesses import get_harness
 from hangar.harnesses.runs import read_stderr, start_run, stop_run, wait_run
-from hangar.models import Session, utcnow
+from hangar.models import Checkpoint, CheckpointReason, Session, SkippedCheckpoint, utcnow
 from hangar.sandboxes import HOME, SandboxInfo, Sandboxes, SandboxSpec
-from hangar.sessions.checkpoints import CheckpointTarget
+from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
 from hangar.sessions.environments import Environments
 from hangar.sessions.records import Records
 from hangar.sessions.restore import Restorer
@@ -43,6 +43,28 @@ def checkpoint_target(session: Session) -> CheckpointTarget:
         conversation_dirs=get_harness(session.harness).conversation_dirs,
         exchange_dir=exchange_dir(session),
     )
+
+
+def take_checkpoint(
+    checkpointer: Checkpointer,
+    records: Records,
+    session: Session,
+    reason: CheckpointReason,
+    *,
+    skip_if_unchanged: bool = False,
+) -> Checkpoint | None:
+    """Checkpoint the session's sandbox and keep the outcome on the session: a failure is its
+    ``checkpoint_error`` (and is re-raised), a success clears it."""
+    try:
+        taken = checkpointer.take(checkpoint_target(session), reason,
+                                  skip_if_unchanged=skip_if_unchanged)  # fmt: skip
+    except CheckpointError as exc:
+        records.update(session.id, checkpoint_error=f"{reason.value} checkpoint failed: "
+                       f"{exc.message}")  # fmt: skip
+        raise
+    if session.checkpoint_error:
+        records.update(session.id, checkpoint_error=None)
+    return taken
 
 
 def exchange_dir(session: Session) -> str:
@@ -138,4 +160,7 @@ class Provisioner:
             base_commit=session.base_commit or workspace.base_commit,
             base_branch=session.base_branch or workspace.base_branch,
             restored_from=report.checkpoint.id if report else None,
+            restore_skipped=[SkippedCheckpoint(checkpoint_id=s.checkpoint_id, code=s.code,
+                                               message=s.message)
+                             for s in (report.skipped if report else [])],  # fmt: skip
         )

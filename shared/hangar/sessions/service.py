@@ -63,7 +63,7 @@ from hangar.sessions.forks import Forks
 from hangar.sessions.housekeeping import Housekeeping
 from hangar.sessions.records import Records
 from hangar.sessions.restore import Restorer
-from hangar.sessions.sandbox import SESSION_LABEL, Provisioner, checkpoint_target, sandbox_alive
+from hangar.sessions.sandbox import SESSION_LABEL, Provisioner, sandbox_alive, take_checkpoint
 from hangar.sessions.turns import Turns, run_log_key
 from hangar.sessions.workspace import repo_dir_for
 from hangar.ticks import Ticks
@@ -229,11 +229,27 @@ class SessionService:
 
     def _before_destroy(self, info: SandboxInfo) -> None:
         """The pre-destroy hook: a session losing its sandbox any other way than by suspend is
-        checkpointed first (reason ``destroy``) and becomes SUSPENDED."""
+        checkpointed first (reason ``destroy``) and becomes SUSPENDED. A checkpoint that fails
+        raises, which vetoes the destroy (unless forced, when the session is settled then): no
+        work goes with a sandbox unless someone chose to lose it."""
+        self._settle_before_destroy(info)
+
+    def destroy_sandbox(self, sandbox_id: str, *, force: bool = False) -> None:
+        """Destroy a sandbox by hand, through the pre-destroy hook: DestroyVetoed when its
+        session's checkpoint fails, unless ``force``; a forced destroy still leaves the session
+        SUSPENDED (to resume from its last good checkpoint), never pointing at a sandbox that
+        is gone."""
+        info = self.sandboxes.get(sandbox_id)
+        self.sandboxes.destroy(sandbox_id, force=force)
+        session_id = info.labels.get(SESSION_LABEL)
+        if not session_id:
+            return
         try:
-            self._settle_before_destroy(info)
-        except CheckpointError:
-            logger.exception("checkpoint before destroying %s failed", info.id)
+            session = self.db.get_session(session_id)
+        except SessionNotFound:
+            return
+        if session.sandbox_id == sandbox_id:
+            self._lose_sandbox(session)
 
     def replace_outdated_sandboxes(self) -> list[str]:
         """Checkpoint (reason ``destroy``) and destroy every sandbox made by an older, weaker
@@ -245,7 +261,7 @@ class SessionService:
             if not info.outdated:
                 continue
             try:
-                self._settle_before_destroy(info, strict=True)
+                self._settle_before_destroy(info)
             except HangarError as exc:
                 logger.error("sandbox %s is of an older layout, but its checkpoint failed, so "
                              "it is kept: %s", info.id, exc.message)  # fmt: skip
@@ -254,11 +270,11 @@ class SessionService:
             replaced.append(info.id)
         return replaced
 
-    def _settle_before_destroy(self, info: SandboxInfo, *, strict: bool = False) -> None:
+    def _settle_before_destroy(self, info: SandboxInfo) -> None:
         """A session losing sandbox ``info`` any other way than by suspend: checkpoint it
         (reason ``destroy``), interrupt its running turn, make it SUSPENDED. A failed checkpoint
-        raises CheckpointError when ``strict`` (then nothing changes); otherwise the session is
-        settled anyway, and the caller logs it."""
+        raises CheckpointError, and nothing else changes but the session's
+        ``checkpoint_error``."""
         session_id = info.labels.get(SESSION_LABEL)
         if not session_id:
             return
@@ -268,16 +284,8 @@ class SessionService:
             return
         if session.sandbox_id != info.id or session.state is S.SUSPENDING:
             return
-        failure: CheckpointError | None = None
-        try:
-            self.checkpointer.take(checkpoint_target(session), CheckpointReason.DESTROY)
-        except CheckpointError as exc:
-            if strict:
-                raise
-            failure = exc
+        take_checkpoint(self.checkpointer, self._records, session, CheckpointReason.DESTROY)
         self._lose_sandbox(session)
-        if failure is not None:
-            raise failure
 
     def _lose_sandbox(self, session: Session) -> None:
         """The session's sandbox is going: its running turn is interrupted, it is SUSPENDED."""
@@ -302,7 +310,8 @@ class SessionService:
         session = self._records.claim(session, (S.IDLE,), "suspend", to=S.SUSPENDING)
         if session.sandbox_id:
             try:
-                self.checkpointer.take(checkpoint_target(session), CheckpointReason.SUSPEND)
+                take_checkpoint(self.checkpointer, self._records, session,
+                                CheckpointReason.SUSPEND)  # fmt: skip
             except CheckpointError as exc:
                 self._records.update(session.id, state=S.IDLE, error=exc.message)
                 raise

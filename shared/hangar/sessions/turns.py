@@ -48,7 +48,7 @@ from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.environments import Environments
 from hangar.sessions.housekeeping import Housekeeping
 from hangar.sessions.records import Records
-from hangar.sessions.sandbox import Provisioner, checkpoint_target
+from hangar.sessions.sandbox import Provisioner, take_checkpoint
 from hangar.sessions.workspace import repo_dir_for
 
 logger = logging.getLogger(__name__)
@@ -302,7 +302,7 @@ class Turns:
             return self.db.get_session(session.id)
         ok = turn.outcome is TurnOutcome.EXITED
         try:
-            self.checkpointer.take(checkpoint_target(session), CheckpointReason.TURN)
+            take_checkpoint(self.checkpointer, self.records, session, CheckpointReason.TURN)
             error = None if ok else turn.summary
         except CheckpointError as exc:
             logger.error("checkpoint after turn %d of %s failed: %s", turn.n, session.id, exc)

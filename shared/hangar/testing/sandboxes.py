@@ -16,7 +16,8 @@ import uuid
 
 import pytest
 
-from hangar.errors import ExecTimeout, SandboxError, SandboxNotFound
+from hangar.errors import CheckpointError, DestroyVetoed, ExecTimeout, SandboxError
+from hangar.errors import SandboxNotFound
 from hangar.sandboxes import HOME, WORKSPACE, SandboxInfo, Sandboxes, SandboxSpec
 
 
@@ -186,19 +187,30 @@ class SandboxesConformance:
         with pytest.raises(SandboxNotFound):
             sandboxes.get(info.id)
 
-    def test_a_failing_hook_does_not_stop_the_destroy(self, sandboxes: Sandboxes) -> None:
+    def test_a_failing_hook_vetoes_the_destroy_unless_forced(self, sandboxes: Sandboxes) -> None:
         info = make(sandboxes)
         seen: list[str] = []
+        failing = [True]
 
-        def broken(hooked: SandboxInfo) -> None:
-            raise RuntimeError("hook failed")
+        def checkpoint(hooked: SandboxInfo) -> None:
+            if failing[0]:
+                raise CheckpointError("the checkpoint failed")
 
-        sandboxes.add_pre_destroy_hook(broken)
+        sandboxes.add_pre_destroy_hook(checkpoint)
         sandboxes.add_pre_destroy_hook(lambda hooked: seen.append(hooked.id))
-        sandboxes.destroy(info.id)
+        with pytest.raises(DestroyVetoed, match="the checkpoint failed"):
+            sandboxes.destroy(info.id)
+        assert sandboxes.get(info.id) == info and run(sandboxes, info.id, "echo alive") == "alive\n"
+        assert seen == []
+        sandboxes.destroy(info.id, force=True)
         assert seen == [info.id]
         with pytest.raises(SandboxNotFound):
             sandboxes.get(info.id)
+        other = make(sandboxes)
+        failing[0] = False
+        sandboxes.destroy(other.id)  # once the cause is gone, an ordinary destroy goes ahead
+        with pytest.raises(SandboxNotFound):
+            sandboxes.get(other.id)
 
     def test_destroy_is_idempotent(self, sandboxes: Sandboxes) -> None:
         info = make(sandboxes)

@@ -85,7 +85,7 @@ def server(report: Report, settings: Settings, seconds: float) -> None:
     if not api.token:
         return
     try:
-        within(seconds, lambda: api.call("GET", "/api/sessions"))
+        sessions = within(seconds, lambda: api.call("GET", "/api/sessions"))
     except ProbeTimeout as exc:
         report.line("FAIL", f"hangar at {api.url} did not list sessions: {exc}")
         return
@@ -93,6 +93,12 @@ def server(report: Report, settings: Settings, seconds: float) -> None:
         report.line("FAIL", f"the token is refused: {exc.message} ({exc.code})")
         return
     report.line("OK", "the token works (admin scope)")
+    listed = sessions if isinstance(sessions, list) else []
+    failing = [s.get("name") for s in listed if isinstance(s, dict) and s.get("checkpoint_error")]
+    report.check(not failing, "no session's checkpoint is failing",
+                 f"{len(failing)} session(s) whose last checkpoint failed keep their sandbox "
+                 f"until one succeeds: {', '.join(str(n) for n in failing[:5])} (hangar session "
+                 "get NAME says why)", "WARN")  # fmt: skip
     try:
         envs = within(seconds, lambda: api.call("GET", "/api/envs"))
     except (ApiError, ProbeTimeout) as exc:
