@@ -80,6 +80,10 @@ class Settings(BaseModel):
     sandbox_ttl_minutes: float = Field(120, gt=0)
     activity_grace_seconds: float = Field(90, ge=0)
     setup_timeout_minutes: float = Field(15, gt=0)
+    claim_lease_seconds: float = Field(
+        120, gt=0, description="How long a claim on a session (a start, a suspend, a turn's end) "
+        "lasts unless its worker renews it; an expired one is taken over",
+    )
     sandbox_uid_base: int = Field(
         200_000, ge=1000, le=2**31 - 2 * 4096,
         description="First host uid of local sandboxes: base+2n is hangar's, base+2n+1 the agent's",

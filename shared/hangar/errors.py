@@ -26,6 +26,7 @@ once shipped; messages may.
     │   ├── NameTaken                   name_taken          409
     │   ├── InvalidState                invalid_state       409
     │   ├── SessionBusy                 session_busy        409
+    │   ├── SessionNotRunning           session_not_running 409
     │   └── DestroyVetoed               destroy_vetoed      409
     ├── SandboxError                    sandbox_error       502
     │   ├── SandboxUnavailable          sandbox_unavailable 503
@@ -155,6 +156,12 @@ class InvalidState(Conflict):
 
 class SessionBusy(Conflict):
     code = "session_busy"
+
+
+class SessionNotRunning(Conflict):
+    """The session has no sandbox to run a command or open a terminal in: open it first."""
+
+    code = "session_not_running"
 
 
 class DestroyVetoed(Conflict):

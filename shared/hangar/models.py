@@ -72,6 +72,85 @@ class Compression(StrEnum):
     NONE = "none"
 
 
+class ClaimKind(StrEnum):
+    """What a claim on a session is for: the work its holder is doing."""
+
+    START = "start"
+    SUSPEND = "suspend"
+    ARCHIVE = "archive"
+    FINISH_TURN = "finish_turn"
+
+
+class Claim(BaseModel):
+    """A lease on a session: ``by`` (a worker) does ``kind`` until ``until``, renewing it while
+    it works. An expired claim is anyone's to take over (finish or undo). ``token`` changes at
+    every take-over, so a worker that lost its claim notices at its next write."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: ClaimKind
+    by: str
+    token: str
+    until: datetime
+
+
+class StartKind(StrEnum):
+    NEW = "new"
+    SEND = "send"
+    OPEN = "open"
+    FORK = "fork"
+
+
+class StartStep(StrEnum):
+    """Where a session that is starting is: what it waits on."""
+
+    CREATING_SANDBOX = "creating_sandbox"
+    CLONING = "cloning"
+    RUNNING_SETUP = "running_setup"
+    RESTORING = "restoring"
+    STARTING_TURN = "starting_turn"
+
+
+class Phase(BaseModel):
+    """What a starting session is doing, since when; ``detail`` says more (a run's last
+    line, the checkpoint being restored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: StartStep
+    detail: str = ""
+    since: datetime = Field(default_factory=lambda: utcnow())
+
+
+class StartIntent(BaseModel):
+    """What a start was asked to do, kept on the session so that any worker can carry it on:
+    ``turn`` and ``message`` for new and send (the turn's record exists from the request on),
+    ``source`` and ``checkpoint`` for a fork (the session and checkpoint to restore), ``run`` the detached run
+    (clone, setup) the current step waits on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: StartKind
+    turn: int | None = None
+    message: str | None = None
+    checkpoint: str | None = None
+    source: str | None = None
+    run: str | None = None
+    attempts: int = 0
+
+
+class StartError(BaseModel):
+    """Why the last start failed: ``step`` it failed at, ``what`` failed, ``message``, and
+    the error's stable ``code``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: StartStep
+    what: str
+    message: str
+    code: str
+
+
 class Session(Record):
     """A stream of work you can come back to (spec 000 §5.1)."""
 
@@ -90,6 +169,7 @@ class Session(Record):
     fork_from: str | None = Field(
         default=None, description="the conversation the first turn forks (a session made by fork)"
     )
+    forked_from: str | None = Field(default=None, description="the session it was forked from")
     sandbox_id: str | None = None
     sandbox_expires_at: datetime | None = None
     state: SessionState = SessionState.STARTING
@@ -99,6 +179,10 @@ class Session(Record):
         default_factory=dict,
         description="open shells and terminals: lease id -> lease expiry (activity while held)",
     )
+    claim: Claim | None = Field(default=None, description="the lease of whoever works on it")
+    start: StartIntent | None = Field(default=None, description="what a start is to do")
+    phase: Phase | None = Field(default=None, description="where a start is")
+    start_error: StartError | None = Field(default=None, description="why the last start failed")
     restored_from: str | None = Field(default=None, description="the checkpoint the sandbox came from")
     restore_skipped: list[SkippedCheckpoint] = Field(
         default_factory=list, description="newer checkpoints the last restore could not use"
@@ -126,7 +210,10 @@ class Turn(Record):
     n: int = Field(ge=1)
     message: str
     run_id: str = Field(default_factory=lambda: new_id("run"))
-    started_at: datetime = Field(default_factory=utcnow)
+    requested_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = Field(
+        default=None, description="when the harness started (empty while the session starts)"
+    )
     finished_at: datetime | None = None
     exit_code: int | None = None
     outcome: TurnOutcome | None = None

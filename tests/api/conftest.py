@@ -68,10 +68,30 @@ def add_env(api: TestClient, remote: Path, name: str = "app", **extra: Any) -> d
 
 
 def new_session(api: TestClient, name: str, message: str, env: str = "app") -> dict[str, Any]:
+    """Ask for a session; returns it (STARTING) as the answer has it, with ``turn``."""
     body = {"name": name, "message": message, "env": env, "harness": "antigravity"}
     response = api.post("/api/sessions", json=body)
-    assert response.status_code == 201, response.text
-    return dict(response.json())
+    assert response.status_code == 202, response.text
+    answer = response.json()
+    assert answer["turn"] == 1 and answer["session"]["state"] == "starting", answer
+    return dict(answer["session"])
+
+
+def settle(api: TestClient, name: str, limit: float = 60) -> dict[str, Any]:
+    """The session once it is no longer starting (a bounded wait)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        view = api.get(f"/api/sessions/{name}").json()
+        if view["state"] != "starting":
+            return dict(view)
+        time.sleep(0.05)
+    raise AssertionError(f"session {name} still starting after {limit} s")
+
+
+def open_session(api: TestClient, name: str) -> dict[str, Any]:
+    response = api.post(f"/api/sessions/{name}/open")
+    assert response.status_code in (200, 202), response.text
+    return settle(api, name)
 
 
 def wait_turn(api: TestClient, name: str, n: int, limit: float = 60) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
 from hangar.runtime import Runtime
-from tests.api.conftest import add_env, new_session, wait_turn
+from tests.api.conftest import add_env, new_session, settle, wait_turn
 
 pytestmark = pytest.mark.sandbox
 
@@ -43,7 +43,8 @@ def test_a_session_lives_suspends_resumes_forks_and_dies_through_the_api(
 ) -> None:
     add_env(api, remote)
     created = new_session(api, "demo", FIRST)
-    assert created["state"] in ("active", "idle") and created["turns"][0]["n"] == 1
+    assert created["turns"][0]["n"] == 1 and created["turns"][0]["started_at"] is None
+    assert created["phase"]["step"] == "creating_sandbox"
     assert wait_turn(api, "demo", 1)["outcome"] == "exited"
 
     view = api.get("/api/sessions/demo").json()
@@ -70,7 +71,7 @@ def test_a_session_lives_suspends_resumes_forks_and_dies_through_the_api(
     assert b"+note" in api.get("/api/sessions/demo/patch").content  # from the checkpoint
 
     sent = api.post("/api/sessions/demo/send", json={"message": "what now?"})
-    assert sent.status_code == 202 and sent.json()["n"] == 2
+    assert sent.status_code == 202 and sent.json()["turn"] == 2
     second = wait_turn(api, "demo", 2)
     assert second["summary"].startswith("Seen 2 earlier messages")  # the conversation came back
     resumed = api.get("/api/sessions/demo").json()
@@ -91,9 +92,11 @@ def test_a_session_lives_suspends_resumes_forks_and_dies_through_the_api(
     assert got[-1] == {"exit": 3}
 
     forks = api.post("/api/sessions/demo/fork", json={"n": 2})
-    assert forks.status_code == 201
+    assert forks.status_code == 202
     assert [f["name"] for f in forks.json()] == ["demo-fork-1", "demo-fork-2"]
-    for fork in forks.json():
+    for asked in forks.json():
+        assert asked["state"] == "starting"
+        fork = settle(api, asked["name"])
         assert fork["state"] == "idle" and fork["sandbox_id"]
         got = frames(api, fork["name"], {"argv": ["cat", "note.txt"]})
         assert output(got, "stdout") == b"note\n" and got[-1] == {"exit": 0}
@@ -121,8 +124,11 @@ def test_a_second_send_during_a_turn_is_refused_and_the_log_can_be_followed(
     api: TestClient, runtime: Runtime, remote: Path
 ) -> None:
     add_env(api, remote)
-    session = new_session(api, "demo", "run: echo working\nwait-for: /tmp/go")
-    busy = api.post("/api/sessions/demo/send", json={"message": "and this"})
+    new_session(api, "demo", "run: echo working\nwait-for: /tmp/go")
+    busy = api.post("/api/sessions/demo/send", json={"message": "and this"})  # while it starts
+    assert (busy.status_code, busy.json()["error"]["code"]) == (409, "session_busy")
+    session = settle(api, "demo")
+    busy = api.post("/api/sessions/demo/send", json={"message": "and this"})  # while it runs
     assert (busy.status_code, busy.json()["error"]["code"]) == (409, "session_busy")
     assert api.post("/api/sessions/demo/wait", json={"timeout": 0}).json()["finished_at"] is None
 

@@ -155,7 +155,10 @@ def test_waiting_on_a_failed_turn_exits_non_zero_with_one_line(
     code, out, err = cli("session", "new", "demo", "hi", "--env", "broken",
                          "--harness", "antigravity", "-w")  # fmt: skip
     assert (code, out) == (1, "")
-    assert "turn 1 of demo failed" in one_error_line(err, "harness_failed")
+    progress = [line for line in err.splitlines() if line.startswith("  ")]
+    assert progress[0] == "  making a sandbox" and progress[1].startswith("  cloning the repo (")
+    errors = "\n".join(line for line in err.splitlines() if not line.startswith("  "))
+    assert "turn 1 of demo failed" in one_error_line(errors, "harness_failed")
 
 
 def test_doctor_checks_the_machine_and_the_server(

@@ -180,7 +180,7 @@ def test_a_turn_survives_a_killed_server_and_finishes_after_the_restart(
     add_env(server, remote)
     server.ok("session", "new", "survivor", "wait-for: /tmp/go\nrun: echo kept > kept.txt",
               "--env", "app", "--harness", "antigravity")  # fmt: skip
-    assert get(server, "survivor")["state"] == "active"
+    until(lambda: get(server, "survivor")["state"] == "active")
     server.kill()
     [sandbox] = server.sandboxes().list()  # the turn runs on without the control plane
     server.sandboxes().exec(sandbox.id, ["touch", "/tmp/go"])

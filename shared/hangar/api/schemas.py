@@ -11,7 +11,7 @@ import base64
 import binascii
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 
@@ -97,7 +97,9 @@ class NewEnvironment(Body):
 class TurnView(BaseModel):
     n: int
     message: str
-    started_at: datetime
+    requested_at: datetime
+    started_at: datetime | None = Field(description="when the harness started; empty while "
+                                        "the session starts")
     finished_at: datetime | None
     exit_code: int | None
     outcome: str | None = Field(description="exited, failed, interrupted or timed_out")
@@ -110,7 +112,8 @@ class TurnView(BaseModel):
     @classmethod
     def of(cls, turn: Turn) -> TurnView:
         return cls(
-            n=turn.n, message=turn.message, started_at=turn.started_at,
+            n=turn.n, message=turn.message, requested_at=turn.requested_at,
+            started_at=turn.started_at,
             finished_at=turn.finished_at, exit_code=turn.exit_code,
             outcome=turn.outcome.value if turn.outcome else None, summary=turn.summary,
             error_code=turn.error_code, harness_session=turn.harness_session,
@@ -152,6 +155,11 @@ class SessionSummary(BaseModel):
     last_active_at: datetime
     created_at: datetime
     error: str | None
+    phase: dict[str, Any] | None = Field(description="while it starts: {step, detail, since}, "
+                                         "step one of creating_sandbox, cloning, "
+                                         "running_setup, restoring, starting_turn")
+    start_error: dict[str, Any] | None = Field(description="why the last start failed: {step, "
+                                               "what, message, code}; send or open try again")
     checkpoint_error: str | None = Field(description="the last checkpoint's failure, until one "
                                          "succeeds (its sandbox is kept meanwhile)")
     restored_from: str | None = Field(description="the checkpoint the sandbox was restored from")
@@ -170,6 +178,8 @@ class SessionSummary(BaseModel):
             environment=s.environment, repo=s.repo, branch=s.branch,
             idle_minutes=s.idle_minutes, needs_input=s.needs_input,
             last_active_at=s.last_active_at, created_at=s.created_at, error=s.error,
+            phase=s.phase.model_dump(mode="json") if s.phase else None,
+            start_error=s.start_error.model_dump(mode="json") if s.start_error else None,
             checkpoint_error=s.checkpoint_error, restored_from=s.restored_from,
             restore_skipped=[k.model_dump() for k in s.restore_skipped],
             resume_hint=hint, summary=summary,
@@ -196,6 +206,14 @@ class SessionView(SessionSummary):
             "turns": [TurnView.of(t) for t in s.turns],
             "checkpoints": [CheckpointView.of(c) for c in s.checkpoints],
         })  # fmt: skip
+
+
+class StartedView(BaseModel):
+    """What new and send answer at once: the session (STARTING while its sandbox is made) and
+    the number of the turn it starts; follow it with wait or the log."""
+
+    session: SessionView
+    turn: int
 
 
 class EnvironmentView(BaseModel):

@@ -26,7 +26,8 @@ from hangar.api import schemas as s
 from hangar.api.routes import NDJSON, Endpoint, Query, param, parse, reply, run_waiting
 from hangar.api.streams import ClientGone, Emitter, in_thread
 from hangar.errors import HangarError, InvalidInput
-from hangar.models import Session, Turn
+from hangar.models import Session, SessionState, Turn
+from hangar.sessions.service import Started
 
 if TYPE_CHECKING:
     from hangar.runtime import Runtime
@@ -49,15 +50,22 @@ def _summary(runtime: Runtime, session: Session) -> s.SessionSummary:
     return s.SessionSummary.of(session, _last_turn(runtime, session))
 
 
+def _started(runtime: Runtime, started: Started) -> s.StartedView:
+    detail = runtime.sessions.get(started.session.id)
+    return s.StartedView(session=s.SessionView.detail(detail), turn=started.turn)
+
+
 async def create(runtime: Runtime, request: Request) -> Response:
     body = await parse(request, s.NewSession)
-    detail = await run_in_threadpool(
-        lambda: runtime.sessions.new(
+
+    def run() -> s.StartedView:
+        started = runtime.sessions.new(
             body.name, body.message, body.env, harness=body.harness, model=body.model,
             title=body.title, idle_minutes=body.idle_minutes,
         )  # fmt: skip
-    )
-    return reply(s.SessionView.detail(detail), 201)
+        return _started(runtime, started)
+
+    return reply(await run_in_threadpool(run), 202)
 
 
 async def list_all(runtime: Runtime, request: Request) -> Response:
@@ -73,14 +81,24 @@ async def get(runtime: Runtime, request: Request) -> Response:
 
 
 async def open_(runtime: Runtime, request: Request) -> Response:
-    detail = await run_in_threadpool(runtime.sessions.open, param(request, "ref"))
-    return reply(s.SessionView.detail(detail))
+    ref = param(request, "ref")
+
+    def run() -> s.SessionView:
+        session = runtime.sessions.open(ref)
+        return s.SessionView.detail(runtime.sessions.get(session.id))
+
+    view = await run_in_threadpool(run)
+    return reply(view, 202 if view.state == SessionState.STARTING.value else 200)
 
 
 async def send(runtime: Runtime, request: Request) -> Response:
     body = await parse(request, s.SendMessage)
-    turn = await run_in_threadpool(runtime.sessions.send, param(request, "ref"), body.message)
-    return reply(s.TurnView.of(turn), 202)
+    ref = param(request, "ref")
+
+    def run() -> s.StartedView:
+        return _started(runtime, runtime.sessions.send(ref, body.message))
+
+    return reply(await run_in_threadpool(run), 202)
 
 
 async def wait(runtime: Runtime, request: Request) -> Response:
@@ -120,7 +138,7 @@ async def delete(runtime: Runtime, request: Request) -> Response:
 async def fork(runtime: Runtime, request: Request) -> Response:
     body = await parse(request, s.Fork)
     forks = await run_in_threadpool(runtime.sessions.fork, param(request, "ref"), body.n)
-    return reply([s.SessionSummary.of(f) for f in forks], 201)
+    return reply([s.SessionSummary.of(f) for f in forks], 202)
 
 
 async def patch(runtime: Runtime, request: Request) -> Response:
@@ -215,19 +233,21 @@ async def exec_(runtime: Runtime, request: Request) -> Response:
 
 S = "/api/sessions/{ref}"
 ENDPOINTS = [
-    Endpoint("POST", "/api/sessions", "Create a session and start its first turn", create,
-             s.NewSession, s.SessionView, status=201),
+    Endpoint("POST", "/api/sessions", "Create a session and ask for its first turn; answers at "
+             "once, the session STARTING (its phase says where) and the turn's number", create,
+             s.NewSession, s.StartedView, status=202),
     Endpoint("GET", "/api/sessions", "List sessions, newest first (no turns or checkpoints)",
              list_all, response=s.SessionSummary, many=True),
     Endpoint("GET", S, "A session with its turns and checkpoints", get,
              response=s.SessionView),
     Endpoint("DELETE", S, "Delete the session, its sandbox and everything it stored", delete,
              status=204),
-    Endpoint("POST", S + "/open", "Resume the session into a sandbox (restoring its work)",
-             open_, response=s.SessionView),
-    Endpoint("POST", S + "/send", "Start the next turn (resuming a suspended session first); "
-             "409 session_busy while a turn runs", send, s.SendMessage, s.TurnView,
-             status=202),
+    Endpoint("POST", S + "/open", "Resume the session into a sandbox (restoring its work): 200 "
+             "when it has one, else 202 and STARTING (follow its phase with GET)", open_,
+             response=s.SessionView, status=202),
+    Endpoint("POST", S + "/send", "Ask for the next turn (resuming a suspended session first); "
+             "answers at once with the turn's number; 409 session_busy while a turn runs",
+             send, s.SendMessage, s.StartedView, status=202),
     Endpoint("POST", S + "/wait", "Wait up to timeout seconds for a turn to finish", wait,
              s.Wait, s.TurnView),
     Endpoint("POST", S + "/keep", "Set the idle timeout (0: never suspend for idleness)", keep,
@@ -236,10 +256,10 @@ ENDPOINTS = [
              response=s.SessionSummary),
     Endpoint("POST", S + "/archive", "Drop the sandbox and checkpoints; keep the record",
              archive, response=s.SessionSummary),
-    Endpoint("POST", S + "/fork", "Restore the newest checkpoint into n new sessions", fork,
-             s.Fork, s.SessionSummary, many=True, status=201),
-    Endpoint("POST", S + "/exec", "Run a command in the session's repo folder (resuming the "
-             'session if needed); NDJSON lines {"stdout"|"stderr": base64}, then {"exit": '
+    Endpoint("POST", S + "/fork", "Restore one checkpoint into n new sessions, each answered "
+             "at once STARTING", fork, s.Fork, s.SessionSummary, many=True, status=202),
+    Endpoint("POST", S + "/exec", "Run a command in the session's repo folder (409 "
+             'session_not_running without a sandbox: open it first); NDJSON lines {"stdout"|"stderr": base64}, then {"exit": '
              'code} or {"error": {...}}', exec_, s.Exec, media=NDJSON),
     Endpoint("GET", S + "/patch", "Base to working tree, untracked files included: live from "
              "the sandbox, else from the newest checkpoint", patch, media=DIFF),

@@ -111,7 +111,7 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
             await run_in_threadpool(authenticate, runtime.db, header)
             q = ws.query_params
             argv = shell_argv(q.get("rows"), q.get("cols"), q.get("term"))
-            await run_in_threadpool(service.resolve, ref)
+            await run_in_threadpool(service.require_running, ref)  # session_not_running: 409
         except HangarError as exc:
             await _deny(ws, exc)
             return

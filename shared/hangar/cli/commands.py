@@ -9,17 +9,20 @@ import json
 import os
 import stat
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 from hangar.cli import UsageError
 from hangar.cli.client import ApiError, Client, session_path
-from hangar.cli.render import describe_event, print_envs, print_sandboxes, print_session
+from hangar.cli.render import describe_event, describe_phase, print_envs, print_sandboxes
+from hangar.cli.render import print_session
 from hangar.cli.render import print_sessions
 from hangar.config import Settings
 
 WAIT_SLICE = 60.0
+PHASE_POLL = 0.3
 
 
 def run(args: argparse.Namespace, env: dict[str, str]) -> int:
@@ -118,17 +121,19 @@ def _session(api: Client, args: argparse.Namespace) -> int:
         body = {"name": args.name, "message": args.message, "env": args.env,
                 "harness": args.harness, "model": args.model, "title": args.title,
                 "idle_minutes": args.idle}  # fmt: skip
-        session = api.call("POST", "/api/sessions", body)
-        return _started(api, args, session["name"], 1, session)
+        started = api.call("POST", "/api/sessions", body)
+        return _started(api, args, args.name, started)
     if a == "send":
-        turn = api.call("POST", f"{path}/send", {"message": args.message})
-        return _started(api, args, args.name, turn["n"], turn)
+        started = api.call("POST", f"{path}/send", {"message": args.message})
+        return _started(api, args, args.name, started)
     if a == "list":
         sessions = api.call("GET", "/api/sessions")
         _print_json(sessions) if args.json else print_sessions(sessions)
         return 0
     if a in ("get", "open"):
         session = api.call("GET", path) if a == "get" else api.call("POST", f"{path}/open")
+        if a == "open" and session["state"] == "starting":
+            session = follow_start(api, args.name)
         _print_json(session) if args.json else print_session(session)
         return 0
     if a in ("suspend", "archive"):
@@ -152,7 +157,8 @@ def _session(api: Client, args: argparse.Namespace) -> int:
         print(f"deleted session {args.name}")
         return 0
     if a == "fork":
-        forks = api.call("POST", f"{path}/fork", {"n": args.n})
+        asked = api.call("POST", f"{path}/fork", {"n": args.n})
+        forks = [follow_start(api, f["name"]) for f in asked]  # each restores in its sandbox
         _print_json(forks) if args.json else print("\n".join(f["name"] for f in forks))
         return 0
     if a == "patch":
@@ -162,6 +168,7 @@ def _session(api: Client, args: argparse.Namespace) -> int:
         _write(api.call("GET", f"{path}/log", params={"turn": args.turn} if args.turn else None))
         return 0
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv  # a == "shell"
+    ensure_running(api, args.name)
     if argv:
         return _exec(api, args.name, argv)
     from hangar.cli.terminal import terminal
@@ -185,14 +192,47 @@ def _write(data: bytes) -> None:
     sys.stdout.buffer.flush()
 
 
-def _started(api: Client, args: argparse.Namespace, name: str, n: int, record: Any) -> int:
+def _started(api: Client, args: argparse.Namespace, name: str, started: Any) -> int:
+    n = started["turn"]
     if args.wait:
+        if started["session"]["state"] == "starting":
+            follow_start(api, name)
         return wait_turn(api, name, n, as_json=args.json)
     if args.json:
-        _print_json(record)
+        _print_json(started)
     else:
-        print(f"session {name}: turn {n} started")
+        print(f"session {name}: turn {n} asked for; it starts in the background "
+              f"(hangar session wait {name} to follow it)")
     return 0
+
+
+def follow_start(api: Client, name: str) -> dict[str, Any]:
+    """Show a starting session's phases on stderr, one line each, until it is no longer
+    starting; returns it. ApiError with the start's error when the start failed."""
+    shown: tuple[str, str] | None = None
+    while True:
+        session: dict[str, Any] = api.call("GET", session_path(name))
+        phase = session.get("phase")
+        if session["state"] != "starting":
+            failure = session.get("start_error")
+            if session["state"] == "failed" and failure:
+                raise ApiError(str(failure["code"]), f"the start of {name} failed while "
+                               f"{failure['what']} ({failure['step']}): {failure['message']}")
+            return session
+        if phase and (phase["step"], phase["detail"]) != shown:
+            shown = (phase["step"], phase["detail"])
+            print(f"  {describe_phase(phase)}", file=sys.stderr, flush=True)
+        time.sleep(PHASE_POLL)
+
+
+def ensure_running(api: Client, name: str) -> None:
+    """Open the session first when it has no sandbox, showing the phases while it starts."""
+    session = api.call("GET", session_path(name))
+    if session["state"] in ("idle", "active") and session.get("sandbox_id"):
+        return
+    opened = api.call("POST", session_path(name, "open"))
+    if opened["state"] == "starting":
+        follow_start(api, name)
 
 
 def wait_turn(api: Client, name: str, n: int, *, as_json: bool = False) -> int:

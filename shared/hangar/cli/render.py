@@ -39,6 +39,22 @@ def print_sessions(sessions: list[dict[str, Any]]) -> None:
               f"{ago(s['last_active_at']):12} {one_line(s.get('summary'))}")  # fmt: skip
 
 
+PHASES = {
+    "creating_sandbox": "making a sandbox",
+    "cloning": "cloning the repo",
+    "running_setup": "running the environment's setup",
+    "restoring": "restoring the newest checkpoint",
+    "starting_turn": "starting the agent",
+}
+
+
+def describe_phase(phase: dict[str, Any]) -> str:
+    """One line for a start's phase: ``making a sandbox``, ``cloning the repo (URL)``, ..."""
+    text = PHASES.get(str(phase.get("step")), str(phase.get("step")))
+    detail = one_line(phase.get("detail"), 70)
+    return f"{text} ({detail})" if detail else text
+
+
 def print_session(s: dict[str, Any]) -> None:
     print(f"{s['name']} ({s['id']}): {s['state']}, last active {ago(s['last_active_at'])}")
     print(f"  title:    {s['title']}")
@@ -48,7 +64,12 @@ def print_session(s: dict[str, Any]) -> None:
     print(f"  sandbox:  {s['sandbox_id'] or '(none)'}; suspends when unused for: {idle}")
     if s.get("resume_hint"):
         print(f"  resume:   {s['resume_hint']}")
-    if s.get("error"):
+    if s.get("phase"):
+        print(f"  starting: {describe_phase(s['phase'])}, since {ago(s['phase']['since'])}")
+    if s.get("start_error"):
+        e = s["start_error"]
+        print(f"  start failed while {e['what']} ({e['step']}): {one_line(e['message'], 100)}")
+    elif s.get("error"):
         print(f"  error:    {one_line(s['error'], 100)}")
     if s.get("checkpoint_error"):
         print(f"  checkpoint failing: {one_line(s['checkpoint_error'], 100)} (the sandbox is "

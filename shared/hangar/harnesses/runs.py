@@ -87,6 +87,13 @@ def start_run(
         )
 
 
+def run_started(sandboxes: Sandboxes, sandbox_id: str, run_id: str) -> bool:
+    """Whether run ``run_id`` was started in the sandbox (its supervisor wrote its pid): a
+    caller that may have died after asking for it knows not to start it twice."""
+    probe = sandboxes.exec(sandbox_id, ["test", "-f", f"{run_dir(run_id)}/pid"], user=HANGAR)
+    return probe.ok
+
+
 _READ = """
 cd "$1" 2>/dev/null || exit 3
 size=$(stat -c %s log 2>/dev/null || echo 0)

@@ -1,24 +1,28 @@
-"""Housekeeping: the session service's scheduled hints and what each does when it comes due.
+"""Housekeeping: what each of the session service's ticks does when it comes due (the ticks
+themselves are in :mod:`hangar.sessions.schedule`).
 
-Ticks (keys): ``watch:<session>`` every WATCH_SECONDS while a turn runs (catch up with it and
-extend the sandbox's TTL), ``idle:<session>`` when an IDLE session's idle timeout (or its
-longest open-shell lease) runs out (suspend it), ``interval:<session>`` every
-``session_checkpoint_minutes`` (checkpoint if something changed) and one ``reap`` every
-REAP_SECONDS (destroy sandboxes past their TTL).
+- ``start``: the next step of a start (:mod:`hangar.sessions.startup`);
+- ``claim``: a claim's lease ran out. Renewed meanwhile: look again when it ends. Expired: the
+  work is taken over and finished (a start carried on, a suspend or an archive done again, a
+  turn's end finished);
+- ``watch``: finish the running turn once it has ended, and extend the sandbox's TTL;
+- ``idle``: suspend a session unused for its idle time (not while a shell is open);
+- ``interval``: checkpoint if something changed;
+- ``reap``: destroy the sandboxes past their TTL, through the pre-destroy checkpoint.
 
-Contracts: ticks are hints, delivered at least once and never early.
-:meth:`Housekeeping.handle_tick` re-reads the session and does only what is still due, so it is
-idempotent; a tick for a session that no longer exists is dropped. A suspend that loses a race (SessionBusy, InvalidState) and an
-interval checkpoint that fails (CheckpointError, logged) are swallowed; anything else raised
-propagates to the ticker, which delivers the tick again. Scheduling a key again moves it.
+Contracts: ticks are hints, delivered at least once and never early, possibly forged or stale.
+:meth:`Housekeeping.handle_tick` drops a payload that does not parse, re-reads the session and
+does only what is still due, so it is idempotent; a tick for a session that no longer exists is
+dropped. A suspend that loses a race (SessionBusy, InvalidState) and a checkpoint that fails
+(CheckpointError, logged, the session's ``checkpoint_error``) are swallowed; anything else raised
+propagates to the ticker, which delivers the tick again.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from hangar.config import Settings
 from hangar.db import Db
@@ -30,95 +34,120 @@ from hangar.errors import (
     SessionBusy,
     SessionNotFound,
 )
-from hangar.models import CheckpointReason, Session, SessionState as S, TickDue, utcnow
+from hangar.models import CheckpointReason, ClaimKind, Session, SessionState as S, TickDue
+from hangar.models import utcnow
 from hangar.sandboxes import Sandboxes
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.records import Records
 from hangar.sessions.sandbox import sandbox_alive, take_checkpoint
-from hangar.ticks import Ticks
+from hangar.sessions.schedule import REAP_SECONDS, ClaimTick, IdleTick, IntervalTick, ReapTick
+from hangar.sessions.schedule import Schedule, StartTick, WatchTick, later, parse
+from hangar.sessions.startup import Startup
+from hangar.sessions.suspends import Suspends
+from hangar.sessions.transitions import Transitions
+from hangar.sessions.turns import Turns
 
 logger = logging.getLogger(__name__)
 
-WATCH_SECONDS = 2.0
-REAP_SECONDS = 60.0
-
-
-def later(seconds: float) -> datetime:
-    """``seconds`` from now."""
-    return utcnow() + timedelta(seconds=seconds)
-
 
 class Housekeeping:
-    """Schedules and handles the session ticks. ``catch_up`` finishes a session's ended turn
-    (returning the session as it is now) and ``suspend`` suspends a session by reference: both
-    are the session service's, handed in so this module does not depend on it."""
+    """Delivers the session ticks."""
 
     def __init__(
         self,
         settings: Settings,
         db: Db,
         sandboxes: Sandboxes,
-        ticks: Ticks,
         checkpointer: Checkpointer,
         records: Records,
-        *,
-        catch_up: Callable[[Session], Session],
-        suspend: Callable[[str], Session],
+        transitions: Transitions,
+        schedule: Schedule,
+        turns: Turns,
+        startup: Startup,
+        suspends: Suspends,
     ) -> None:
         self.settings = settings
         self.db = db
         self.sandboxes = sandboxes
-        self.ticks = ticks
         self.checkpointer = checkpointer
         self.records = records
-        self.catch_up = catch_up
-        self.suspend = suspend
-
-    # -- delivering ticks -------------------------------------------------------------------
+        self.transitions = transitions
+        self.schedule = schedule
+        self.turns = turns
+        self.startup = startup
+        self.suspends = suspends
 
     def handle_tick(self, due: TickDue) -> None:
-        """Deliver a tick: ``watch`` (catch up with a running turn), ``idle`` (suspend an unused
-        session), ``interval`` (checkpoint if something changed), ``reap`` (destroy expired
-        sandboxes). Ticks are hints: each re-reads state and does only what is still due."""
-        if due.kind == "reap":
+        """Deliver a tick (see the module docstring)."""
+        tick = parse(due)
+        if tick is None:
+            return
+        if isinstance(tick, ReapTick):
             self.reap()
-            self.ticks.schedule("reap", "reap", later(REAP_SECONDS))
+            self.schedule.reap()
             return
         try:
-            session = self.db.get_session(str(due.payload.get("session")))
+            session = self.db.get_session(tick.session)
         except SessionNotFound:
             return
-        if due.kind == "watch":
-            session = self.catch_up(session)
-            if session.state is S.ACTIVE:
-                ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
-                self.records.update(session.id, sandbox_expires_at=utcnow() + ttl)
-                self.ticks.schedule(due.key, "watch", later(WATCH_SECONDS), due.payload)
-        elif due.kind == "idle":
+        if isinstance(tick, StartTick):
+            self.startup.step(tick)
+        elif isinstance(tick, ClaimTick):
+            self._claim_expired(session)
+        elif isinstance(tick, WatchTick):
+            self._watch(session)
+        elif isinstance(tick, IdleTick):
             self._idle_check(session)
-        elif due.kind == "interval":
+        elif isinstance(tick, IntervalTick):
             self._interval_checkpoint(session)
+
+    def _claim_expired(self, session: Session) -> None:
+        claim = session.claim
+        if claim is None:
+            return
+        if claim.until > utcnow():
+            self.schedule.claim_expiry(session)  # renewed meanwhile: look when it ends
+            return
+        logger.warning("the %s claim of %s by %s expired; taking it over", claim.kind.value,
+                       session.id, claim.by)  # fmt: skip
+        if claim.kind is ClaimKind.START:
+            self.startup.resume(session)
+        elif claim.kind is ClaimKind.FINISH_TURN:
+            try:
+                taken = self.transitions.take_over(session)
+            except SessionBusy:
+                return
+            assert taken.claim is not None
+            self.turns.finish_claimed(taken, taken.claim.token)
+        else:
+            self.suspends.resume(session)
+
+    def _watch(self, session: Session) -> None:
+        session = self.turns.watch(session)
+        if session.state is S.ACTIVE and session.claim is None:
+            ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
+            try:
+                self.transitions.extend(session, sandbox_expires_at=utcnow() + ttl)
+            except SessionBusy:
+                pass  # it moved on meanwhile; the next watch extends it
+            self.schedule.watch(session.id)
 
     def _idle_check(self, session: Session) -> None:
         if session.state is not S.IDLE or not session.sandbox_id or session.idle_minutes == 0:
             return
-        quiet_until = self.idle_due(session)
+        quiet_until = self.schedule.idle_due(session)
         leases = [expiry for expiry in session.shells.values() if expiry > utcnow()]
         if leases:
             quiet_until = max(quiet_until, *leases)
         if utcnow() < quiet_until:
-            self.ticks.schedule(f"idle:{session.id}", "idle", quiet_until, {"session": session.id})
+            self.schedule.idle(session, quiet_until)
             return
         try:
-            self.suspend(session.id)
+            self.suspends.suspend(session)
         except (SessionBusy, InvalidState):
             pass  # someone used it meanwhile; their activity reschedules
-
-    def idle_due(self, session: Session) -> datetime:
-        """When the session becomes idle enough to suspend, by its last activity alone."""
-        idle = timedelta(minutes=session.idle_minutes)
-        grace = timedelta(seconds=self.settings.activity_grace_seconds)
-        return session.last_active_at + max(idle, grace)
+        except CheckpointError as exc:
+            logger.warning("idle suspend of %s failed: %s", session.id, exc.message)
 
     def _interval_checkpoint(self, session: Session) -> None:
         if session.state not in (S.IDLE, S.ACTIVE) or not sandbox_alive(self.sandboxes, session):
@@ -128,7 +157,7 @@ class Housekeeping:
                             skip_if_unchanged=True)  # fmt: skip
         except CheckpointError as exc:
             logger.warning("interval checkpoint of %s failed: %s", session.id, exc.message)
-        self.schedule_interval(session)
+        self.schedule.interval(session)
 
     def reap(self) -> list[str]:
         """Destroy every sandbox whose session's TTL has passed (not during a turn), each
@@ -164,42 +193,3 @@ class Housekeeping:
         for t in threads:
             t.join()
         return sorted(destroyed)
-
-    # -- scheduling -------------------------------------------------------------------------
-
-    def schedule_watch(self, session_id: str) -> None:
-        """Watch the session's running turn: the first watch tick, WATCH_SECONDS from now."""
-        self.ticks.schedule(f"watch:{session_id}", "watch", later(WATCH_SECONDS),
-                            {"session": session_id})  # fmt: skip
-
-    def cancel_watch(self, session_id: str) -> None:
-        """Stop watching: the session's turn is over."""
-        self.ticks.cancel(f"watch:{session_id}")
-
-    def schedule_housekeeping(self, session: Session) -> None:
-        """The idle check, the interval checkpoint and the reaper, for a session that has a
-        sandbox and no turn running."""
-        self.schedule_idle(session)
-        self.schedule_interval(session)
-        self.ticks.schedule("reap", "reap", later(REAP_SECONDS))
-
-    def schedule_idle(self, session: Session) -> None:
-        """(Re)schedule the idle check from the session's last activity; cancel it when the
-        session never suspends for idleness or is neither IDLE nor ACTIVE."""
-        key = f"idle:{session.id}"
-        if session.idle_minutes == 0 or session.state not in (S.IDLE, S.ACTIVE):
-            self.ticks.cancel(key)
-            return
-        self.ticks.schedule(key, "idle", self.idle_due(session), {"session": session.id})
-
-    def schedule_interval(self, session: Session) -> None:
-        """The next interval checkpoint (none unless ``session_checkpoint_minutes`` is positive)."""
-        minutes = self.settings.session_checkpoint_minutes
-        if minutes > 0:
-            self.ticks.schedule(f"interval:{session.id}", "interval",
-                                later(minutes * 60), {"session": session.id})  # fmt: skip
-
-    def cancel_ticks(self, session_id: str) -> None:
-        """Cancel every per-session tick (the shared reaper keeps running)."""
-        for kind in ("watch", "idle", "interval"):
-            self.ticks.cancel(f"{kind}:{session_id}")

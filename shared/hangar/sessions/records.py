@@ -1,29 +1,27 @@
-"""Session records: finding one by reference, and the compare-and-set writes every transition of
-the session service goes through.
+"""Session records: finding one by reference, and the writes that are not transitions.
 
-Contracts: :meth:`Records.claim` is the single gate of a transition; of two callers racing for
-the same session exactly one wins and the other gets SessionBusy (InvalidState when the session
-is in a state the action never applies to). :meth:`Records.update` applies changes to whatever
-the record is now, retrying on a concurrent write, so it is for changes that hold whatever
-happened meanwhile; it raises SessionBusy only when the record keeps changing. Every write
-stamps ``updated_at``. Nothing is cached: each call reads the db.
+Contracts: :meth:`Records.modify` applies a change computed from the record as it is now
+(re-read and retried on a concurrent write), so it is for changes that hold whatever else
+happened meanwhile and never overwrites a field from a stale read: activity, the sandbox's TTL,
+one shell lease added or removed, the last checkpoint's error. It raises SessionBusy only when
+the record keeps changing. Every write stamps ``updated_at``. State changes go through
+:mod:`hangar.sessions.transitions`, never here. Nothing is cached: each call reads the db.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from hangar.db import Db
-from hangar.errors import (
-    HangarError,
-    InvalidState,
-    SessionBusy,
-    SessionNotFound,
-    VersionConflict,
-)
-from hangar.models import Session, SessionState as S, utcnow
+from hangar.errors import SessionBusy, SessionNotFound, VersionConflict
+from hangar.models import Session, utcnow
+
+_RETRIES = 20
 
 
 class Records:
-    """Reads and compare-and-set writes of session records over the db port."""
+    """Reads and read-modify-writes of session records over the db port."""
 
     def __init__(self, db: Db) -> None:
         self.db = db
@@ -40,33 +38,15 @@ class Records:
         except SessionNotFound:
             raise SessionNotFound(f"no session {ref!r}", ref=ref) from None
 
-    def claim(
-        self, session: Session, allowed: tuple[S, ...], action: str, to: S = S.STARTING
-    ) -> Session:
-        """Move the session to ``to`` if it is in an ``allowed`` state, compare-and-set: of two
-        callers racing for it, exactly one wins and the other gets SessionBusy."""
-        if session.state not in allowed:
-            if session.state in (S.ACTIVE, S.STARTING, S.SUSPENDING):
-                raise SessionBusy(
-                    f"session {session.name} is busy ({session.state.value}); try again when "
-                    "its turn has finished",
-                    session=session.name,
-                    state=session.state.value,
-                )
-            raise InvalidState(f"cannot {action} a session that is {session.state.value}",
-                               session=session.name, state=session.state.value)  # fmt: skip
-        try:
-            return self.db.update_session(
-                session.model_copy(update={"state": to, "updated_at": utcnow()})
-            )
-        except VersionConflict:
-            raise SessionBusy(f"session {session.name} changed meanwhile; it is busy",
-                              session=session.name) from None  # fmt: skip
-
-    def update(self, session_id: str, **changes: object) -> Session:
-        """Apply ``changes`` to the current record, retrying on a concurrent change."""
-        for _ in range(20):
+    def modify(self, session_id: str, change: Callable[[Session], Mapping[str, Any] | None]) -> Session:
+        """Apply ``change(current)`` (the fields to set, or None for nothing) to the record as
+        it is now, retrying on a concurrent write; returns the record as written (or as read
+        when there was nothing to do)."""
+        for _ in range(_RETRIES):
             current = self.db.get_session(session_id)
+            changes = change(current)
+            if not changes:
+                return current
             try:
                 return self.db.update_session(
                     current.model_copy(update={**changes, "updated_at": utcnow()})
@@ -75,6 +55,6 @@ class Records:
                 continue
         raise SessionBusy(f"session {session_id} keeps changing", session=session_id)
 
-    def fail(self, session: Session, exc: HangarError) -> None:
-        """Mark the session FAILED with the error's message (``send`` and ``open`` retry)."""
-        self.update(session.id, state=S.FAILED, error=exc.message)
+    def update(self, session_id: str, **changes: Any) -> Session:
+        """Set fields that hold whatever happened meanwhile (see :meth:`modify`)."""
+        return self.modify(session_id, lambda current: changes)

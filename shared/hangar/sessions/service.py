@@ -1,23 +1,20 @@
 """The session service (spec 000 §5): new, send, open, wait, keep, suspend, archive, delete,
 fork, patch, log and exec, over the ports.
 
-Nothing lives in memory between calls: every state change is a compare-and-set on the session
-record (:mod:`hangar.sessions.records`), and whoever wins a transition does the work that
-follows it. A turn never runs inside a call: it runs detached in the sandbox and whoever looks
-next (``wait``, a watch tick, ``get``) catches up with it and finishes it
-(:mod:`hangar.sessions.turns`).
+Nothing lives in memory between calls. Every change of state is a named transition
+(:mod:`hangar.sessions.transitions`), compare-and-set, and claimed states carry a lease, so no
+crash leaves a session stuck. Slow work never runs in a call: ``new``, ``send``, ``open`` and
+``fork`` check everything, claim the session for a start and answer at once (STARTING, with
+``phase`` saying where it is); the start goes on in ``start`` ticks
+(:mod:`hangar.sessions.startup`). A turn runs detached; the watch tick or ``wait`` finishes it
+(:mod:`hangar.sessions.turns`). Reads (``get``, ``list_sessions``, ``patch``, ``log``) change
+nothing.
 
-States: STARTING (a sandbox is being made, restored or a turn started), ACTIVE (a turn runs),
-IDLE (a sandbox, no turn), SUSPENDING, SUSPENDED (no sandbox; checkpoints hold the work),
-ARCHIVED (no sandbox, no checkpoints; turns and summaries kept), FAILED (the last start failed;
-``send`` and ``open`` try again).
-
-This module owns the lookups, the lifecycle transitions (new, send, open, keep, suspend,
-archive, delete and the sandbox's pre-destroy hook) and the use of a session's sandbox (patch,
-exec, shell leases). It delegates turns to :mod:`hangar.sessions.turns`, forks to
-:mod:`hangar.sessions.forks`, ticks to :mod:`hangar.sessions.housekeeping` and making a sandbox
-ready to :mod:`hangar.sessions.sandbox`. Two concurrent transitions of one session: exactly one
-wins, the other gets SessionBusy; an action the session's state never allows: InvalidState.
+The parts, each owning one concept: :mod:`.records` (lookups, read-modify-writes),
+:mod:`.transitions`, :mod:`.schedule` (the ticks), :mod:`.sandbox` (a session's sandbox and the
+pieces of a start), :mod:`.turns`, :mod:`.startup`, :mod:`.suspends`, :mod:`.forks`,
+:mod:`.housekeeping` (the ticks' handlers). Two concurrent transitions of one session: exactly
+one wins, the other gets SessionBusy; an action the session's state never allows: InvalidState.
 """
 
 from __future__ import annotations
@@ -25,10 +22,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import BinaryIO
 
 from hangar import agent
@@ -36,13 +33,12 @@ from hangar.blobs import Blobs
 from hangar.config import Settings
 from hangar.db import Db
 from hangar.errors import (
-    CheckpointError,
     HangarError,
     InvalidInput,
     NotFound,
     SandboxError,
     SessionNotFound,
-    VersionConflict,
+    SessionNotRunning,
 )
 from hangar.harnesses import get_harness
 from hangar.keys import Keys
@@ -51,9 +47,10 @@ from hangar.models import (
     Session,
     SessionDetail,
     SessionState as S,
+    StartIntent,
+    StartKind,
     TickDue,
     Turn,
-    TurnOutcome,
     utcnow,
 )
 from hangar.sandboxes import HANGAR_TMP, Sandboxes, SandboxInfo, SandboxUser
@@ -64,16 +61,31 @@ from hangar.sessions.housekeeping import Housekeeping
 from hangar.sessions.records import Records
 from hangar.sessions.restore import Restorer
 from hangar.sessions.sandbox import SESSION_LABEL, Provisioner, sandbox_alive, take_checkpoint
+from hangar.sessions.schedule import Schedule
+from hangar.sessions.startup import Startup
+from hangar.sessions.suspends import Suspends
+from hangar.sessions.transitions import Transitions
 from hangar.sessions.turns import Turns, run_log_key
 from hangar.sessions.workspace import repo_dir_for
 from hangar.ticks import Ticks
 
 # SESSION_LABEL is re-exported: the API reads a sandbox's owner by it.
-__all__ = ["SESSION_LABEL", "SessionService"]
+__all__ = ["SESSION_LABEL", "SessionService", "Started"]
 
 logger = logging.getLogger(__name__)
 
 EXEC_TOUCH_SECONDS = 30.0
+Leases = dict[str, datetime]
+MAX_IDLE_MINUTES = 10_080
+
+
+@dataclass(frozen=True)
+class Started:
+    """What ``new`` and ``send`` answer at once: the session (STARTING, or ACTIVE when its
+    sandbox was ready) and the number of the turn it starts, whose record exists already."""
+
+    session: Session
+    turn: int
 
 
 class SessionService:
@@ -99,34 +111,35 @@ class SessionService:
         self.checkpointer = Checkpointer(db, blobs, keys, sandboxes, settings)
         self.restorer = Restorer(db, blobs, keys, sandboxes, settings)
         self._records = Records(db)
-        self._housekeeping = Housekeeping(
-            settings, db, sandboxes, ticks, self.checkpointer, self._records,
-            # Looked up when called: the turns are made below, and both are the service's.
-            catch_up=lambda session: self._turns.catch_up(session),
-            suspend=lambda ref: self.suspend(ref),
-        )  # fmt: skip
-        self._provisioner = Provisioner(
-            settings, sandboxes, self.environments, self.restorer, self._records
-        )
+        self._transitions = Transitions(db, settings.claim_lease_seconds)
+        self._schedule = Schedule(settings, ticks)
+        self._provisioner = Provisioner(settings, sandboxes, self.environments, self.restorer)
         self._turns = Turns(
             settings, db, blobs, keys, sandboxes, self.environments, self.checkpointer,
-            self._records, self._provisioner, self._housekeeping,
+            self._records, self._transitions, self._schedule,
         )  # fmt: skip
-        self._forks = Forks(
-            settings, db, sandboxes, self.environments, self.checkpointer, self.restorer,
-            self._provisioner, self._records, self._turns, self._housekeeping,
+        self._startup = Startup(
+            settings, db, sandboxes, self.environments, self._provisioner, self.restorer,
+            self.checkpointer, self._records, self._transitions, self._schedule, self._turns,
+        )  # fmt: skip
+        self._suspends = Suspends(sandboxes, self.checkpointer, self._provisioner,
+                                  self._records, self._transitions, self._schedule)  # fmt: skip
+        self._forks = Forks(db, sandboxes, self.checkpointer, self._records, self._startup)
+        self._housekeeping = Housekeeping(
+            settings, db, sandboxes, self.checkpointer, self._records, self._transitions,
+            self._schedule, self._turns, self._startup, self._suspends,
         )  # fmt: skip
         sandboxes.add_pre_destroy_hook(self._before_destroy)
 
-    # -- lookups ----------------------------------------------------------------------------
+    # -- lookups (reads change nothing) -----------------------------------------------------
 
     def resolve(self, ref: str) -> Session:
         """A session by id or by name; SessionNotFound naming ``ref`` otherwise."""
         return self._records.resolve(ref)
 
     def get(self, ref: str) -> SessionDetail:
-        """The session with its turns and checkpoints, caught up with a running turn."""
-        session = self._turns.catch_up(self.resolve(ref))
+        """The session with its turns and checkpoints, as they are."""
+        session = self.resolve(ref)
         return SessionDetail(
             **session.model_dump(),
             turns=self.db.list_turns(session.id),
@@ -149,64 +162,68 @@ class SessionService:
         model: str | None = None,
         title: str | None = None,
         idle_minutes: float | None = None,
-    ) -> SessionDetail:
-        """Create a session and start its first turn; returns once the turn runs. Everything is
-        checked before anything is created (name, harness, environment, message)."""
+    ) -> Started:
+        """Create a session and ask for its first turn; answers at once (STARTING). Everything
+        is checked before anything is created (name, harness, environment, message)."""
         check_name("session", name)
         get_harness(harness)
         environment = self.environments.require(env)
         _check_message(message)
-        if idle_minutes is not None and idle_minutes < 0:
-            raise InvalidInput("idle minutes cannot be negative", idle_minutes=idle_minutes)
-        session = self.db.create_session(
-            Session(
-                name=name,
-                title=title or _title(message),
-                environment=environment.name,
-                harness=harness,
-                model=model,
-                repo=environment.repo,
-                base_branch=environment.branch,
-                idle_minutes=30 if idle_minutes is None else idle_minutes,
-            )
+        minutes = 30 if idle_minutes is None else _check_idle(idle_minutes)
+        session = Session(
+            name=name,
+            title=title or _title(message),
+            environment=environment.name,
+            harness=harness,
+            model=model,
+            repo=environment.repo,
+            base_branch=environment.branch,
+            idle_minutes=minutes,
         )
-        self._turns.run(session, message)
-        return self.get(session.id)
+        intent = StartIntent(kind=StartKind.NEW, turn=1, message=message)
+        made = self._startup.create(session, intent)
+        self._turns.ensure(made.id, 1, message)
+        return Started(made, 1)
 
-    def send(self, ref: str, message: str) -> Turn:
-        """Start the next turn (resuming the session first when it is suspended). Exactly one of
-        two concurrent sends wins; the other gets SessionBusy."""
+    def send(self, ref: str, message: str) -> Started:
+        """Ask for the next turn (resuming the session first when it is suspended); answers at
+        once. Exactly one of two concurrent sends wins; the other gets SessionBusy."""
         _check_message(message)
-        session = self._turns.catch_up(self.resolve(ref))
-        session = self._records.claim(session, (S.IDLE, S.SUSPENDED, S.FAILED), "send a message")
-        return self._turns.run(session, message)
+        session = self.resolve(ref)
+        self.environments.require(session.environment)
+        n = len(self.db.list_turns(session.id)) + 1
+        intent = StartIntent(kind=StartKind.SEND, turn=n, message=message)
+        claimed = self._startup.begin(session, intent)
+        self._turns.ensure(claimed.id, n, message)
+        return Started(claimed, n)
 
-    def open(self, ref: str) -> SessionDetail:
-        """Make sure the session has a sandbox with its work restored; returns it IDLE (or
-        still ACTIVE when a turn runs)."""
-        session = self._turns.catch_up(self.resolve(ref))
+    def open(self, ref: str) -> Session:
+        """Make sure the session has a sandbox with its work restored: answers at once, the
+        session IDLE or ACTIVE when it has one already, STARTING otherwise (``get`` follows
+        its phase)."""
+        session = self.resolve(ref)
         if session.state in (S.IDLE, S.ACTIVE) and sandbox_alive(self.sandboxes, session):
             self._touch(session.id)
-            return self.get(session.id)
-        session = self._records.claim(session, (S.IDLE, S.SUSPENDED, S.FAILED), "open")
-        try:
-            session = self._provisioner.ensure(session)
-        except HangarError as exc:
-            self._records.fail(session, exc)
-            raise
-        self._records.update(session.id, state=S.IDLE, last_active_at=utcnow())
-        self._housekeeping.schedule_housekeeping(self.resolve(session.id))
-        return self.get(session.id)
+            return self.resolve(ref)
+        if session.state is S.STARTING:
+            return session  # on its way already
+        self.environments.require(session.environment)
+        return self._startup.begin(session, StartIntent(kind=StartKind.OPEN))
 
     def keep(self, ref: str, idle_minutes: float) -> Session:
         """Set the idle timeout (0: never suspend for idleness)."""
-        if idle_minutes < 0:
-            raise InvalidInput("idle minutes cannot be negative", idle_minutes=idle_minutes)
-        session = self._records.update(self.resolve(ref).id, idle_minutes=idle_minutes)
-        self._housekeeping.schedule_idle(session)
+        minutes = _check_idle(idle_minutes)
+        session = self._records.update(self.resolve(ref).id, idle_minutes=minutes)
+        self._schedule.idle(session)
         return session
 
-    # -- turns (hangar.sessions.turns) ------------------------------------------------------
+    def fork(self, ref: str, n: int) -> list[Session]:
+        """Restore one checkpoint of the session into ``n`` new sessions, each STARTING; the
+        first turn of each forks the conversation with the harness's fork flag (or hands
+        off)."""
+        return self._forks.fork(ref, n)
+
+    # -- turns ------------------------------------------------------------------------------
 
     def wait(
         self,
@@ -217,7 +234,7 @@ class SessionService:
         on_output: Callable[[bytes], None] | None = None,
         poll: float = 0.5,
     ) -> Turn:
-        """Wait for turn ``n`` (default: the latest) to finish, feeding new run-log bytes to
+        """Wait for turn ``n`` (default: the latest) to be over, feeding new run-log bytes to
         ``on_output`` as they come; returns the turn, unfinished if ``timeout`` passed first."""
         return self._turns.wait(ref, n, timeout=timeout, on_output=on_output, poll=poll)
 
@@ -230,9 +247,26 @@ class SessionService:
     def _before_destroy(self, info: SandboxInfo) -> None:
         """The pre-destroy hook: a session losing its sandbox any other way than by suspend is
         checkpointed first (reason ``destroy``) and becomes SUSPENDED. A checkpoint that fails
-        raises, which vetoes the destroy (unless forced, when the session is settled then): no
-        work goes with a sandbox unless someone chose to lose it."""
-        self._settle_before_destroy(info)
+        raises, which vetoes the destroy (unless forced): no work goes with a sandbox unless
+        someone chose to lose it."""
+        session = self._owner(info)
+        if session is None:
+            return
+        take_checkpoint(self.checkpointer, self._records, session, CheckpointReason.DESTROY)
+        self._turns.lose_sandbox(session, "the sandbox was destroyed during the turn")
+
+    def _owner(self, info: SandboxInfo) -> Session | None:
+        """The session whose own sandbox ``info`` is, when it is IDLE or ACTIVE."""
+        session_id = info.labels.get(SESSION_LABEL)
+        if not session_id:
+            return None
+        try:
+            session = self.db.get_session(session_id)
+        except SessionNotFound:
+            return None
+        if session.sandbox_id != info.id or session.state not in (S.IDLE, S.ACTIVE):
+            return None
+        return session
 
     def destroy_sandbox(self, sandbox_id: str, *, force: bool = False) -> None:
         """Destroy a sandbox by hand, through the pre-destroy hook: DestroyVetoed when its
@@ -241,15 +275,9 @@ class SessionService:
         is gone."""
         info = self.sandboxes.get(sandbox_id)
         self.sandboxes.destroy(sandbox_id, force=force)
-        session_id = info.labels.get(SESSION_LABEL)
-        if not session_id:
-            return
-        try:
-            session = self.db.get_session(session_id)
-        except SessionNotFound:
-            return
-        if session.sandbox_id == sandbox_id:
-            self._lose_sandbox(session)
+        session = self._owner(info)
+        if session is not None:
+            self._turns.lose_sandbox(session, "the sandbox was destroyed during the turn")
 
     def replace_outdated_sandboxes(self) -> list[str]:
         """Checkpoint (reason ``destroy``) and destroy every sandbox made by an older, weaker
@@ -261,100 +289,51 @@ class SessionService:
             if not info.outdated:
                 continue
             try:
-                self._settle_before_destroy(info)
+                self.sandboxes.destroy(info.id)
             except HangarError as exc:
                 logger.error("sandbox %s is of an older layout, but its checkpoint failed, so "
                              "it is kept: %s", info.id, exc.message)  # fmt: skip
                 continue
-            self.sandboxes.destroy(info.id, hooks=False)
             replaced.append(info.id)
         return replaced
 
-    def _settle_before_destroy(self, info: SandboxInfo) -> None:
-        """A session losing sandbox ``info`` any other way than by suspend: checkpoint it
-        (reason ``destroy``), interrupt its running turn, make it SUSPENDED. A failed checkpoint
-        raises CheckpointError, and nothing else changes but the session's
-        ``checkpoint_error``."""
-        session_id = info.labels.get(SESSION_LABEL)
-        if not session_id:
-            return
-        try:
-            session = self.db.get_session(session_id)
-        except SessionNotFound:
-            return
-        if session.sandbox_id != info.id or session.state is S.SUSPENDING:
-            return
-        take_checkpoint(self.checkpointer, self._records, session, CheckpointReason.DESTROY)
-        self._lose_sandbox(session)
-
-    def _lose_sandbox(self, session: Session) -> None:
-        """The session's sandbox is going: its running turn is interrupted, it is SUSPENDED."""
-        running = [t for t in self.db.list_turns(session.id) if t.finished_at is None]
-        for turn in running:
-            try:
-                self.db.update_turn(turn.model_copy(update={
-                    "finished_at": utcnow(), "outcome": TurnOutcome.INTERRUPTED,
-                    "summary": "the sandbox was destroyed during the turn"}))  # fmt: skip
-            except VersionConflict:
-                pass  # finished meanwhile by whoever caught up with it
-        self._records.update(session.id, state=S.SUSPENDED, sandbox_id=None,
-                             sandbox_expires_at=None)  # fmt: skip
-        self._housekeeping.cancel_watch(session.id)
-
     def suspend(self, ref: str) -> Session:
-        """Checkpoint, destroy the sandbox, SUSPENDED. A checkpoint that fails leaves the
-        session IDLE with its sandbox (nothing is destroyed without a checkpoint)."""
-        session = self._turns.catch_up(self.resolve(ref))
-        if session.state is S.SUSPENDED:
-            return session
-        session = self._records.claim(session, (S.IDLE,), "suspend", to=S.SUSPENDING)
-        if session.sandbox_id:
-            try:
-                take_checkpoint(self.checkpointer, self._records, session,
-                                CheckpointReason.SUSPEND)  # fmt: skip
-            except CheckpointError as exc:
-                self._records.update(session.id, state=S.IDLE, error=exc.message)
-                raise
-            self.sandboxes.destroy(session.sandbox_id, hooks=False)
-        return self._records.update(session.id, state=S.SUSPENDED, sandbox_id=None,
-                                    sandbox_expires_at=None)  # fmt: skip
+        """Checkpoint, destroy the sandbox, SUSPENDED; answers when it is done. A checkpoint
+        that fails leaves the session IDLE with its sandbox (nothing is destroyed without a
+        checkpoint) and raises."""
+        return self._suspends.suspend(self.resolve(ref))
 
     def archive(self, ref: str) -> Session:
         """Drop the sandbox and the checkpoints; keep the record, its turns and summaries."""
-        session = self._turns.catch_up(self.resolve(ref))
-        session = self._records.claim(session, (S.IDLE, S.SUSPENDED, S.FAILED), "archive",
-                                      to=S.SUSPENDING)  # fmt: skip
-        if session.sandbox_id:
-            self.sandboxes.destroy(session.sandbox_id, hooks=False)
-        self.checkpointer.drop_all(session.id)
-        self._housekeeping.cancel_ticks(session.id)
-        return self._records.update(session.id, state=S.ARCHIVED, sandbox_id=None,
-                                    sandbox_expires_at=None)  # fmt: skip
+        return self._suspends.archive(self.resolve(ref))
 
     def delete(self, ref: str) -> None:
-        """Delete the session with its sandbox, checkpoints, turns and stored logs."""
+        """Delete the session with every sandbox labelled with it, its checkpoints, turns and
+        stored logs. Works in any state (the way out of anything)."""
         session = self.resolve(ref)
-        if session.sandbox_id:
-            self.sandboxes.destroy(session.sandbox_id, hooks=False)
+        self._schedule.cancel_all(session.id)
+        self._provisioner.destroy_all(session.id)
         self.checkpointer.drop_all(session.id)
         for turn in self.db.list_turns(session.id):
             self.blobs.delete(run_log_key(session.id, turn.n))
-        self._housekeeping.cancel_ticks(session.id)
         self.db.delete_session(session.id)
-
-    # -- forks (hangar.sessions.forks) ------------------------------------------------------
-
-    def fork(self, ref: str, n: int) -> list[Session]:
-        """Restore one checkpoint of the session into ``n`` new sessions; the first turn of
-        each forks the conversation with the harness's fork flag (or hands off)."""
-        return self._forks.fork(ref, n)
 
     # -- using the sandbox ------------------------------------------------------------------
 
+    def _running(self, ref: str) -> Session:
+        session = self.resolve(ref)
+        if session.state not in (S.IDLE, S.ACTIVE) or not sandbox_alive(self.sandboxes, session):
+            raise SessionNotRunning(
+                f"session {session.name} has no sandbox ({session.state.value}); open it first "
+                f"(hangar session open {session.name})", session=session.name,
+                state=session.state.value,
+            )  # fmt: skip
+        return session
+
     def patch(self, ref: str) -> bytes:
         """The session's change, base to working tree with untracked files: live from the
-        sandbox when there is one, else from the newest checkpoint that has it."""
-        session = self._turns.catch_up(self.resolve(ref))
+        sandbox when there is one, else from the newest checkpoint that has it. Reads only."""
+        session = self.resolve(ref)
         if session.sandbox_id and sandbox_alive(self.sandboxes, session):
             config = {"repo": repo_dir_for(session.repo or ""), "base": session.base_commit,
                       "max_patch": self.settings.max_patch_bytes, "mode": "patch",
@@ -364,7 +343,6 @@ class SessionService:
                                          user=SandboxUser.HANGAR)  # fmt: skip
             if not result.ok:
                 raise SandboxError(f"cannot make the patch: {result.stderr.decode(errors='replace').strip()}")
-            self._touch(session.id)
             return result.stdout
         for checkpoint in reversed(self.db.list_checkpoints(session.id)):
             if checkpoint.part("session.patch"):
@@ -381,14 +359,12 @@ class SessionService:
         stderr: BinaryIO | None = None,
         timeout: float | None = None,
     ) -> int:
-        """Run a command in the session's repo folder, opening the session first if needed.
-        Counts as activity for as long as it runs. Returns its exit status."""
+        """Run a command in the session's repo folder, as the agent. SessionNotRunning when
+        the session has no sandbox (open it first). Counts as activity for as long as it runs.
+        Returns its exit status."""
         if not argv:
             raise InvalidInput("exec needs a command")
-        session = self.resolve(ref)
-        if not sandbox_alive(self.sandboxes, session) or session.state not in (S.IDLE, S.ACTIVE):
-            self.open(ref)
-            session = self.resolve(ref)
+        session = self._running(ref)
         assert session.sandbox_id is not None
         env = self.environments.require(session.environment)
         with self.shell_lease(session.id):
@@ -398,23 +374,31 @@ class SessionService:
             )  # fmt: skip
         return result.exit_code
 
+    def require_running(self, ref: str) -> Session:
+        """The session, if it has a sandbox to open a terminal in; SessionNotRunning else."""
+        return self._running(ref)
+
     @contextlib.contextmanager
     def shell_lease(self, session_id: str) -> Iterator[None]:
         """Hold an open-shell lease on the session while the block runs (a shell or terminal):
-        the session is in use, so it never suspends for idleness meanwhile. The lease is
-        refreshed every EXEC_TOUCH_SECONDS and expires by itself if this process dies."""
+        the session is in use, so it never suspends for idleness meanwhile. The lease is added
+        and removed alone (other shells' leases are never rewritten), refreshed every
+        EXEC_TOUCH_SECONDS, and expires by itself if this process dies."""
+        import threading
+
         lease = uuid.uuid4().hex[:12]
         stop = threading.Event()
 
         def hold() -> None:
             expiry = utcnow() + timedelta(seconds=2 * EXEC_TOUCH_SECONDS)
-            session = self.db.get_session(session_id)
-            shells = {k: v for k, v in session.shells.items() if v > utcnow()}
-            self._touch(session_id, shells={**shells, lease: expiry})
+            self._touch(session_id, lambda shells: {**_live(shells), lease: expiry})
 
         def keep_holding() -> None:
             while not stop.wait(EXEC_TOUCH_SECONDS):
-                hold()
+                try:
+                    hold()
+                except HangarError:
+                    logger.warning("could not renew shell lease %s of %s", lease, session_id)
 
         hold()
         keeper = threading.Thread(target=keep_holding, daemon=True)
@@ -424,29 +408,40 @@ class SessionService:
         finally:
             stop.set()
             keeper.join()
-            session = self.db.get_session(session_id)
-            rest = {k: v for k, v in session.shells.items() if k != lease and v > utcnow()}
-            self._touch(session_id, shells=rest)
+            self._touch(session_id, lambda shells: {k: v for k, v in _live(shells).items()
+                                                    if k != lease})  # fmt: skip
 
-    def _touch(self, session_id: str, **changes: object) -> None:
-        """Record use through hangar (activity), extending the sandbox's TTL."""
+    def _touch(self, session_id: str, shells: Callable[[Leases], Leases] | None = None) -> None:
+        """Record use through hangar (activity), extending the sandbox's TTL; ``shells``
+        changes the shell leases of the record as it is now."""
         ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
-        session = self._records.update(session_id, last_active_at=utcnow(),
-                                       sandbox_expires_at=utcnow() + ttl, **changes)  # fmt: skip
-        self._housekeeping.schedule_idle(session)
 
-    # -- housekeeping (hangar.sessions.housekeeping) ----------------------------------------
+        def change(current: Session) -> dict[str, object]:
+            changes: dict[str, object] = {"last_active_at": utcnow(),
+                                          "sandbox_expires_at": utcnow() + ttl}  # fmt: skip
+            if shells is not None:
+                changes["shells"] = shells(current.shells)
+            return changes
+
+        session = self._records.modify(session_id, change)
+        self._schedule.idle(session)
+
+    # -- housekeeping -----------------------------------------------------------------------
 
     def handle_tick(self, due: TickDue) -> None:
-        """Deliver a tick: ``watch`` (catch up with a running turn), ``idle`` (suspend an unused
-        session), ``interval`` (checkpoint if something changed), ``reap`` (destroy expired
-        sandboxes). Ticks are hints: each re-reads state and does only what is still due."""
+        """Deliver a tick (see :mod:`hangar.sessions.housekeeping`). Ticks are hints: each
+        re-reads state and does only what is still due."""
         self._housekeeping.handle_tick(due)
 
     def reap(self) -> list[str]:
         """Destroy every sandbox whose session's TTL has passed (not during a turn), each
         through the pre-destroy hook, concurrently. Returns the destroyed sandboxes' ids."""
         return self._housekeeping.reap()
+
+
+def _live(shells: Leases) -> Leases:
+    now = utcnow()
+    return {k: v for k, v in shells.items() if v > now}
 
 
 def _title(message: str) -> str:
@@ -457,3 +452,11 @@ def _title(message: str) -> str:
 def _check_message(message: str) -> None:
     if not message.strip():
         raise InvalidInput("the message is empty")
+
+
+def _check_idle(minutes: float) -> float:
+    if not 0 <= minutes <= MAX_IDLE_MINUTES:
+        raise InvalidInput(f"idle minutes must be from 0 to {MAX_IDLE_MINUTES}",
+                           idle_minutes=minutes)  # fmt: skip
+    return minutes
+

@@ -1,19 +1,16 @@
-"""A session's turns: starting one detached in the session's sandbox, catching up with it and
-finishing it, waiting for it, and its run log.
+"""A session's turns: starting one's harness detached in the session's sandbox (the last step of
+a start), finishing it once it has ended, waiting for it, and its run log.
 
-A turn never runs inside a call: it runs detached (:mod:`hangar.harnesses.runs`) and whoever
-looks next (``wait``, a watch tick, ``get``) calls :meth:`Turns.catch_up`, which reads the run
-and, once it has ended, finishes the turn: outcome, sealed run log, ``turn`` checkpoint, IDLE,
-idle and interval ticks.
+A turn never runs inside a call: it runs detached (:mod:`hangar.harnesses.runs`). Its record
+exists from the request that asked for it (``started_at`` empty until the harness starts). Who
+finishes it: the watch tick, or ``wait`` (never a read). Finishing is claimed on the session
+first (:meth:`~hangar.sessions.transitions.Transitions.claim_finish`), so exactly one caller
+records the outcome, takes the turn's one ``turn`` checkpoint and moves the session to IDLE; a
+finisher that dies leaves an expired claim that the claim tick takes over.
 
-Contracts: :meth:`Turns.catch_up` is safe to call from anywhere at any time and is idempotent:
-the compare-and-set on the turn record picks the one caller that finishes a turn, and a caller
-that loses gets the session as it is now. :meth:`Turns.run` expects the session claimed
-(STARTING); it raises the HangarError that stopped the start after recording it (the session
-FAILED when no sandbox could be made; the turn FAILED and the session IDLE when the harness
-could not start). A failed ``turn`` checkpoint does not fail the turn: it is the session's
-``error``. Run logs are sealed under a fresh data key at ``sessions/<session>/turns/<n>/log``,
-at most MAX_LOG_BYTES of them.
+A failed ``turn`` checkpoint does not fail the turn: it is the session's ``checkpoint_error``.
+Run logs are sealed under a fresh data key at ``sessions/<session>/turns/<n>/log``, at most
+MAX_LOG_BYTES of them.
 """
 
 from __future__ import annotations
@@ -29,16 +26,19 @@ from hangar.blobs import Blobs
 from hangar.config import Settings
 from hangar.db import Db
 from hangar.errors import (
+    AlreadyExists,
     CheckpointError,
     HangarError,
     NotFound,
     SandboxError,
     SandboxNotFound,
+    SessionBusy,
+    SessionNotFound,
     VersionConflict,
 )
 from hangar.harnesses import Harness, TurnSpec, get_harness
 from hangar.harnesses.handoff import TurnRecord, handoff_prompt
-from hangar.harnesses.runs import read_run
+from hangar.harnesses.runs import read_run, run_started
 from hangar.harnesses.turns import start_turn, turn_result
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal
@@ -46,9 +46,10 @@ from hangar.models import CheckpointReason, Session, SessionState as S, Turn, Tu
 from hangar.sandboxes import Sandboxes
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.environments import Environments
-from hangar.sessions.housekeeping import Housekeeping
 from hangar.sessions.records import Records
-from hangar.sessions.sandbox import Provisioner, take_checkpoint
+from hangar.sessions.sandbox import take_checkpoint
+from hangar.sessions.schedule import Schedule
+from hangar.sessions.transitions import Transitions
 from hangar.sessions.workspace import repo_dir_for
 
 logger = logging.getLogger(__name__)
@@ -74,8 +75,8 @@ class Turns:
         environments: Environments,
         checkpointer: Checkpointer,
         records: Records,
-        provisioner: Provisioner,
-        housekeeping: Housekeeping,
+        transitions: Transitions,
+        schedule: Schedule,
     ) -> None:
         self.settings = settings
         self.db = db
@@ -85,63 +86,56 @@ class Turns:
         self.environments = environments
         self.checkpointer = checkpointer
         self.records = records
-        self.provisioner = provisioner
-        self.housekeeping = housekeeping
+        self.transitions = transitions
+        self.schedule = schedule
 
-    # -- starting ---------------------------------------------------------------------------
+    # -- asking for a turn ------------------------------------------------------------------
 
-    def run(self, session: Session, message: str) -> Turn:
-        """With the session claimed (STARTING), get a sandbox and start the turn detached."""
+    def ensure(self, session_id: str, n: int, message: str) -> Turn:
+        """The record of turn ``n`` of a start (made by the request that asked for it, or by
+        the start's first step, whichever comes first)."""
         try:
-            session = self.provisioner.ensure(session)
-        except HangarError as exc:
-            self.records.fail(session, exc)
-            raise
+            return self.db.add_turn(Turn(session_id=session_id, n=n, message=message))
+        except AlreadyExists:
+            return self.db.get_turn(session_id, n)
+
+    # -- starting (the last step of a start) -----------------------------------------------
+
+    def start(self, session: Session, token: str) -> Session:
+        """Start the intent's turn detached in the session's ready sandbox: STARTING to ACTIVE.
+        If the harness cannot start, the turn is FAILED and the session IDLE with its sandbox
+        (nothing is lost). Safe to repeat: a run already started is not started again."""
+        assert session.start is not None and session.start.turn is not None
+        assert session.sandbox_id is not None and session.start.message is not None
+        turn = self.ensure(session.id, session.start.turn, session.start.message)
         harness = get_harness(session.harness)
-        turns = self.db.list_turns(session.id)
-        prompt, handoff = message, False
-        if session.fork_from and not session.harness_session and not harness.can_fork:
-            prompt, handoff = self._handoff(session, turns, message), True
-        resuming = bool(session.harness_session)
-        chosen = None if resuming else str(uuid.uuid4())
-        turn = self.db.add_turn(
-            Turn(
-                session_id=session.id,
-                n=len(turns) + 1,
-                message=message,
-                harness_session=session.harness_session if resuming else chosen,
-                handoff=handoff,
-            )
-        )
-        spec = self._spec(session, turn, harness, prompt)
-        try:
-            assert session.sandbox_id is not None
-            start_turn(self.sandboxes, session.sandbox_id, harness, spec, turn.run_id)
-        except HangarError as exc:
-            self.db.update_turn(
-                turn.model_copy(
-                    update={
-                        "finished_at": utcnow(),
-                        "outcome": TurnOutcome.FAILED,
-                        "error_code": exc.code,
-                        "summary": exc.message,
-                    }
-                )
-            )
-            idle = self.records.update(session.id, state=S.IDLE, error=exc.message)
-            self.housekeeping.schedule_housekeeping(idle)  # its sandbox still idles and expires
-            raise
+        if not run_started(self.sandboxes, session.sandbox_id, turn.run_id):
+            turns = [t for t in self.db.list_turns(session.id) if t.n < turn.n]
+            prompt, handoff = turn.message, False
+            if session.fork_from and not session.harness_session and not harness.can_fork:
+                prompt, handoff = self._handoff(session, turns, turn.message), True
+            chosen = session.harness_session or turn.harness_session or str(uuid.uuid4())
+            turn = self._update_turn(turn, harness_session=chosen, handoff=handoff)
+            try:
+                spec = self._spec(session, turn, harness, prompt)
+                start_turn(self.sandboxes, session.sandbox_id, harness, spec, turn.run_id)
+            except HangarError as exc:
+                self._update_turn(turn, finished_at=utcnow(), outcome=TurnOutcome.FAILED,
+                                  error_code=exc.code, summary=exc.message)  # fmt: skip
+                idle = self.transitions.turn_not_started(session, token, exc.message)
+                self.schedule.claim_expiry(idle)
+                self.schedule.housekeeping(idle)  # its sandbox still idles and expires
+                return idle
+        self._update_turn(turn, started_at=turn.started_at or utcnow())
         ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
-        self.records.update(
-            session.id,
-            state=S.ACTIVE,
-            needs_input=None,
-            error=None,
-            last_active_at=utcnow(),
-            sandbox_expires_at=utcnow() + ttl,
-        )
-        self.housekeeping.schedule_watch(session.id)
-        return turn
+        active = self.transitions.activate(session, token, last_active_at=utcnow(),
+                                           sandbox_expires_at=utcnow() + ttl)  # fmt: skip
+        self.schedule.claim_expiry(active)
+        self.schedule.watch(session.id)
+        return active
+
+    def _update_turn(self, turn: Turn, **changes: object) -> Turn:
+        return self.db.update_turn(turn.model_copy(update=changes))
 
     def _spec(self, session: Session, turn: Turn, harness: Harness, prompt: str) -> TurnSpec:
         env = self.environments.require(session.environment)
@@ -158,19 +152,128 @@ class Turns:
 
     def _handoff(self, session: Session, turns: list[Turn], message: str) -> str:
         history: list[Turn] = turns
-        if session.fork_from and not turns:
-            source = self._fork_source(session)
-            history = self.db.list_turns(source.id) if source else []
+        if session.forked_from and not turns:
+            try:
+                history = self.db.list_turns(session.forked_from)
+            except SessionNotFound:
+                history = []
         records = [TurnRecord(t.message, t.summary) for t in history]
         return handoff_prompt(message, records, branch=session.branch)
 
-    def _fork_source(self, session: Session) -> Session | None:
-        for candidate in self.db.list_sessions():
-            if candidate.harness_session == session.fork_from and candidate.id != session.id:
-                return candidate
-        return None
+    # -- finishing --------------------------------------------------------------------------
 
-    # -- waiting and finishing --------------------------------------------------------------
+    def watch(self, session: Session) -> Session:
+        """If the session's running turn has ended, finish it (see :meth:`finish`); if its
+        sandbox is gone, interrupt the turn and suspend the session to resume from its last
+        checkpoint. Returns the session as it is now."""
+        if session.state is not S.ACTIVE or not session.sandbox_id:
+            return session
+        turn = self.turn(session.id, None)
+        if turn.finished_at is None:
+            try:
+                status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0, 0)
+            except SandboxNotFound:
+                return self.lose_sandbox(session, "the sandbox was lost during the turn; the "
+                                         "session resumes from its last checkpoint")  # fmt: skip
+            except SandboxError:
+                return session
+            if not status.finished:
+                return session
+        return self.finish(session)
+
+    def finish(self, session: Session) -> Session:
+        """Claim the turn's end, record its outcome and run log, take its one ``turn``
+        checkpoint, and move the session to IDLE. A caller that loses the claim gets the
+        session as it is (someone else is finishing it)."""
+        try:
+            claimed = self.transitions.claim_finish(session)
+        except SessionBusy:
+            return self.db.get_session(session.id)
+        assert claimed.claim is not None and claimed.sandbox_id is not None
+        token = claimed.claim.token
+        self.schedule.claim_expiry(claimed)
+        return self.finish_claimed(claimed, token)
+
+    def finish_claimed(self, session: Session, token: str) -> Session:
+        """The work of a finish claim (also taken over from a finisher that died)."""
+        assert session.sandbox_id is not None
+        turn = self.turn(session.id, None)
+        if turn.finished_at is None:
+            try:
+                status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0,
+                                  MAX_LOG_BYTES)  # fmt: skip
+            except SandboxNotFound:
+                return self.lose_sandbox(session, "the sandbox was lost during the turn")
+            assert status.exit_code is not None, "a finish is claimed once the run has ended"
+            turn = self._record_outcome(session, turn, status.data, status.exit_code)
+        ok = turn.outcome is TurnOutcome.EXITED
+        try:
+            take_checkpoint(self.checkpointer, self.records, session, CheckpointReason.TURN)
+            error = None if ok else turn.summary
+        except CheckpointError as exc:
+            logger.error("checkpoint after turn %d of %s failed: %s", turn.n, session.id, exc)
+            error = f"checkpoint after turn {turn.n} failed: {exc.message}"
+        changes: dict[str, object] = {"last_active_at": utcnow(), "error": error}
+        if ok and turn.harness_session:
+            changes.update(harness_session=turn.harness_session, fork_from=None)
+        current = self.db.get_session(session.id)
+        idle = self.transitions.finish_turn(current, token, **changes)
+        self.schedule.cancel_watch(session.id)
+        self.schedule.claim_expiry(idle)
+        self.schedule.housekeeping(idle)
+        return idle
+
+    def _record_outcome(self, session: Session, turn: Turn, log: bytes, exit_code: int) -> Turn:
+        harness = get_harness(session.harness)
+        assert session.sandbox_id is not None
+        spec = self._spec(session, turn, harness, turn.message)
+        result = turn_result(self.sandboxes, session.sandbox_id, harness, spec, turn.run_id, log,
+                             exit_code)  # fmt: skip
+        log_key = self._store_log(session.id, turn.n, log)
+        outcome = TurnOutcome.EXITED if result.ok else TurnOutcome.FAILED
+        if exit_code == 130:
+            outcome = TurnOutcome.INTERRUPTED
+        error = result.error
+        summary = result.summary if result.ok else (error.message if error else None)
+        finished = turn.model_copy(update={
+            "finished_at": utcnow(), "exit_code": exit_code, "outcome": outcome,
+            "summary": summary, "usage": result.usage,
+            "harness_session": result.conversation_id or turn.harness_session,
+            "error_code": error.code if error else None, "log_key": log_key,
+            "log_cursor": len(log),
+        })  # fmt: skip
+        try:
+            return self.db.update_turn(finished)
+        except VersionConflict:
+            return self.db.get_turn(session.id, turn.n)  # finished by a finisher before us
+
+    def lose_sandbox(self, session: Session, why: str) -> Session:
+        """The session's sandbox is gone: its running turn is INTERRUPTED and the session
+        SUSPENDED, to resume from its last checkpoint (what the turn did since is lost with the
+        sandbox). Whoever moved the session to another sandbox or state meanwhile wins."""
+        sandbox_id = session.sandbox_id
+        logger.warning("sandbox %s of session %s is gone; suspending it", sandbox_id, session.id)
+        for turn in self.db.list_turns(session.id):
+            if turn.finished_at is None:
+                try:
+                    self._update_turn(turn, finished_at=utcnow(),
+                                      outcome=TurnOutcome.INTERRUPTED, summary=why)  # fmt: skip
+                except VersionConflict:
+                    pass  # someone else finished it
+        for _ in range(10):
+            current = self.db.get_session(session.id)
+            if current.sandbox_id != sandbox_id or current.state not in (S.IDLE, S.ACTIVE):
+                return current
+            try:
+                lost = self.transitions.lose_sandbox(current)
+            except SessionBusy:
+                continue  # a write meanwhile (activity, a lease): look again
+            self.schedule.cancel_watch(session.id)
+            self.schedule.claim_expiry(lost)
+            return lost
+        return self.db.get_session(session.id)
+
+    # -- waiting ----------------------------------------------------------------------------
 
     def wait(
         self,
@@ -181,23 +284,32 @@ class Turns:
         on_output: Callable[[bytes], None] | None = None,
         poll: float = 0.5,
     ) -> Turn:
-        """Wait for turn ``n`` (default: the latest) to finish, feeding new run-log bytes to
-        ``on_output`` as they come; returns the turn, unfinished if ``timeout`` passed first."""
+        """Wait for turn ``n`` (default: the latest) to be over (finished, its checkpoint taken
+        and the session IDLE again), feeding new run-log bytes to ``on_output`` as they come;
+        returns the turn, unfinished if ``timeout`` passed first. Finishes the turn itself when
+        its run has ended (the watch tick would too)."""
         session = self.records.resolve(ref)
         deadline = time.monotonic() + timeout
         cursor = 0
         while True:
-            session = self.catch_up(self.db.get_session(session.id))
+            session = self.db.get_session(session.id)
             turn = self.turn(session.id, n)
-            if on_output is not None and not turn.finished_at and session.sandbox_id:
+            latest = turn.n == len(self.db.list_turns(session.id))
+            if latest and session.state is S.ACTIVE:
+                session = self.watch(session)
+            turn = self.turn(session.id, turn.n)
+            following = on_output is not None and turn.started_at and not turn.finished_at
+            if following and session.sandbox_id:
                 try:
                     status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, cursor)
                 except (SandboxError, SandboxNotFound):
                     status = None
                 if status is not None and status.data:
                     cursor = status.cursor
-                    on_output(status.data)
-            if turn.finished_at or time.monotonic() >= deadline:
+                    on_output(status.data)  # type: ignore[misc]
+            settled = turn.finished_at is not None and not (
+                latest and session.state is S.ACTIVE)  # fmt: skip
+            if settled or time.monotonic() >= deadline:
                 return turn
             time.sleep(poll)
 
@@ -210,132 +322,18 @@ class Turns:
             return turns[-1]
         return self.db.get_turn(session_id, n)
 
-    def catch_up(self, session: Session) -> Session:
-        """If the session's turn has ended, finish it: outcome, stored log, checkpoint, IDLE.
-        Safe to call from anywhere at any time; the turn's compare-and-set picks one finisher."""
-        if session.state is not S.ACTIVE or not session.sandbox_id:
-            return session
-        turns = self.db.list_turns(session.id)
-        if not turns:
-            return session
-        turn = turns[-1]
-        if turn.finished_at is None:
-            try:
-                # The status alone first: the whole log is read once, when the run has ended.
-                status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0, 0)
-                if status.finished:
-                    status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0,
-                                      MAX_LOG_BYTES)  # fmt: skip
-            except SandboxNotFound:
-                return self._sandbox_lost(session.id, session.sandbox_id)
-            except SandboxError:
-                status = None
-            if status is None or not status.finished:
-                return session
-            assert status.exit_code is not None
-            finished = self._finish_turn(session, turn, status.data, status.exit_code)
-            if finished is None:
-                return self.db.get_session(session.id)
-            turn = finished
-        return self._after_turn(session, turn)
-
-    def _sandbox_lost(self, session_id: str, sandbox_id: str) -> Session:
-        """The sandbox of an ACTIVE session is gone. Usually its pre-destroy hook already made
-        the session SUSPENDED; if the record still points at the sandbox, no hook ran (a host
-        restart, a killed init) and the session would wait for a turn that can never end. Then
-        the running turn is INTERRUPTED and the session SUSPENDED, to resume from its last
-        checkpoint (what the turn did since is lost with the sandbox). Compare-and-set: anyone
-        who changed the session meanwhile wins, and their state is returned."""
-        session = self.db.get_session(session_id)
-        if session.state is not S.ACTIVE or session.sandbox_id != sandbox_id:
-            return session
-        logger.warning("sandbox %s of session %s is gone without a checkpoint; suspending it",
-                       sandbox_id, session_id)  # fmt: skip
-        for turn in self.db.list_turns(session_id):
-            if turn.finished_at is None:
-                try:
-                    self.db.update_turn(turn.model_copy(update={
-                        "finished_at": utcnow(), "outcome": TurnOutcome.INTERRUPTED,
-                        "summary": "the sandbox was lost during the turn; the session resumes "
-                                   "from its last checkpoint"}))  # fmt: skip
-                except VersionConflict:
-                    pass  # someone else finished it
-        lost = session.model_copy(update={
-            "state": S.SUSPENDED, "sandbox_id": None, "sandbox_expires_at": None,
-            "updated_at": utcnow()})  # fmt: skip
-        try:
-            return self.db.update_session(lost)
-        except VersionConflict:
-            return self.db.get_session(session_id)
-
-    def _finish_turn(self, session: Session, turn: Turn, log: bytes, exit_code: int) -> Turn | None:
-        harness = get_harness(session.harness)
-        assert session.sandbox_id is not None
-        spec = self._spec(session, turn, harness, turn.message)
-        result = turn_result(self.sandboxes, session.sandbox_id, harness, spec, turn.run_id, log,
-                             exit_code)  # fmt: skip
-        log_key = self._store_log(session.id, turn.n, log)
-        outcome = TurnOutcome.EXITED if result.ok else TurnOutcome.FAILED
-        if exit_code == 130:
-            outcome = TurnOutcome.INTERRUPTED
-        finished = turn.model_copy(
-            update={
-                "finished_at": utcnow(),
-                "exit_code": exit_code,
-                "outcome": outcome,
-                "summary": result.summary if result.ok else (result.error.message if result.error else None),
-                "usage": result.usage,
-                "harness_session": result.conversation_id or turn.harness_session,
-                "error_code": result.error.code if result.error else None,
-                "log_key": log_key,
-                "log_cursor": len(log),
-            }
-        )
-        try:
-            return self.db.update_turn(finished)
-        except VersionConflict:
-            return None  # another caller finished it
-
-    def _after_turn(self, session: Session, turn: Turn) -> Session:
-        """The session side of a finished turn: checkpoint, then IDLE with the conversation."""
-        if self.db.get_session(session.id).state is not S.ACTIVE:
-            return self.db.get_session(session.id)
-        ok = turn.outcome is TurnOutcome.EXITED
-        try:
-            take_checkpoint(self.checkpointer, self.records, session, CheckpointReason.TURN)
-            error = None if ok else turn.summary
-        except CheckpointError as exc:
-            logger.error("checkpoint after turn %d of %s failed: %s", turn.n, session.id, exc)
-            error = f"checkpoint after turn {turn.n} failed: {exc.message}"
-        changes: dict[str, object] = {
-            "state": S.IDLE,
-            "last_active_at": utcnow(),
-            "error": error,
-        }
-        if ok and turn.harness_session:
-            changes.update(harness_session=turn.harness_session, fork_from=None)
-        current = self.db.get_session(session.id)
-        if current.state is not S.ACTIVE:
-            return current  # settled meanwhile (another finisher, the pre-destroy hook)
-        changes["updated_at"] = utcnow()
-        try:
-            updated = self.db.update_session(current.model_copy(update=changes))
-        except VersionConflict:
-            return self.db.get_session(session.id)
-        self.housekeeping.cancel_watch(session.id)
-        self.housekeeping.schedule_housekeeping(updated)
-        return updated
-
     # -- run logs ---------------------------------------------------------------------------
 
     def _store_log(self, session_id: str, n: int, log: bytes) -> str:
         data_key = new_data_key()
         aad = run_log_key(session_id, n).encode()
+        # Overwrites: a finish taken over from one that died may store the log again.
         self.blobs.put(run_log_key(session_id, n), seal(data_key, aad, [log[:MAX_LOG_BYTES]]))
         return base64.b64encode(self.keys.wrap(data_key)).decode()
 
     def log(self, ref: str, n: int | None = None) -> bytes:
-        """A turn's run log (default: the latest turn): live while it runs, stored after."""
+        """A turn's run log (default: the latest turn): live while it runs, stored after.
+        Reads only: it never finishes a turn."""
         session = self.records.resolve(ref)
         turn = self.turn(session.id, n)
         if turn.log_key:
@@ -343,7 +341,7 @@ class Turns:
             aad = run_log_key(session.id, turn.n).encode()
             with self.blobs.open(run_log_key(session.id, turn.n)) as stream:
                 return b"".join(unseal(data_key, aad, stream))
-        if session.sandbox_id:
+        if session.sandbox_id and turn.started_at:
             try:
                 return read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0, MAX_LOG_BYTES).data
             except (SandboxError, SandboxNotFound):

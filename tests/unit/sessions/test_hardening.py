@@ -5,13 +5,12 @@ to the agent, and sandboxes of the previous layout are checkpointed and replaced
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from hangar.models import CheckpointReason, Session, SessionState
+from hangar.models import CheckpointReason, Session, SessionState, TurnOutcome
 from hangar.sandboxes import SandboxUser
 from hangar.sessions.sandbox import SESSION_LABEL
 from tests.legacy_sandbox import make_legacy_sandbox
@@ -42,24 +41,20 @@ def test_the_setup_secret_never_reaches_the_hosts_process_list_and_setup_runs_as
         "secretive", str(remote), vars=IDENTITY, secrets={"DEPLOY_KEY": "dk-5e1f0c2a"},
         setup='while [ ! -e /tmp/go ]; do sleep 0.05; done; echo "$DEPLOY_KEY $(id -u)" > ~/got',
     )  # fmt: skip
-    errors: list[BaseException] = []
-
-    def new() -> None:
-        try:
-            world.service.new("quiet", "hi", "secretive", harness="antigravity")
-        except BaseException as exc:  # reported on the test's thread below
-            errors.append(exc)
-
-    thread = threading.Thread(target=new)
-    thread.start()
+    started = world.service.new("quiet", "hi", "secretive", harness="antigravity")
+    assert started.session.state is SessionState.STARTING  # answered before any of the work
     deadline = time.monotonic() + 60
-    while not (boxes := world.sandboxes.list()) or not cmdlines_holding("while [ ! -e /tmp/go ]"):
-        assert time.monotonic() < deadline and thread.is_alive(), errors
+    while not cmdlines_holding("while [ ! -e /tmp/go ]"):
+        assert time.monotonic() < deadline, world.service.get("quiet").phase
         time.sleep(0.02)
+    during = world.service.get("quiet")
+    assert during.phase and during.phase.step.value == "running_setup"
+    assert during.turns[0].started_at is None
     scans = [cmdlines_holding("dk-5e1f0c2a") for _ in range(20)]  # while setup runs
-    world.sandboxes.exec(boxes[0].id, ["touch", "/tmp/go"])
-    thread.join(60)
-    assert not errors, errors
+    assert during.sandbox_id
+    world.sandboxes.exec(during.sandbox_id, ["touch", "/tmp/go"])
+    turn = world.service.wait("quiet", timeout=60, poll=0.05)
+    assert turn.outcome is TurnOutcome.EXITED and turn.started_at is not None
     assert scans == [[]] * 20
     assert world.sh("quiet", "cat ~/got") == "dk-5e1f0c2a 1000\n"
 
@@ -129,7 +124,7 @@ def test_no_program_a_repo_names_runs_during_a_checkpoint_a_patch_or_a_restore(
     assert world.service.patch("trap")
     assert planted(world, "trap") == ""
     world.service.suspend("trap")
-    world.service.open("trap")  # a new sandbox: setup plants again, then the restore runs
+    world.open("trap")  # a new sandbox: setup plants again, then the restore runs
     assert world.sh("trap", "cat new.txt; tail -1 README.md") == "new\nchanged\n"
     assert planted(world, "trap") == ""
 
@@ -150,7 +145,7 @@ def test_after_a_restore_the_agent_owns_and_can_append_to_every_restored_file(
              "echo x > ~/.gemini/antigravity-cli/conversations/sub/note && "
              "chmod 600 ~/.gemini/antigravity-cli/conversations/sub/note")  # fmt: skip
     world.service.suspend("demo")
-    world.service.open("demo")
+    world.open("demo")
     folders = "/workspace/app /root/.gemini"
     assert world.sh("demo", f"find {folders} ! -user agent ! -type l") == ""
     appended = world.sh("demo", f"find {folders} -path '*/.git' -prune -o -type f -perm -u=w "
@@ -185,7 +180,7 @@ def test_a_sandbox_of_the_previous_layout_is_checkpointed_and_replaced(
     assert after.state is SessionState.SUSPENDED and after.sandbox_id is None
     assert [c.reason for c in after.checkpoints] == [CheckpointReason.DESTROY]
     assert world.sandboxes.list() == []
-    world.service.open("old")
+    world.open("old")
     [current] = world.sandboxes.list()
     assert not current.outdated
     assert world.sh("old", "cat untracked.txt; tail -1 README.md; stat -c %U untracked.txt") == (

@@ -16,7 +16,6 @@ from hangar.keys.local import LocalKeys
 
 from hangar.errors import (
     EnvironmentNotFound,
-    HangarError,
     InvalidInput,
     InvalidName,
     NameTaken,
@@ -33,9 +32,11 @@ pytestmark = pytest.mark.sandbox
 
 
 def test_a_first_turn_runs_detached_then_ends_idle_with_a_turn_checkpoint(world: World) -> None:
-    detail = world.service.new("demo", TURN_ONE, "app", harness="antigravity")
-    assert detail.state in (SessionState.ACTIVE, SessionState.IDLE)
-    assert detail.turns[0].n == 1 and detail.sandbox_id
+    started = world.service.new("demo", TURN_ONE, "app", harness="antigravity")
+    assert (started.session.state, started.turn) == (SessionState.STARTING, 1)
+    assert started.session.phase and started.session.phase.step.value == "creating_sandbox"
+    [asked] = world.service.get("demo").turns  # the turn is there from the request on
+    assert asked.message == TURN_ONE and asked.started_at is None
     turn = world.service.wait("demo", timeout=60, poll=0.05)
     assert turn.outcome is TurnOutcome.EXITED
     assert turn.summary and turn.summary.startswith("Seen 0 earlier messages")
@@ -103,7 +104,7 @@ def test_a_sandbox_destroyed_from_outside_leaves_a_destroy_checkpoint_and_resume
     session = world.service.get("demo")
     assert session.state is SessionState.SUSPENDED and session.sandbox_id is None
     assert session.checkpoints[-1].reason is CheckpointReason.DESTROY
-    world.service.open("demo")
+    world.open("demo")
     assert world.sh("demo", "cat late.txt") == "late\n"
 
 
@@ -112,9 +113,11 @@ def test_a_sandbox_lost_without_its_hook_during_a_turn_suspends_the_session_to_r
 ) -> None:
     start(world)
     world.service.send("demo", "wait-for: /tmp/never\nstuck turn")
+    world.settle("demo")
     sandbox = world.service.resolve("demo").sandbox_id
     assert sandbox and world.service.resolve("demo").state is SessionState.ACTIVE
     world.sandboxes.destroy(sandbox, hooks=False)  # as a host restart would: no hook, no checkpoint
+    world.service.wait("demo", timeout=60, poll=0.05)  # the watch notices (wait looks too)
     session = world.service.get("demo")
     assert session.state is SessionState.SUSPENDED and session.sandbox_id is None
     assert session.turns[-1].outcome is TurnOutcome.INTERRUPTED
@@ -135,8 +138,8 @@ def test_a_turn_that_fails_to_start_leaves_the_session_idle_with_its_housekeepin
         raise SandboxError("the run could not start")
 
     monkeypatch.setattr("hangar.sessions.turns.start_turn", refuse)
-    with pytest.raises(SandboxError):
-        world.service.send("demo", "next")
+    world.service.send("demo", "next")
+    assert world.service.wait("demo", timeout=60, poll=0.05).error_code == "sandbox_error"
     session = world.service.get("demo")
     assert session.state is SessionState.IDLE and session.sandbox_id
     assert session.turns[-1].outcome is TurnOutcome.FAILED
@@ -215,6 +218,8 @@ def test_a_restarted_service_finishes_a_turn_that_ended_while_it_was_down(
     world: World, db: SqliteDb, blobs: LocalBlobs, keys: LocalKeys
 ) -> None:
     world.service.new("demo", "wait-for: /tmp/release\nslow turn", "app", harness="antigravity")
+    world.settle("demo")
+    world.ticks.stop()  # the first service goes away
     world.sh("demo", "touch /tmp/release")
     restarted = SessionService(world.service.settings, db, blobs, keys, world.sandboxes, FakeTicks())
     turn = restarted.wait("demo", timeout=60, poll=0.05)
@@ -243,7 +248,7 @@ def test_delete_removes_the_session_and_everything_it_stored(world: World) -> No
 
 def test_fork_restores_one_checkpoint_into_new_sessions_that_hand_off(world: World) -> None:
     start(world)
-    forks = world.service.fork("demo", 2)
+    forks = world.fork("demo", 2)
     assert [f.name for f in forks] == ["demo-fork-1", "demo-fork-2"]
     for fork in forks:
         detail = world.service.get(fork.name)
@@ -263,10 +268,10 @@ def test_a_fork_that_cannot_restore_is_failed_and_leaves_no_sandbox(world: World
     for key in world.blobs.list("sessions/"):
         if newest.id in key:
             world.blobs.delete(key)
-    with pytest.raises(HangarError):
-        world.service.fork("demo", 1)
-    fork = world.service.get("demo-fork-1")
-    assert fork.state is SessionState.FAILED and fork.error
+    [asked] = world.service.fork("demo", 1)
+    fork = world.settle(asked.name)
+    assert fork.state is SessionState.FAILED and fork.error and fork.start_error
+    assert fork.start_error.step.value == "restoring"
     assert fork.sandbox_id is None
     assert world.sandboxes.list() == []
 
@@ -341,9 +346,9 @@ def test_the_environments_setup_runs_in_every_new_sandbox_with_its_vars_and_secr
     world.service.wait("built", timeout=60, poll=0.05)
     assert world.sh("built", "cat ~/setup-ran; ls .built") == "hello tok-secret\n.built\n"
     world.service.suspend("built")
-    world.service.open("built")
+    world.open("built")
     assert world.sh("built", "cat ~/setup-ran") == "hello tok-secret\n"
-    [fork] = world.service.fork("built", 1)
+    [fork] = world.fork("built", 1)
     assert world.sh(fork.name, "cat ~/setup-ran") == "hello tok-secret\n"
 
 
@@ -351,8 +356,11 @@ def test_a_failing_setup_fails_the_session_with_the_reason_and_leaves_no_sandbox
     world: World, remote: Path
 ) -> None:
     world.service.environments.add("broken", str(remote), setup="echo 'no such tool' >&2; exit 7")
-    with pytest.raises(SandboxError, match=r"setup failed \(exit 7\): no such tool"):
-        world.service.new("doomed", "hi", "broken", harness="antigravity")
-    session = world.service.get("doomed")
-    assert session.state is SessionState.FAILED and "no such tool" in (session.error or "")
+    world.service.new("doomed", "hi", "broken", harness="antigravity")
+    session = world.settle("doomed")
+    assert session.state is SessionState.FAILED and session.start_error
+    assert (session.start_error.step.value, session.start_error.code) == ("running_setup",
+                                                                          "sandbox_error")
+    assert "setup failed (exit 7): no such tool" in session.start_error.message
+    assert world.service.get("doomed").turns[-1].outcome is TurnOutcome.FAILED
     assert world.sandboxes.list() == []

@@ -28,7 +28,7 @@ BRICKS = {
 def suspend_and_open(world: World, ref: str) -> None:
     newest = world.db.list_checkpoints(world.service.resolve(ref).id)[-1]
     world.service.suspend(ref)
-    world.service.open(ref)
+    world.open(ref)
     suspended = world.db.list_checkpoints(world.service.resolve(ref).id)[-1]
     assert suspended.reason is CheckpointReason.SUSPEND and suspended.id != newest.id
     assert world.service.resolve(ref).restored_from == suspended.id  # the newest, no fallback
@@ -65,7 +65,7 @@ def test_nothing_the_agent_leaves_in_its_tree_fails_a_checkpoint(world: World, t
     if "mkfifo" in trick:
         assert any("FIFO" in w for w in checkpoint.warnings), checkpoint.warnings
     world.service.suspend("demo")
-    world.service.open("demo")
+    world.open("demo")
     assert world.sh("demo", "cat kept.txt; tail -1 README.md 2>/dev/null || true").startswith("kept")
     if "chmod 000" in trick:  # saved as they were: the agent finds its unreadable file back
         assert world.sh("demo", "stat -c %a new.txt") == "0\n"
@@ -120,7 +120,7 @@ def test_the_reaper_keeps_a_sandbox_whose_checkpoint_fails_and_takes_it_once_it_
     gone = world.service.get("demo")
     assert gone.state.value == "suspended" and gone.checkpoint_error is None
     assert gone.checkpoints[-1].reason is CheckpointReason.DESTROY
-    world.service.open("demo")
+    world.open("demo")
     assert world.sh("demo", "cat unsaved.txt") == "unsaved\n"
 
 
@@ -139,7 +139,7 @@ def test_a_forced_destroy_goes_ahead_and_the_session_resumes_from_its_last_good_
     world.service.destroy_sandbox(sandbox, force=True)
     forced = world.service.get("demo")
     assert forced.state.value == "suspended" and forced.sandbox_id is None
-    world.service.open("demo")
+    world.open("demo")
     assert world.sh("demo", "cat committed.txt; ls lost.txt 2>/dev/null; true") == "one\n"
 
 

@@ -1,0 +1,162 @@
+"""The session service's ticks: one typed payload per kind, and the scheduling of each.
+
+Keys (one due-time each; scheduling a key again moves it):
+
+- ``start:<session>`` (:class:`StartTick`): the next step of a start; it carries the claim's
+  token, so only the start it belongs to acts on it.
+- ``claim:<session>`` (:class:`ClaimTick`): when a claim's lease runs out; whoever gets it
+  finishes or undoes the work of a claim nobody renewed.
+- ``watch:<session>``: every WATCH_SECONDS while a turn runs (finish it once it has ended).
+- ``idle:<session>``: when an IDLE session's idle time (or its longest shell lease) runs out.
+- ``interval:<session>``: every ``session_checkpoint_minutes`` (checkpoint if something changed).
+- ``reap`` (:class:`ReapTick`): every REAP_SECONDS (sandboxes past their TTL).
+
+A payload that does not parse (a forged or stale tick) is dropped by :func:`parse`.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from hangar.config import Settings
+from hangar.models import Session, SessionState as S, TickDue, utcnow
+from hangar.ticks import Ticks
+
+logger = logging.getLogger(__name__)
+
+WATCH_SECONDS = 2.0
+REAP_SECONDS = 60.0
+POLL_SECONDS = (0.2, 0.5, 1.0, 2.0)
+"""How soon a start step looks again at a detached run (clone, setup), by how often it has."""
+CLAIM_GRACE_SECONDS = 1.0
+
+
+class _Tick(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SessionTick(_Tick):
+    session: str
+
+
+class StartTick(SessionTick):
+    kind: Literal["start"] = "start"
+    token: str
+
+
+class ClaimTick(SessionTick):
+    kind: Literal["claim"] = "claim"
+
+
+class WatchTick(SessionTick):
+    kind: Literal["watch"] = "watch"
+
+
+class IdleTick(SessionTick):
+    kind: Literal["idle"] = "idle"
+
+
+class IntervalTick(SessionTick):
+    kind: Literal["interval"] = "interval"
+
+
+class ReapTick(_Tick):
+    kind: Literal["reap"] = "reap"
+
+
+Tick = StartTick | ClaimTick | WatchTick | IdleTick | IntervalTick | ReapTick
+_KINDS: dict[str, type[_Tick]] = {
+    "start": StartTick, "claim": ClaimTick, "watch": WatchTick, "idle": IdleTick,
+    "interval": IntervalTick, "reap": ReapTick,
+}  # fmt: skip
+
+
+def parse(due: TickDue) -> Tick | None:
+    """The typed payload of a delivered tick, or None (logged) when it does not parse."""
+    kind = _KINDS.get(due.kind)
+    if kind is None:
+        logger.warning("dropped a tick of unknown kind %r (%s)", due.kind, due.key)
+        return None
+    try:
+        return kind.model_validate({**due.payload, "kind": due.kind})  # type: ignore[return-value]
+    except ValidationError:
+        logger.warning("dropped a %s tick whose payload does not parse (%s)", due.kind, due.key)
+        return None
+
+
+def later(seconds: float) -> datetime:
+    """``seconds`` from now."""
+    return utcnow() + timedelta(seconds=seconds)
+
+
+class Schedule:
+    """Schedules and cancels the session ticks over the ticks port."""
+
+    def __init__(self, settings: Settings, ticks: Ticks) -> None:
+        self.settings = settings
+        self.ticks = ticks
+
+    def _put(self, key: str, tick: Tick, due_at: datetime) -> None:
+        self.ticks.schedule(key, tick.kind, due_at, tick.model_dump(exclude={"kind"}))
+
+    def start_step(self, session_id: str, token: str, seconds: float = 0.0) -> None:
+        """The next step of a start, ``seconds`` from now."""
+        self._put(f"start:{session_id}", StartTick(session=session_id, token=token),
+                  later(seconds))  # fmt: skip
+
+    def claim_expiry(self, session: Session) -> None:
+        """Look at the session when its claim's lease runs out (none: no tick)."""
+        key = f"claim:{session.id}"
+        if session.claim is None:
+            self.ticks.cancel(key)
+            return
+        due = session.claim.until + timedelta(seconds=CLAIM_GRACE_SECONDS)
+        self._put(key, ClaimTick(session=session.id), due)
+
+    def watch(self, session_id: str) -> None:
+        """Watch the session's running turn: the first watch tick, WATCH_SECONDS from now."""
+        self._put(f"watch:{session_id}", WatchTick(session=session_id), later(WATCH_SECONDS))
+
+    def cancel_watch(self, session_id: str) -> None:
+        self.ticks.cancel(f"watch:{session_id}")
+
+    def housekeeping(self, session: Session) -> None:
+        """The idle check, the interval checkpoint and the reaper, for a session that has a
+        sandbox and no turn running."""
+        self.idle(session)
+        self.interval(session)
+        self.reap()
+
+    def reap(self, seconds: float = REAP_SECONDS) -> None:
+        self._put("reap", ReapTick(), later(seconds))
+
+    def idle_due(self, session: Session) -> datetime:
+        """When the session becomes idle enough to suspend, by its last activity alone."""
+        idle = timedelta(minutes=session.idle_minutes)
+        grace = timedelta(seconds=self.settings.activity_grace_seconds)
+        return session.last_active_at + max(idle, grace)
+
+    def idle(self, session: Session, at: datetime | None = None) -> None:
+        """(Re)schedule the idle check from the session's last activity (or at ``at``); cancel
+        it when the session never suspends for idleness or is neither IDLE nor ACTIVE."""
+        key = f"idle:{session.id}"
+        if session.idle_minutes == 0 or session.state not in (S.IDLE, S.ACTIVE):
+            self.ticks.cancel(key)
+            return
+        self._put(key, IdleTick(session=session.id), at or self.idle_due(session))
+
+    def interval(self, session: Session) -> None:
+        """The next interval checkpoint (none unless ``session_checkpoint_minutes`` > 0)."""
+        minutes = self.settings.session_checkpoint_minutes
+        if minutes > 0:
+            self._put(f"interval:{session.id}", IntervalTick(session=session.id),
+                      later(minutes * 60))  # fmt: skip
+
+    def cancel_all(self, session_id: str) -> None:
+        """Cancel every per-session tick (the shared reaper keeps running)."""
+        for kind in ("start", "claim", "watch", "idle", "interval"):
+            self.ticks.cancel(f"{kind}:{session_id}")
