@@ -124,10 +124,18 @@ def real_server(tmp_path: Path, backends: dict[str, str]) -> Iterator[Server]:
 @pytest.fixture
 def standin_server(tmp_path: Path, backends: dict[str, str]) -> Iterator[Server]:
     """hangar serve whose only agent is the Antigravity stand-in (fast, no model), with a short
-    activity grace so idle tests take seconds."""
-    harnesses = tmp_path / "agy-harness"
-    (harnesses / "bin").mkdir(parents=True)
+    activity grace so idle tests take seconds, and a short claim lease so a killed server's
+    work is taken over within seconds of its restart."""
+    yield from _server(tmp_path / "data", standin_harnesses(tmp_path), **STANDIN_SETTINGS,
+                       **backends)  # fmt: skip
+
+
+STANDIN_SETTINGS = {"HANGAR_ACTIVITY_GRACE_SECONDS": "1", "HANGAR_CLAIM_LEASE_SECONDS": "3"}
+
+
+def standin_harnesses(root: Path) -> Path:
+    harnesses = root / "agy-harness"
+    (harnesses / "bin").mkdir(parents=True, exist_ok=True)
     shutil.copy(STANDIN, harnesses / "bin" / "agy")
     (harnesses / "bin" / "agy").chmod(0o755)
-    yield from _server(tmp_path / "data", harnesses, HANGAR_ACTIVITY_GRACE_SECONDS="1",
-                       **backends)  # fmt: skip
+    return harnesses

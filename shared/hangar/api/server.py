@@ -72,6 +72,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
             _say(f"the admin token is in {token_file}")
         if stat.S_IMODE(token_file.stat().st_mode) & 0o077:
             _say(f"warning: {token_file} can be read by others; chmod 600 it")
+        runtime.sessions.recover()
         replaced = runtime.sessions.replace_outdated_sandboxes()
         if replaced:
             _say(f"checkpointed and replaced {len(replaced)} sandbox(es) of an older, weaker "

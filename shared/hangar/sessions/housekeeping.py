@@ -83,6 +83,7 @@ class Housekeeping:
         if tick is None:
             return
         if isinstance(tick, ReapTick):
+            self.recover()
             self.reap()
             self.schedule.reap()
             return
@@ -100,6 +101,22 @@ class Housekeeping:
             self._idle_check(session)
         elif isinstance(tick, IntervalTick):
             self._interval_checkpoint(session)
+
+    def recover(self) -> list[str]:
+        """Find every claim whose lease has run out, whatever tick was lost, and take its work
+        over (the reaper's pass, and ``hangar serve`` at start, do this). Returns the sessions."""
+        now = utcnow()
+        working = self.db.list_sessions(states=[S.STARTING, S.SUSPENDING, S.ACTIVE])
+        for session in working:
+            if session.state is S.ACTIVE and session.claim is None:
+                self.schedule.watch(session.id)  # a running turn is always watched
+        stale = [s for s in working if s.claim is not None and s.claim.until <= now]
+        for session in stale:
+            try:
+                self._claim_expired(session)
+            except HangarError as exc:
+                logger.warning("could not take over the claim of %s: %s", session.id, exc.message)
+        return [s.id for s in stale]
 
     def _claim_expired(self, session: Session) -> None:
         claim = session.claim
@@ -123,6 +140,9 @@ class Housekeeping:
             self.suspends.resume(session)
 
     def _watch(self, session: Session) -> None:
+        if session.state is S.STARTING:  # about to run its turn: keep watching
+            self.schedule.watch(session.id)
+            return
         session = self.turns.watch(session)
         if session.state is S.ACTIVE and session.claim is None:
             ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)

@@ -108,14 +108,23 @@ class Schedule:
         self._put(f"start:{session_id}", StartTick(session=session_id, token=token),
                   later(seconds))  # fmt: skip
 
+    @property
+    def _grace(self) -> timedelta:
+        return timedelta(seconds=min(CLAIM_GRACE_SECONDS, self.settings.claim_lease_seconds / 2))
+
+    def expect_claim(self, session_id: str) -> None:
+        """Before claiming: look at the session when the claim about to be taken would run
+        out, so that a worker dying right after the claim still leaves a tick behind."""
+        due = later(self.settings.claim_lease_seconds) + self._grace
+        self._put(f"claim:{session_id}", ClaimTick(session=session_id), due)
+
     def claim_expiry(self, session: Session) -> None:
         """Look at the session when its claim's lease runs out (none: no tick)."""
         key = f"claim:{session.id}"
         if session.claim is None:
             self.ticks.cancel(key)
             return
-        due = session.claim.until + timedelta(seconds=CLAIM_GRACE_SECONDS)
-        self._put(key, ClaimTick(session=session.id), due)
+        self._put(key, ClaimTick(session=session.id), session.claim.until + self._grace)
 
     def watch(self, session_id: str) -> None:
         """Watch the session's running turn: the first watch tick, WATCH_SECONDS from now."""

@@ -433,6 +433,13 @@ class SessionService:
         re-reads state and does only what is still due."""
         self._housekeeping.handle_tick(due)
 
+    def recover(self) -> list[str]:
+        """Take over every claim whose worker died (its lease ran out); ``hangar serve`` calls
+        this at start, the reaper on each pass. Returns the sessions taken over."""
+        recovered = self._housekeeping.recover()
+        self._schedule.reap()
+        return recovered
+
     def reap(self) -> list[str]:
         """Destroy every sandbox whose session's TTL has passed (not during a turn), each
         through the pre-destroy hook, concurrently. Returns the destroyed sandboxes' ids."""

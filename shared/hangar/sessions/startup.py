@@ -93,6 +93,7 @@ class Startup:
     def begin(self, session: Session, intent: StartIntent) -> Session:
         """Claim the session for a start of ``intent`` and schedule its first step; of two
         concurrent callers exactly one wins, the other gets SessionBusy."""
+        self.schedule.expect_claim(session.id)
         claimed = self.transitions.claim_start(session, intent)
         assert claimed.claim is not None
         self.schedule.claim_expiry(claimed)
@@ -102,6 +103,7 @@ class Startup:
     def create(self, session: Session, intent: StartIntent) -> Session:
         """Create a session already claimed for a start of ``intent`` (new, fork) and schedule
         its first step. NameTaken when the name is in use (nothing is created)."""
+        self.schedule.expect_claim(session.id)
         claim = new_claim(ClaimKind.START, self.transitions.lease_seconds)
         made = self.db.create_session(session.model_copy(update={
             "state": S.STARTING, "claim": claim, "start": intent,

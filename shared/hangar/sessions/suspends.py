@@ -47,6 +47,7 @@ class Suspends:
         SUSPENDED: nothing to do. CheckpointError (the session back to IDLE) when it fails."""
         if session.state is S.SUSPENDED:
             return session
+        self.schedule.expect_claim(session.id)
         claimed = self.transitions.claim_suspend(session)
         self.schedule.claim_expiry(claimed)
         return self._suspend(claimed)
@@ -75,6 +76,7 @@ class Suspends:
     def archive(self, session: Session) -> Session:
         """IDLE, SUSPENDED or FAILED to ARCHIVED: the sandbox and the checkpoints go; the record,
         its turns and summaries stay."""
+        self.schedule.expect_claim(session.id)
         claimed = self.transitions.claim_archive(session)
         self.schedule.claim_expiry(claimed)
         return self._archive(claimed)

@@ -128,10 +128,10 @@ class Turns:
                 return idle
         self._update_turn(turn, started_at=turn.started_at or utcnow())
         ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
+        self.schedule.watch(session.id)  # first: a turn running must always be watched
         active = self.transitions.activate(session, token, last_active_at=utcnow(),
                                            sandbox_expires_at=utcnow() + ttl)  # fmt: skip
         self.schedule.claim_expiry(active)
-        self.schedule.watch(session.id)
         return active
 
     def _update_turn(self, turn: Turn, **changes: object) -> Turn:
@@ -185,6 +185,9 @@ class Turns:
         """Claim the turn's end, record its outcome and run log, take its one ``turn``
         checkpoint, and move the session to IDLE. A caller that loses the claim gets the
         session as it is (someone else is finishing it)."""
+        if session.claim is not None and session.claim.until > utcnow():
+            return session  # being finished by someone else
+        self.schedule.expect_claim(session.id)
         try:
             claimed = self.transitions.claim_finish(session)
         except SessionBusy:

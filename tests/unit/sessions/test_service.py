@@ -364,3 +364,96 @@ def test_a_failing_setup_fails_the_session_with_the_reason_and_leaves_no_sandbox
     assert "setup failed (exit 7): no such tool" in session.start_error.message
     assert world.service.get("doomed").turns[-1].outcome is TurnOutcome.FAILED
     assert world.sandboxes.list() == []
+
+
+def test_one_turn_gets_exactly_one_turn_checkpoint_under_concurrent_readers(world: World) -> None:
+    start(world)
+    world.service.send("demo", "wait-for: /tmp/go\nsecond turn")
+    world.settle("demo")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                world.service.get("demo")
+                world.service.wait("demo", timeout=0.2, poll=0.01)
+                world.service.patch("demo")
+                world.service.log("demo")
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+                return
+
+    readers = [threading.Thread(target=read) for _ in range(4)]
+    for r in readers:
+        r.start()
+    try:
+        world.sh("demo", "touch /tmp/go")
+        assert world.service.wait("demo", timeout=60, poll=0.01).outcome is TurnOutcome.EXITED
+    finally:
+        stop.set()
+        for r in readers:
+            r.join()
+    assert not errors, errors
+    reasons = [c.reason for c in world.service.get("demo").checkpoints]
+    assert reasons == [CheckpointReason.TURN, CheckpointReason.TURN]  # one for each turn
+
+
+def test_reads_change_nothing(world: World) -> None:
+    start(world)
+    before = world.service.resolve("demo")
+    world.service.get("demo")
+    world.service.list_sessions()
+    world.service.patch("demo")
+    world.service.log("demo")
+    assert world.service.resolve("demo") == before
+
+
+def test_two_shells_opened_at_once_both_hold_their_leases(world: World) -> None:
+    start(world)
+    barrier = threading.Barrier(2)
+    codes: list[int] = []
+
+    def shell() -> None:
+        barrier.wait()
+        codes.append(world.service.exec("demo", ["sh", "-c", "while [ ! -e /tmp/out ]; do "
+                                                 "sleep 0.02; done"]))  # fmt: skip
+
+    shells = [threading.Thread(target=shell) for _ in range(2)]
+    for s in shells:
+        s.start()
+    try:
+        deadline = threading.Event()
+        for _ in range(500):  # bounded wait for both leases
+            if len(world.service.resolve("demo").shells) == 2:
+                break
+            deadline.wait(0.01)
+        assert len(world.service.resolve("demo").shells) == 2
+    finally:
+        world.sh("demo", "touch /tmp/out")
+        for s in shells:
+            s.join()
+    assert codes == [0, 0] and world.service.resolve("demo").shells == {}
+
+
+def test_exec_on_a_session_with_no_sandbox_is_refused_until_it_is_opened(world: World) -> None:
+    from hangar.errors import SessionNotRunning
+
+    start(world)
+    world.service.suspend("demo")
+    with pytest.raises(SessionNotRunning):
+        world.service.exec("demo", ["true"])
+    world.open("demo")
+    assert world.service.exec("demo", ["true"]) == 0
+
+
+def test_delete_destroys_every_sandbox_labelled_with_the_session(world: World) -> None:
+    from hangar.sandboxes import SandboxSpec
+    from hangar.sessions.sandbox import SESSION_LABEL
+
+    start(world)
+    session = world.service.resolve("demo")
+    orphan = world.sandboxes.create(SandboxSpec(labels={SESSION_LABEL: session.id}))
+    world.service.delete("demo")
+    assert [i.id for i in world.sandboxes.list()] == []
+    assert orphan.id not in {i.id for i in world.sandboxes.list()}

@@ -1,0 +1,235 @@
+"""No crash at any point leaves a session stuck or loses work: a fault injector on the ports
+kills the work (as a dead process would) before the k-th change it makes, for every k, in each
+of the session's flows; a restarted service (its claims' leases run out) then carries on, and
+the session ends where it should with everything in place."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hangar.blobs.local import LocalBlobs
+from hangar.config import Settings
+from hangar.db.sqlite import SqliteDb
+from hangar.keys.local import LocalKeys
+from hangar.models import SessionState as S, TurnOutcome, utcnow
+from hangar.sandboxes.local import LocalSandboxes
+from hangar.sessions.service import SessionService
+from tests.unit.sessions.world import STANDIN, FakeTicks
+
+pytestmark = pytest.mark.sandbox
+
+LEASE = 0.2  # seconds: a dead worker's claim is taken over at once
+CHANGES = {
+    "db": {"create_session", "update_session", "add_turn", "update_turn", "record_checkpoint",
+           "delete_session", "delete_checkpoints"},
+    "sandboxes": {"create", "exec", "put_file", "destroy"},
+    "blobs": {"put", "delete"},
+    "ticks": {"schedule", "cancel"},
+}  # fmt: skip
+"""The calls that change something: a crash is injected before each one of them."""
+
+
+class Crash(BaseException):
+    """The process died here (a BaseException: nothing in hangar may catch it)."""
+
+
+class Fuse:
+    """Counts the changes the flow makes through the ports it wraps (on the flow's own thread:
+    a lease keeper's renewals come and go with time) and blows before change ``at``."""
+
+    def __init__(self, at: int | None) -> None:
+        self.at, self.count = at, 0
+        self.thread = threading.get_ident()
+
+    def tick(self) -> None:
+        if threading.get_ident() != self.thread:
+            return
+        self.count += 1
+        if self.at is not None and self.count == self.at:
+            raise Crash(f"crashed before change {self.count}")
+
+
+class Faulty:
+    """A port whose changing calls go through the fuse first."""
+
+    def __init__(self, inner: Any, port: str, fuse: Fuse) -> None:
+        self._inner, self._changes, self._fuse = inner, CHANGES[port], fuse
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if name not in self._changes:
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._fuse.tick()
+            return value(*args, **kwargs)
+
+        return call
+
+
+@dataclass
+class Rig:
+    settings: Settings
+    db: SqliteDb
+    blobs: LocalBlobs
+    keys: LocalKeys
+    sandboxes: LocalSandboxes
+    ticks: FakeTicks
+
+    def service(self, fuse: Fuse | None = None) -> SessionService:
+        if fuse is None:
+            return SessionService(self.settings, self.db, self.blobs, self.keys, self.sandboxes,
+                                  self.ticks)  # fmt: skip
+        return SessionService(self.settings, Faulty(self.db, "db", fuse),  # type: ignore[arg-type]
+                              Faulty(self.blobs, "blobs", fuse), self.keys,  # type: ignore[arg-type]
+                              Faulty(self.sandboxes, "sandboxes", fuse),  # type: ignore[arg-type]
+                              Faulty(self.ticks, "ticks", fuse))  # type: ignore[arg-type]
+
+    def drive(self, service: SessionService, done: Callable[[], bool], timeout: float = 60) -> None:
+        """Deliver ticks until ``done`` (or a Crash): starts and watches at once (they are
+        hints; early is only sooner), claims when due."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, f"never settled: {service.get('demo')!r:.2000}"
+            now = utcnow()
+            ready = sorted((d for d in self.ticks.due.values() if d.kind in ("start", "watch")
+                            or (d.kind == "claim" and d.due_at <= now)), key=lambda d: d.due_at)
+            if not ready:
+                time.sleep(0.01)
+                continue
+            tick = ready[0]
+            service.handle_tick(tick)  # a Crash propagates: the tick stays, as in a ticker
+            if self.ticks.due.get(tick.key) is tick:
+                del self.ticks.due[tick.key]
+
+
+@pytest.fixture
+def make_rig(tmp_path: Path, remote: Path) -> Iterator[Callable[[str], Rig]]:
+    made: list[Rig] = []
+
+    def make(label: str) -> Rig:
+        root = tmp_path / label
+        harnesses = root / "agy-harness"
+        (harnesses / "bin").mkdir(parents=True)
+        shutil.copy(STANDIN, harnesses / "bin" / "agy")
+        (harnesses / "bin" / "agy").chmod(0o755)
+        settings = Settings.build(data_dir=root / "data", harness_dir=harnesses,
+                                  claim_lease_seconds=LEASE, activity_grace_seconds=0)  # fmt: skip
+        db = SqliteDb.from_url(settings.db)
+        rig = Rig(settings, db, LocalBlobs.from_url(settings.session_store),
+                  LocalKeys.from_url(settings.keys),
+                  LocalSandboxes(root / "sandboxes", harnesses), FakeTicks())  # fmt: skip
+        rig.service().environments.add("app", str(remote), vars={
+            "GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "A",
+            "GIT_COMMITTER_EMAIL": "a@x"})  # fmt: skip
+        made.append(rig)
+        return rig
+
+    yield make
+    for rig in made:
+        for info in rig.sandboxes.list():
+            rig.sandboxes.destroy(info.id, hooks=False)
+        rig.db.close()
+
+
+FIRST = "run: echo one > one.txt && git add one.txt && git commit -qm one && echo wip > wip.txt"
+
+
+def settled(service: SessionService, *states: S) -> Callable[[], bool]:
+    def check() -> bool:
+        session = service.resolve("demo")
+        return session.state in states and session.claim is None
+
+    return check
+
+
+def new_session(rig: Rig, service: SessionService) -> None:
+    service.new("demo", FIRST, "app", harness="antigravity")
+    rig.drive(service, settled(service, S.IDLE, S.FAILED))
+
+
+def suspend(rig: Rig, service: SessionService) -> None:
+    service.suspend("demo")
+
+
+def open_(rig: Rig, service: SessionService) -> None:
+    service.open("demo")
+    rig.drive(service, settled(service, S.IDLE, S.FAILED))
+
+
+FLOWS: dict[str, tuple[list[Callable[[Rig, SessionService], None]], Callable[[Rig, SessionService], None]]] = {
+    # name: (what comes before, unharmed; the flow that crashes)
+    "new and its first turn": ([], new_session),
+    "suspend": ([new_session], suspend),
+    "open into a new sandbox": ([new_session, suspend], open_),
+}
+
+
+def recover(rig: Rig) -> SessionService:
+    """A restarted service: once the dead one's claims have run out (it renews nothing now),
+    it carries their work on."""
+    deadline = time.monotonic() + 10
+    while any(s.claim is not None and s.claim.until > utcnow() for s in rig.db.list_sessions()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    service = rig.service()
+    service.recover()
+    if rig.db.list_sessions():
+        rig.drive(service, settled(service, S.IDLE, S.SUSPENDED, S.FAILED))
+    return service
+
+
+def check_usable(rig: Rig, service: SessionService) -> None:
+    """The session is usable (a failed start, retried, works) and its work is all there."""
+    if not rig.db.list_sessions():  # it died before the session was made: ask again
+        new_session(rig, service)
+    session = service.resolve("demo")
+    assert session.state in (S.IDLE, S.SUSPENDED, S.FAILED) and session.claim is None
+    if service.get("demo").turns[0].outcome is not TurnOutcome.EXITED:
+        service.send("demo", FIRST)  # the first turn never ran: as a user would, ask again
+        rig.drive(service, settled(service, S.IDLE))
+        assert service.wait("demo", timeout=60, poll=0.02).outcome is TurnOutcome.EXITED
+    service.send("demo", "run: cat one.txt wip.txt > both.txt")
+    rig.drive(service, settled(service, S.IDLE))
+    turn = service.wait("demo", timeout=60, poll=0.02)
+    assert turn.outcome is TurnOutcome.EXITED, turn
+    sandbox = service.resolve("demo").sandbox_id
+    assert sandbox
+    both = rig.sandboxes.exec(sandbox, ["cat", "/workspace/app/both.txt"]).stdout
+    assert both == b"one\nwip\n", "the first turn's work came through the crash"
+    assert len(rig.sandboxes.list()) == 1, "no sandbox left behind"
+
+
+@pytest.mark.parametrize("flow", list(FLOWS))
+def test_a_crash_before_any_change_of_a_flow_leaves_a_session_that_works(
+    make_rig: Callable[[str], Rig], flow: str
+) -> None:
+    before, crashing = FLOWS[flow]
+    # A clean run counts the changes the flow makes.
+    rig = make_rig("count")
+    for step in before:
+        step(rig, rig.service())
+    fuse = Fuse(None)
+    crashing(rig, rig.service(fuse))
+    total = fuse.count
+    assert total > 3
+    for k in range(1, total + 1):
+        rig = make_rig(f"crash-{k}")
+        for step in before:
+            step(rig, rig.service())
+        fuse = Fuse(k)
+        try:
+            crashing(rig, rig.service(fuse))
+        except Crash:
+            pass
+        else:  # this run made fewer changes (its polls of the detached runs): no crash here
+            assert fuse.count < k
+        check_usable(rig, recover(rig))
