@@ -84,9 +84,8 @@ class TicksFunction:
     """The ticks function: ``await function(request)`` delivers one tick."""
 
     def __init__(self, runtime: Runtime) -> None:
-        from hangar.ticks.cloudtasks import CloudTasksTicks
-
-        if not isinstance(runtime.ticks, CloudTasksTicks):
+        receiver = runtime.ticks.receiver
+        if receiver is None:
             from hangar.errors import InvalidSettings
 
             raise InvalidSettings(
@@ -95,7 +94,7 @@ class TicksFunction:
                 setting="HANGAR_TICKS",
             )
         self.runtime = runtime
-        self.ticks = runtime.ticks
+        self.receiver = receiver
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> TicksFunction:
@@ -113,7 +112,7 @@ class TicksFunction:
                             headers={"Allow": "POST"})  # fmt: skip
         body = await request.body()
         receipt = await run_in_threadpool(
-            self.ticks.receive, body, self.runtime.sessions.handle_tick
+            self.receiver.receive, body, self.runtime.sessions.handle_tick
         )
         return Response(f"{receipt.outcome}\n", status_code=receipt.status,
                         media_type="text/plain")  # fmt: skip

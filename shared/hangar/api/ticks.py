@@ -24,15 +24,13 @@ PATH = "/ticks"
 
 def tick_route(runtime: Runtime) -> Route | None:
     """The route, when the runtime's ticks arrive over HTTP (Cloud Tasks); else None."""
-    from hangar.ticks.cloudtasks import CloudTasksTicks
-
-    ticks = runtime.ticks
-    if not isinstance(ticks, CloudTasksTicks):
+    receiver = runtime.ticks.receiver
+    if receiver is None:
         return None
 
     async def receive(request: Request) -> Response:
         body = await request.body()
-        receipt = await run_in_threadpool(ticks.receive, body, runtime.sessions.handle_tick)
+        receipt = await run_in_threadpool(receiver.receive, body, runtime.sessions.handle_tick)
         return PlainTextResponse(f"{receipt.outcome}\n", status_code=receipt.status)
 
     return Route(PATH, receive, methods=["POST"])

@@ -26,7 +26,8 @@ from urllib.parse import urlsplit
 
 from hangar.blobs import check_key
 from hangar.config import Settings
-from hangar.errors import AlreadyExists, BackendError, BlobNotFound, InvalidSettings
+from hangar.errors import AlreadyExists, BlobNotFound, InvalidSettings
+from hangar.gcloud import translate, vendor_errors
 
 SINGLE_REQUEST_LIMIT = 8 * 1024 * 1024
 """Objects up to this size go up in one request; larger ones in a resumable upload."""
@@ -34,34 +35,11 @@ SINGLE_REQUEST_LIMIT = 8 * 1024 * 1024
 _SETTING = "HANGAR_SESSION_STORE"
 
 
-def _google_errors() -> tuple[type[BaseException], ...]:
-    """The exception types the google client raises for service and transport failures."""
-    from google.api_core import exceptions as api_exceptions
-    from google.auth import exceptions as auth_exceptions
-
-    kinds: list[type[BaseException]] = [
-        api_exceptions.GoogleAPIError,
-        auth_exceptions.GoogleAuthError,
-    ]
-    try:
-        import requests
-
-        kinds.append(requests.exceptions.RequestException)
-    except ImportError:  # pragma: no cover - requests ships with google-cloud-storage
-        pass
-    try:
-        from google.cloud.storage.exceptions import InvalidResponse
-
-        kinds.append(InvalidResponse)
-    except ImportError:  # pragma: no cover - older client versions
-        pass
-    return tuple(kinds)
-
-
 @contextlib.contextmanager
 def _mapped(key: str, action: str) -> Iterator[None]:
     """Turn google client errors into hangar errors (412 -> AlreadyExists, 404 ->
-    BlobNotFound, anything else -> BackendError). Other exceptions pass through."""
+    BlobNotFound, anything else as :mod:`hangar.gcloud`'s table says). Other exceptions pass
+    through."""
     from google.api_core import exceptions as api_exceptions
 
     try:
@@ -70,8 +48,8 @@ def _mapped(key: str, action: str) -> Iterator[None]:
         raise AlreadyExists(f"blob {key!r} exists", key=key) from None
     except api_exceptions.NotFound:
         raise BlobNotFound(f"blob {key!r} not found", key=key) from None
-    except _google_errors() as exc:
-        raise BackendError(f"cannot {action} blob {key!r}: {exc}", key=key) from None
+    except vendor_errors() as exc:
+        raise translate(exc, f"cannot {action} blob {key!r}", key=key) from None
 
 
 class _ChunkReader(io.RawIOBase):

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -56,6 +55,7 @@ from hangar.errors import (
     InvalidInput, InvalidSettings, NameTaken, NotFound, SessionNotFound, TokenNotFound,
     VersionConflict,
 )
+from hangar.gcloud import translate, vendor_errors
 from hangar.models import (
     Checkpoint, Environment, Record, Session, SessionState, TickDue, Token, Turn,
 )
@@ -128,11 +128,8 @@ def _filter(field: str, op: str, value: object) -> Any:
 def _vendor() -> SimpleNamespace:
     """The vendor exception types, imported on first need."""
     from google.api_core import exceptions as api
-    from google.auth import exceptions as auth
 
-    rpc_error = importlib.import_module("grpc").RpcError  # by name: grpc has no type stubs
-    return SimpleNamespace(exists=api.AlreadyExists, aborted=api.Aborted,
-                           any=(api.GoogleAPIError, auth.GoogleAuthError, rpc_error))  # fmt: skip
+    return SimpleNamespace(exists=api.AlreadyExists, aborted=api.Aborted, any=vendor_errors())
 
 
 def _stale(kind: str, key: object, expected: int, actual: object) -> VersionConflict:
@@ -215,8 +212,7 @@ class FirestoreDb:
             raise VersionConflict(f"{self._where}: {action}: contention ({exc.message}); "
                                   "re-read and try again") from None  # fmt: skip
         except vendor.any as exc:
-            raise BackendError(f"{self._where}: cannot {action}: {exc}",
-                               vendor_error=type(exc).__name__) from None  # fmt: skip
+            raise translate(exc, f"{self._where}: cannot {action}") from None
         except ValueError as exc:
             # The client wraps the last Aborted of a transaction that used every attempt in a
             # ValueError; any other ValueError is a bug and passes through.

@@ -21,6 +21,7 @@ import threading
 from typing import Any
 
 from hangar.config import Settings
+from hangar.gcloud import translate, vendor_errors
 from hangar.errors import BackendError, DecryptionFailed, InvalidSettings
 
 _SETTING = "HANGAR_KEYS"
@@ -36,14 +37,6 @@ def _crc32c(data: bytes) -> int:
     import google_crc32c  # type: ignore[import-untyped,unused-ignore]
 
     return int(google_crc32c.value(data))
-
-
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    """Failures below the API: auth and HTTP transport (REST uses requests)."""
-    from google.auth import exceptions as auth_exceptions
-    from requests import exceptions as requests_exceptions
-
-    return (auth_exceptions.GoogleAuthError, requests_exceptions.RequestException)
 
 
 def _refuses_ciphertext(exc: BaseException) -> bool:
@@ -108,13 +101,12 @@ class GcpKmsKeys:
                     client_options=ClientOptions(api_endpoint=self.endpoint),
                 )
             return kms.KeyManagementServiceClient()
-        except _transport_errors() as exc:
-            raise BackendError(f"cannot build the Cloud KMS client: {exc}") from None
+        except vendor_errors() as exc:
+            raise translate(exc, "cannot build the Cloud KMS client") from None
 
     def wrap(self, data_key: bytes) -> bytes:
         """Encrypt ``data_key`` with the crypto key; BackendError on any failure, including a
         checksum mismatch either way."""
-        from google.api_core import exceptions as api_exceptions
 
         try:
             response = self._kms().encrypt(
@@ -125,12 +117,8 @@ class GcpKmsKeys:
                 },
                 timeout=_TIMEOUT,
             )
-        except api_exceptions.GoogleAPIError as exc:
-            raise BackendError(
-                f"Cloud KMS encrypt with {self.key_name} failed: {exc}"
-            ) from None
-        except _transport_errors() as exc:
-            raise BackendError(f"Cloud KMS unreachable: {exc}") from None
+        except vendor_errors() as exc:
+            raise translate(exc, f"Cloud KMS encrypt with {self.key_name} failed") from None
         ciphertext = bytes(response.ciphertext)
         if not response.verified_plaintext_crc32c:
             raise BackendError(
@@ -150,7 +138,6 @@ class GcpKmsKeys:
     def unwrap(self, wrapped: bytes) -> bytes:
         """Decrypt a wrapped key; DecryptionFailed when the service refuses the ciphertext
         (altered, or wrapped by another key), BackendError for any other failure."""
-        from google.api_core import exceptions as api_exceptions
 
         try:
             response = self._kms().decrypt(
@@ -161,17 +148,13 @@ class GcpKmsKeys:
                 },
                 timeout=_TIMEOUT,
             )
-        except api_exceptions.GoogleAPIError as exc:
+        except vendor_errors() as exc:
             if _refuses_ciphertext(exc):
                 message = getattr(exc, "message", str(exc))
                 raise DecryptionFailed(
                     f"wrapped key does not unwrap with {self.key_name}: {message}"
                 ) from None
-            raise BackendError(
-                f"Cloud KMS decrypt with {self.key_name} failed: {exc}"
-            ) from None
-        except _transport_errors() as exc:
-            raise BackendError(f"Cloud KMS unreachable: {exc}") from None
+            raise translate(exc, f"Cloud KMS decrypt with {self.key_name} failed") from None
         plaintext = bytes(response.plaintext)
         if int(response.plaintext_crc32c) != _crc32c(plaintext):
             raise BackendError(

@@ -25,6 +25,7 @@ Contract for every backend (checked by :mod:`hangar.testing.ticks`):
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -37,7 +38,32 @@ TickHandler = Callable[[TickDue], None]
 """What a ticker calls with each due tick."""
 
 
+@dataclass(frozen=True)
+class Receipt:
+    """What a receiver did with a delivery: the HTTP ``status`` to answer (non-2xx makes the
+    sender retry) and the ``outcome`` word (delivered, stale, forged, ...), and the tick's
+    key when one was named."""
+
+    status: int
+    outcome: str
+    key: str | None = None
+
+
+class TickReceiver(Protocol):
+    """Ticks that arrive as HTTP requests (Cloud Tasks posts them): ``receive`` delivers the
+    one a request's body names, if it is stored and due, to ``handler``; it never raises for a
+    bad or stale body, and blocks while the handler runs."""
+
+    def receive(self, body: bytes, handler: TickHandler | None = None) -> Receipt: ...
+
+
 class Ticks(Protocol):
+    @property
+    def receiver(self) -> TickReceiver | None:
+        """How deliveries arrive over HTTP, for a backend whose ticks come that way; None for
+        one that delivers them itself (the in-process ticker)."""
+        ...
+
     def schedule(
         self, key: str, kind: str, due_at: datetime, payload: dict[str, Any] | None = None
     ) -> None:

@@ -69,7 +69,6 @@ import re
 import secrets
 import threading
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
@@ -81,7 +80,8 @@ from hangar.db import Db
 from hangar.db.records import utc
 from hangar.errors import HangarError, InvalidInput, InvalidSettings
 from hangar.models import TickDue
-from hangar.ticks import TickHandler
+from hangar.gcloud import vendor_errors
+from hangar.ticks import Receipt, TickHandler, TickReceiver
 
 if TYPE_CHECKING:
     from google.cloud.tasks_v2 import CloudTasksClient, Task
@@ -108,16 +108,6 @@ _Created = Literal["created", "exists", "failed"]
 def _is_http_url(url: str) -> bool:
     parts = urlsplit(url)
     return parts.scheme in ("http", "https") and bool(parts.netloc)
-
-
-@dataclass(frozen=True)
-class Receipt:
-    """What :meth:`CloudTasksTicks.receive` did with a delivery: the HTTP ``status`` to answer
-    (non-2xx makes Cloud Tasks retry) and the ``outcome`` word (see the module docstring)."""
-
-    status: int
-    outcome: Outcome
-    key: str | None = None
 
 
 class TickTask(BaseModel):
@@ -296,6 +286,11 @@ class CloudTasksTicks:
             self._idle.wait_for(lambda: self._active == 0)
 
     # ------------------------------------------------------------------------ delivery
+
+    @property
+    def receiver(self) -> TickReceiver:
+        """Cloud Tasks posts the ticks: this backend is their receiver too."""
+        return self
 
     def receive(self, body: bytes, handler: TickHandler | None = None) -> Receipt:
         """Deliver the task whose body this is to ``handler`` (default: the one ``start`` got)
@@ -481,7 +476,6 @@ class CloudTasksTicks:
         error: a failure is logged and answered ``failed`` (the due-time stays in the db)."""
         from google.api_core import exceptions as api_exceptions
         from google.api_core.retry import Retry, if_exception_type
-        from google.auth import exceptions as auth_exceptions
 
         # The name is fixed for this call, so a retry after a lost answer dedupes.
         retry = Retry(
@@ -501,7 +495,7 @@ class CloudTasksTicks:
             )
         except api_exceptions.AlreadyExists:
             return "exists"
-        except (api_exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError) as exc:
+        except vendor_errors() as exc:
             logger.warning(
                 "ticks: could not create the Cloud Tasks task for %r in %s (it stays due in "
                 "the db; the sweep enqueues it again): %s",

@@ -33,7 +33,7 @@ from hangar.db import Db
 from hangar.db.records import utc
 from hangar.errors import HangarError, InvalidInput, InvalidSettings
 from hangar.models import TickDue
-from hangar.ticks import TickHandler
+from hangar.ticks import TickHandler, TickReceiver
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,9 @@ class _Failure:
 
 class LocalTicks:
     """The ticks port in this process. See the module docstring for how it runs."""
+
+    receiver: TickReceiver | None = None
+    """It delivers its ticks itself: none arrive over HTTP."""
 
     def __init__(
         self,

@@ -38,6 +38,8 @@ class FakeTicks:
     want to; once started, a thread delivers the :data:`AUTO_KINDS` when due, one at a time,
     as a ticker would (a tick is dropped after its handler returns unless it was moved)."""
 
+    receiver = None  # it delivers its ticks itself
+
     def __init__(self, auto: frozenset[str] = AUTO_KINDS) -> None:
         self.due: dict[str, TickDue] = {}
         self.auto = auto

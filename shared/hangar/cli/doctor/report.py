@@ -71,16 +71,9 @@ def within(seconds: float, probe: Callable[[], T]) -> T:
 def vendor_errors() -> tuple[type[BaseException], ...]:
     """Failures the Google clients raise (service answers, credentials, transport), and OSError.
     Imported only when an exception needs matching, so embedded runs never load them."""
-    from google.api_core import exceptions as api_exceptions
-    from google.auth import exceptions as auth_exceptions
-    from requests import exceptions as requests_exceptions
+    from hangar import gcloud
 
-    return (
-        api_exceptions.GoogleAPIError,
-        auth_exceptions.GoogleAuthError,
-        requests_exceptions.RequestException,
-        OSError,
-    )
+    return (*gcloud.vendor_errors(), OSError)
 
 
 def describe(exc: BaseException) -> str:
