@@ -156,6 +156,17 @@ def new_session(rig: Rig, service: SessionService) -> None:
     rig.drive(service, settled(service, S.IDLE, S.FAILED))
 
 
+def send(rig: Rig, service: SessionService) -> None:
+    service.send("demo", "run: echo two > two.txt")
+    rig.drive(service, settled(service, S.IDLE, S.FAILED))
+
+
+def fork(rig: Rig, service: SessionService) -> None:
+    service.fork("demo", 1)
+    rig.drive(service, lambda: service.resolve("demo-fork-1").state in (S.IDLE, S.FAILED)
+              and service.resolve("demo-fork-1").claim is None)  # fmt: skip
+
+
 def suspend(rig: Rig, service: SessionService) -> None:
     service.suspend("demo")
 
@@ -168,7 +179,9 @@ def open_(rig: Rig, service: SessionService) -> None:
 FLOWS: dict[str, tuple[list[Callable[[Rig, SessionService], None]], Callable[[Rig, SessionService], None]]] = {
     # name: (what comes before, unharmed; the flow that crashes)
     "new and its first turn": ([], new_session),
+    "a second turn": ([new_session], send),
     "suspend": ([new_session], suspend),
+    "fork": ([new_session], fork),
     "open into a new sandbox": ([new_session, suspend], open_),
 }
 
@@ -205,7 +218,11 @@ def check_usable(rig: Rig, service: SessionService) -> None:
     assert sandbox
     both = rig.sandboxes.exec(sandbox, ["cat", "/workspace/app/both.txt"]).stdout
     assert both == b"one\nwip\n", "the first turn's work came through the crash"
-    assert len(rig.sandboxes.list()) == 1, "no sandbox left behind"
+    for info in rig.sandboxes.list():  # no sandbox left behind: each is its session's own
+        owner = rig.db.get_session(info.labels["hangar.session"])
+        assert owner.sandbox_id == info.id, (info, owner.state)
+    for other in rig.db.list_sessions():
+        assert other.claim is None and other.state is not S.STARTING, other
 
 
 @pytest.mark.parametrize("flow", list(FLOWS))
