@@ -91,6 +91,10 @@ class Settings(BaseModel):
     sandbox_limits: Literal["auto", "cgroup", "rlimit"] = Field(
         "auto", description="How the agent's limits are enforced: auto, cgroup or rlimit"
     )
+    max_body_mb: float = Field(
+        32, gt=0, le=1024, description="The largest request body the API reads, in MiB (Cloud "
+        "Run's own request limit is 32); larger ones get 413 before they are read",
+    )
     sandbox_max_pids: int = Field(1024, ge=16, description="Processes and threads of the agent")
     sandbox_memory_mb: int = Field(
         4096, ge=64, description="The agent's memory (cgroup: all of it; rlimit: per process)"

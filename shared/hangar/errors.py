@@ -49,6 +49,8 @@ inside the backend module that meets them and never escape it.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, ClassVar
 
 
@@ -64,13 +66,33 @@ class HangarError(Exception):
         self.data: dict[str, Any] = data
 
     def to_dict(self) -> dict[str, Any]:
-        """The wire shape: ``{"error": {"code", "message", ...data}}``."""
-        return {"error": {"code": self.code, "message": self.message, **self.data}}
+        """The wire shape: ``{"error": {"code", "message", ...data}}``; every value JSON can
+        carry (a value it cannot, an infinite number say, as its text)."""
+        data = {k: v if _plain(v) else str(v) for k, v in self.data.items()}
+        return {"error": {"code": self.code, "message": self.message, **data}}
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return value is None or isinstance(value, str | int | bool)
 
 
 class InvalidInput(HangarError):
     code = "invalid_input"
     status = 400
+
+
+class PayloadTooLarge(HangarError):
+    """A request body over the server's cap (``HANGAR_MAX_BODY_MB``), refused before it is
+    read."""
+
+    code = "payload_too_large"
+    status = 413
 
 
 class InvalidName(InvalidInput):

@@ -187,6 +187,9 @@ class Session(Record):
     restore_skipped: list[SkippedCheckpoint] = Field(
         default_factory=list, description="newer checkpoints the last restore could not use"
     )
+    turn_count: int | None = Field(default=None, description="how many turns it has (None: a "
+                                   "record from before it was kept here)")
+    last_summary: str | None = Field(default=None, description="the last finished turn's summary")
     checkpoint_error: str | None = Field(
         default=None,
         description="the last checkpoint's failure, until one succeeds; a sandbox whose "

@@ -61,10 +61,10 @@ def test_unknown_routes_and_methods_answer_json(api: TestClient) -> None:
 def test_an_unexpected_failure_is_a_500_that_leaks_nothing(
     api: TestClient, runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def explode() -> None:
+    def explode(*args: object) -> None:
         raise RuntimeError("db password is hunter2")
 
-    monkeypatch.setattr(runtime.sessions, "list_sessions", explode)
+    monkeypatch.setattr(runtime.sessions, "page", explode)
     response = api.get("/api/sessions")
     assert response.status_code == 500
     error = response.json()["error"]
@@ -101,7 +101,7 @@ def test_bad_input_gets_one_clear_error_and_changes_nothing(
         response = api.post("/api/sessions", json=body)
         assert (response.status_code, response.json()["error"]["code"]) == (status, code), body
         assert response.json()["error"]["message"]
-    assert api.get("/api/sessions").json() == []
+    assert api.get("/api/sessions").json()["sessions"] == []
     assert api.get("/api/sandboxes").json() == []
 
     unreachable = api.post("/api/envs", json={"name": "ghost", "repo": str(tmp_path / "no.git")})
@@ -116,7 +116,7 @@ def test_bad_input_gets_one_clear_error_and_changes_nothing(
                                             "harness": "antigravity"})  # fmt: skip
     assert (again.status_code, again.json()["error"]["code"]) == (409, "name_taken")
     wait_turn(api, "taken", 1)
-    assert [s["name"] for s in api.get("/api/sessions").json()] == ["taken"]
+    assert [s["name"] for s in api.get("/api/sessions").json()["sessions"]] == ["taken"]
     assert len(api.get("/api/sandboxes").json()) == 1
 
     for method, path in [("GET", "/api/sessions/nope"), ("DELETE", "/api/sessions/nope"),

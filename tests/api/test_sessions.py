@@ -59,7 +59,9 @@ def test_a_session_lives_suspends_resumes_forks_and_dies_through_the_api(
     assert conversation and view["resume_hint"] == f"agy --conversation {conversation}"
     assert api.get(f"/api/sessions/{view['id']}").json()["name"] == "demo"  # by id too
 
-    listed = api.get("/api/sessions").json()
+    page = api.get("/api/sessions").json()
+    listed = page["sessions"]
+    assert page["next_cursor"] is None and listed[0]["turn_count"] == 1
     assert [s["name"] for s in listed] == ["demo"] and VIEW_FIELDS - set(listed[0]) == {
         "turns", "checkpoints"}  # fmt: skip
     assert "hunter2hunter2" not in json.dumps(listed) and "[redacted]" in listed[0]["summary"]
@@ -103,7 +105,8 @@ def test_a_session_lives_suspends_resumes_forks_and_dies_through_the_api(
 
     assert api.delete("/api/sessions/demo").status_code == 204
     assert api.get("/api/sessions/demo").json()["error"]["code"] == "session_not_found"
-    assert {s["name"] for s in api.get("/api/sessions").json()} == {"demo-fork-1", "demo-fork-2"}
+    listed = api.get("/api/sessions").json()["sessions"]
+    assert {s["name"] for s in listed} == {"demo-fork-1", "demo-fork-2"}
 
 
 def test_exec_reports_failures_in_the_stream_and_bad_stdin_up_front(

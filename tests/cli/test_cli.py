@@ -39,7 +39,8 @@ def test_serve_keeps_the_admin_token_private_and_never_prints_it(
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     secret = token_file.read_text().strip()
     assert len(secret) >= 40
-    assert cli("session", "list", "--json") == (0, "[]\n", "")
+    assert cli("session", "list", "--json")[:2] == (0, json.dumps(
+        {"sessions": [], "next_cursor": None}, indent=2) + "\n")
     assert server.stop() == 0
     printed = b"".join(server.output).decode()
     assert str(token_file) in printed and "stopped" in printed
@@ -106,7 +107,7 @@ def test_a_session_through_the_cli(server: Server, cli: Cli, remote: Path) -> No
     conversation = view["harness_session"]
 
     code, out, _ = cli("session", "list", "--json")
-    listed = json.loads(out)
+    listed = json.loads(out)["sessions"]
     assert code == 0 and [s["name"] for s in listed] == ["demo"]
     assert "turns" not in listed[0] and "checkpoints" not in listed[0]
     assert GET_FIELDS - {"turns", "checkpoints"} <= set(listed[0])

@@ -228,7 +228,8 @@ def test_bad_input_gets_one_clear_error_and_changes_nothing(
         assert done.stderr.count("\n") == 1 and f"({code})" in done.stderr, done.stderr
     unknown = server.cli("session", "new", "x", "hi", "--env", "app", "--harness", "cursor")
     assert unknown.returncode == 2 and "cursor" in unknown.stderr
-    assert [s["name"] for s in json.loads(server.ok("session", "list", "--json"))] == ["taken"]
+    listed = json.loads(server.ok("session", "list", "--json"))["sessions"]
+    assert [s["name"] for s in listed] == ["taken"]
     assert [e["name"] for e in json.loads(server.ok("env", "list", "--json"))] == ["app"]
 
 

@@ -2,7 +2,7 @@
 
 Every route needs a bearer token with the admin scope, except the OpenAPI document at
 ``/api/openapi.json`` and, when asked for, ``POST /ticks`` (see :mod:`hangar.api.ticks`). Errors are ``{"error": {"code", "message", ...}}`` with the error's HTTP
-status; anything unexpected is a 500 ``internal`` whose details go to the log, never to the
+status; bodies over ``HANGAR_MAX_BODY_MB`` are refused before they are read (413); anything unexpected is a 500 ``internal`` whose details go to the log, never to the
 client. Service calls block, so they run in the thread pool (or, when they stream, in a thread
 of their own); the event loop never waits on them.
 """
@@ -17,10 +17,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Route
 
 from hangar.api import envs, openapi, sandboxes, sessions
 from hangar.api.auth import authenticate
+from hangar.api.limits import BodyLimit
 from hangar.api.routes import Endpoint, Handler
 from hangar.api.terminal import terminal_route
 from hangar.api.ticks import tick_route
@@ -77,4 +79,6 @@ def create_app(runtime: Runtime, *, receive_ticks: bool = False) -> Starlette:
     ticks = tick_route(runtime) if receive_ticks else None
     if ticks is not None:
         routes.append(ticks)
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    limit = int(runtime.settings.max_body_mb * 2**20)
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
+                     middleware=[Middleware(BodyLimit, max_bytes=limit)])  # fmt: skip

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from hangar.api.limits import find_nul
 from hangar.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -61,14 +62,18 @@ class Endpoint:
 
 async def parse(request: Request, model: type[M]) -> M:
     """The request's JSON body as ``model`` (an empty body is ``{}``); InvalidInput naming the
-    first field that is wrong."""
+    first field that is wrong, or holds a NUL byte."""
     raw = await request.body()
     try:
-        return model.model_validate_json(raw or b"{}")
+        parsed = model.model_validate_json(raw or b"{}")
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
         raise InvalidInput(f"invalid request: {where}: {first['msg']}", field=where) from None
+    nul = find_nul(parsed.model_dump())  # bytes (stdin) may hold anything
+    if nul:
+        raise InvalidInput(f"invalid request: {nul}: must not contain a NUL byte", field=nul)
+    return parsed
 
 
 def reply(model: BaseModel | Sequence[BaseModel], status: int = 200) -> JSONResponse:
@@ -79,7 +84,11 @@ def reply(model: BaseModel | Sequence[BaseModel], status: int = 200) -> JSONResp
 
 
 def param(request: Request, name: str) -> str:
-    return str(request.path_params[name])
+    """A path parameter; InvalidInput when it holds a NUL byte."""
+    value = str(request.path_params[name])
+    if "\x00" in value:
+        raise InvalidInput(f"invalid request: {name} must not contain a NUL byte", field=name)
+    return value
 
 
 async def run_waiting(request: Request, func: Callable[[], T]) -> T:

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from hangar.api import schemas as s
 from hangar.api.routes import Endpoint, param, reply
 from hangar.errors import InvalidInput
+from hangar.sessions.sandbox import SESSION_LABEL
 
 if TYPE_CHECKING:
     from hangar.runtime import Runtime
@@ -22,8 +23,10 @@ if TYPE_CHECKING:
 
 async def list_all(runtime: Runtime, request: Request) -> Response:
     def views() -> list[s.SandboxView]:
-        names = {x.id: x.name for x in runtime.sessions.list_sessions()}
-        return [s.SandboxView.of(info, names) for info in runtime.sandboxes.list()]
+        boxes = runtime.sandboxes.list()
+        owners = {info.labels.get(SESSION_LABEL) for info in boxes} - {None}
+        names = runtime.sessions.names_of(sorted(o for o in owners if o))
+        return [s.SandboxView.of(info, names) for info in boxes]
 
     return reply(await run_in_threadpool(views))
 

@@ -20,7 +20,10 @@ from hangar.models import Checkpoint, Environment, Session, SessionDetail, Turn
 from hangar.redact import redact
 from hangar.sandboxes import SandboxInfo
 from hangar.sessions.environments import loopback_warnings
-from hangar.sessions.service import SESSION_LABEL
+from hangar.sessions.service import MAX_IDLE_MINUTES, SESSION_LABEL
+
+MAX_TURN = 1_000_000
+"""No session gets near it; numbers past it are refused before any lookup."""
 
 
 def _base64(value: object) -> bytes:
@@ -53,7 +56,8 @@ class NewSession(Body):
     model: str | None = None
     title: str | None = Field(None, description="default: the message's first line")
     idle_minutes: float | None = Field(
-        None, ge=0, description="suspend after this long unused (0: never; default 30)"
+        None, ge=0, le=MAX_IDLE_MINUTES, allow_inf_nan=False,
+        description="suspend after this long unused (0: never; default 30; at most a week)",
     )
 
 
@@ -62,7 +66,8 @@ class SendMessage(Body):
 
 
 class Keep(Body):
-    idle_minutes: float = Field(ge=0, description="0: never suspend for idleness")
+    idle_minutes: float = Field(ge=0, le=MAX_IDLE_MINUTES, allow_inf_nan=False,
+                                description="0: never suspend for idleness; at most a week")
 
 
 class Fork(Body):
@@ -70,15 +75,16 @@ class Fork(Body):
 
 
 class Wait(Body):
-    turn: int | None = Field(None, ge=1, description="default: the latest turn")
-    timeout: float = Field(30, ge=0, le=600, description="seconds; the turn comes back "
+    turn: int | None = Field(None, ge=1, le=MAX_TURN, description="default: the latest turn")
+    timeout: float = Field(30, ge=0, le=600, allow_inf_nan=False, description="seconds; the turn comes back "
                            "unfinished (finished_at null) if it is still running")  # fmt: skip
 
 
 class Exec(Body):
     argv: list[str] = Field(min_length=1, description="the command, run in the repo folder")
     stdin: Base64 | None = Field(None, description="the command's standard input")
-    timeout: float | None = Field(None, gt=0, le=86400, description="seconds")
+    timeout: float | None = Field(None, gt=0, le=86400, allow_inf_nan=False,
+                                  description="seconds")
 
 
 class NewEnvironment(Body):
@@ -168,6 +174,7 @@ class SessionSummary(BaseModel):
                                                   "{checkpoint_id, code, message}")
     resume_hint: str | None = Field(description="what to type in the terminal to carry on")
     summary: str | None = Field(description="the last turn's summary (redacted in lists)")
+    turn_count: int | None = Field(description="how many turns it has")
 
     @classmethod
     def fields_of(cls, s: Session, summary: str | None) -> dict[str, object]:
@@ -181,13 +188,15 @@ class SessionSummary(BaseModel):
             phase=s.phase.model_dump(mode="json") if s.phase else None,
             start_error=s.start_error.model_dump(mode="json") if s.start_error else None,
             checkpoint_error=s.checkpoint_error, restored_from=s.restored_from,
+            turn_count=s.turn_count,
             restore_skipped=[k.model_dump() for k in s.restore_skipped],
             resume_hint=hint, summary=summary,
         )  # fmt: skip
 
     @classmethod
-    def of(cls, s: Session, last: Turn | None = None) -> SessionSummary:
-        fields = cls.fields_of(s, redact(last.summary) if last else None)
+    def of(cls, s: Session) -> SessionSummary:
+        """As lists show it: from the record alone (no query per session), redacted."""
+        fields = cls.fields_of(s, redact(s.last_summary) if s.last_summary else None)
         fields["title"] = redact(s.title) or ""  # a title is the first message's first line
         return cls.model_validate(fields)
 
@@ -206,6 +215,13 @@ class SessionView(SessionSummary):
             "turns": [TurnView.of(t) for t in s.turns],
             "checkpoints": [CheckpointView.of(c) for c in s.checkpoints],
         })  # fmt: skip
+
+
+class SessionPage(BaseModel):
+    """One page of sessions, newest first; ``next_cursor`` asks for the next (null: the end)."""
+
+    sessions: list[SessionSummary]
+    next_cursor: str | None
 
 
 class StartedView(BaseModel):

@@ -1,6 +1,7 @@
 """``hangar serve``: the control plane on one machine, on the embedded backends or the cloud ones.
 
-At start it checkpoints and destroys every sandbox made by an older layout of the sandbox
+At start it brings records of an older hangar up to date (:mod:`hangar.sessions.migrations`),
+takes over the claims a previous process left, and checkpoints and destroys every sandbox made by an older layout of the sandbox
 backend (their sessions become SUSPENDED and resume in a current one). On first start it makes
 an admin token, writes it to ``DATA_DIR/admin-token`` (mode 0600) and
 says where it is (never what it is). It starts the in-process ticker, so turns finish, idle
@@ -27,6 +28,7 @@ from hangar.api.auth import TOKEN_FILE, ensure_admin_token
 from hangar.api.ticks import PATH as TICKS_PATH
 from hangar.config import Settings
 from hangar.errors import InvalidSettings
+from hangar.sessions.migrations import migrate
 
 GRACE_SECONDS = 5
 
@@ -72,6 +74,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
             _say(f"the admin token is in {token_file}")
         if stat.S_IMODE(token_file.stat().st_mode) & 0o077:
             _say(f"warning: {token_file} can be read by others; chmod 600 it")
+        migrate(runtime.db)
         runtime.sessions.recover()
         replaced = runtime.sessions.replace_outdated_sandboxes()
         if replaced:

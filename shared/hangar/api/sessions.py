@@ -26,7 +26,7 @@ from hangar.api import schemas as s
 from hangar.api.routes import NDJSON, Endpoint, Query, param, parse, reply, run_waiting
 from hangar.api.streams import ClientGone, Emitter, in_thread
 from hangar.errors import HangarError, InvalidInput
-from hangar.models import Session, SessionState, Turn
+from hangar.models import Session, SessionState
 from hangar.sessions.service import Started
 
 if TYPE_CHECKING:
@@ -39,15 +39,11 @@ TEXT = "text/plain; charset=utf-8"
 DIFF = "text/x-diff; charset=utf-8"
 FOLLOW_SLICE = 60.0
 """Seconds between checks, while following a quiet turn's log, that the reader is still there."""
-
-
-def _last_turn(runtime: Runtime, session: Session) -> Turn | None:
-    turns = runtime.db.list_turns(session.id)
-    return turns[-1] if turns else None
+DEFAULT_PAGE, MAX_PAGE = 50, 500
 
 
 def _summary(runtime: Runtime, session: Session) -> s.SessionSummary:
-    return s.SessionSummary.of(session, _last_turn(runtime, session))
+    return s.SessionSummary.of(session)
 
 
 def _started(runtime: Runtime, started: Started) -> s.StartedView:
@@ -69,10 +65,15 @@ async def create(runtime: Runtime, request: Request) -> Response:
 
 
 async def list_all(runtime: Runtime, request: Request) -> Response:
-    def views() -> list[s.SessionSummary]:
-        return [_summary(runtime, x) for x in runtime.sessions.list_sessions()]
+    limit = _int_query(request, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
+    cursor = request.query_params.get("cursor") or None
 
-    return reply(await run_in_threadpool(views))
+    def page() -> s.SessionPage:
+        sessions, after = runtime.sessions.page(limit, cursor)
+        return s.SessionPage(sessions=[s.SessionSummary.of(x) for x in sessions],
+                             next_cursor=after)  # fmt: skip
+
+    return reply(await run_in_threadpool(page))
 
 
 async def get(runtime: Runtime, request: Request) -> Response:
@@ -146,13 +147,21 @@ async def patch(runtime: Runtime, request: Request) -> Response:
     return Response(data, media_type=DIFF)
 
 
+def _int_query(request: Request, name: str, low: int, high: int, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise InvalidInput(f"{name} must be a whole number from {low} to {high}, not {raw[:30]!r}",
+                           field=name)  # fmt: skip
+    return int(raw)
+
+
 def _turn_query(request: Request) -> int | None:
     raw = request.query_params.get("turn")
     if raw is None or raw == "":
         return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise InvalidInput(f"turn must be a number from 1, not {raw!r}", field="turn")
-    return int(raw)
+    return _int_query(request, "turn", 1, s.MAX_TURN, 1)
 
 
 async def log(runtime: Runtime, request: Request) -> Response:
@@ -236,8 +245,13 @@ ENDPOINTS = [
     Endpoint("POST", "/api/sessions", "Create a session and ask for its first turn; answers at "
              "once, the session STARTING (its phase says where) and the turn's number", create,
              s.NewSession, s.StartedView, status=202),
-    Endpoint("GET", "/api/sessions", "List sessions, newest first (no turns or checkpoints)",
-             list_all, response=s.SessionSummary, many=True),
+    Endpoint("GET", "/api/sessions", "One page of sessions, newest first (no turns or "
+             "checkpoints); next_cursor asks for the next page", list_all,
+             response=s.SessionPage, query=[
+                 Query("limit", "integer", f"sessions a page (1-{MAX_PAGE}, default "
+                       f"{DEFAULT_PAGE})"),
+                 Query("cursor", "string", "the previous page's next_cursor"),
+             ]),
     Endpoint("GET", S, "A session with its turns and checkpoints", get,
              response=s.SessionView),
     Endpoint("DELETE", S, "Delete the session, its sandbox and everything it stored", delete,

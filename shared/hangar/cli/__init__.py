@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from hangar import __version__
@@ -32,14 +32,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{where}: {message}" if where else message)
 
 
-def _port(raw: str) -> int:
-    try:
-        port = int(raw)
-    except ValueError:
-        port = 0
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a port (1-65535)")
-    return port
+def _count(low: int, high: int, what: str = "a whole number") -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` to ``high``."""
+
+    def parse(raw: str) -> int:
+        try:
+            n = int(raw)
+        except ValueError:
+            n = low - 1
+        if not low <= n <= high:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not {what} ({low}-{high})")
+        return n
+
+    return parse
+
+
+_port = _count(1, 65535, "a port")
 
 
 def _json(p: argparse.ArgumentParser) -> None:
@@ -94,7 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="suspend after MIN minutes unused (0: never; default 30)")  # fmt: skip
     _wait(new)
     _json(new)
-    _json(cmd.add_parser("list", help="list sessions"))
+    listing = cmd.add_parser("list", help="list sessions, newest first")
+    listing.add_argument("--limit", type=_count(1, 500), default=50, metavar="N",
+                         help="at most N (1-500, default 50)")  # fmt: skip
+    listing.add_argument("--all", action="store_true", help="every session, page by page")
+    _json(listing)
     get = cmd.add_parser("get", help="show a session with its turns and checkpoints")
     get.add_argument("name")
     _json(get)
@@ -143,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_parser("admin-token", help="make sure DATA_DIR/admin-token holds an admin token "
                    "the configured database knows (how a cloud deployment gets its first "
                    "token); never prints it")  # fmt: skip
+    top.add_parser("migrate", help="bring the configured database's records up to this "
+                   "version, directly (serve does it at start; run it after deploying)")  # fmt: skip
     top.add_parser("doctor", help="check the configuration, every backend, the deployed "
                    "functions and the server")  # fmt: skip
     return parser

@@ -34,6 +34,8 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> int:
         return serve(Settings.from_env(env), args.host, args.port)
     if args.command == "admin-token":
         return _admin_token(Settings.from_env(env))
+    if args.command == "migrate":
+        return _migrate(Settings.from_env(env))
     if args.command == "doctor":
         from hangar.cli.doctor import doctor
 
@@ -62,6 +64,20 @@ def _admin_token(settings: Settings) -> int:
     state = "made a new admin token" if made else "the admin token is registered"
     print(f"{state}; it is in {path} (mode 0600); point HANGAR_URL at the server and the "
           "CLI uses it")  # fmt: skip
+    return 0
+
+
+def _migrate(settings: Settings) -> int:
+    """Bring the records in the configured database up to this version, directly."""
+    from hangar.db import open_db
+    from hangar.sessions.migrations import migrate
+
+    db = open_db(settings.db, settings)
+    try:
+        changed = migrate(db)
+    finally:
+        db.close()
+    print(f"migrated {changed} session record(s)" if changed else "every record is up to date")
     return 0
 
 
@@ -127,9 +143,7 @@ def _session(api: Client, args: argparse.Namespace) -> int:
         started = api.call("POST", f"{path}/send", {"message": args.message})
         return _started(api, args, args.name, started)
     if a == "list":
-        sessions = api.call("GET", "/api/sessions")
-        _print_json(sessions) if args.json else print_sessions(sessions)
-        return 0
+        return _list_sessions(api, args)
     if a in ("get", "open"):
         session = api.call("GET", path) if a == "get" else api.call("POST", f"{path}/open")
         if a == "open" and session["state"] == "starting":
@@ -174,6 +188,27 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     from hangar.cli.terminal import terminal
 
     return terminal(api, args.name)
+
+
+def _list_sessions(api: Client, args: argparse.Namespace) -> int:
+    """One page (``--limit``), or every page (``--all``), newest first."""
+    sessions: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        limit = 500 if args.all else args.limit
+        page = api.call("GET", "/api/sessions", params={"limit": limit, "cursor": cursor or ""})
+        sessions += page["sessions"]
+        cursor = page["next_cursor"]
+        if not (args.all and cursor):
+            break
+    if args.json:
+        _print_json({"sessions": sessions, "next_cursor": cursor})
+        return 0
+    print_sessions(sessions)
+    if cursor:
+        print(f"(the newest {len(sessions)}; --limit N for more, --all for every one)",
+              file=sys.stderr)  # fmt: skip
+    return 0
 
 
 def _sandbox(api: Client, args: argparse.Namespace) -> int:

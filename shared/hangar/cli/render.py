@@ -29,14 +29,23 @@ def one_line(text: str | None, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def table(headers: list[str], rows: list[list[str]]) -> None:
+    """Columns as wide as their widest cell (the last one as it is)."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers[:-1])]
+    for row in [headers, *rows]:
+        cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[-1]]).rstrip())
+
+
 def print_sessions(sessions: list[dict[str, Any]]) -> None:
     if not sessions:
         print("no sessions")
         return
-    print(f"{'NAME':24} {'STATE':10} {'HARNESS':11} {'LAST ACTIVE':12} SUMMARY")
-    for s in sessions:
-        print(f"{s['name']:24} {s['state']:10} {s['harness']:11} "
-              f"{ago(s['last_active_at']):12} {one_line(s.get('summary'))}")  # fmt: skip
+    table(["NAME", "STATE", "HARNESS", "TURNS", "LAST ACTIVE", "SUMMARY"], [
+        [s["name"], s["state"], s["harness"], str(s.get("turn_count") or 0),
+         ago(s["last_active_at"]), one_line(s.get("summary"))]
+        for s in sessions
+    ])  # fmt: skip
 
 
 PHASES = {
@@ -106,9 +115,8 @@ def print_sandboxes(boxes: list[dict[str, Any]]) -> None:
     if not boxes:
         print("no sandboxes")
         return
-    print(f"{'ID':16} {'CREATED':12} SESSION")
-    for b in boxes:
-        print(f"{b['id']:16} {ago(b['created_at']):12} {b.get('session') or '-'}")
+    table(["ID", "CREATED", "SESSION"],
+          [[b["id"], ago(b["created_at"]), b.get("session") or "-"] for b in boxes])
 
 
 def describe_event(line: bytes) -> str | None:

@@ -46,9 +46,17 @@ class Db(Protocol):
         ...
 
     def list_sessions(
-        self, *, states: list[SessionState] | None = None, limit: int = 1000
+        self, *, states: list[SessionState] | None = None, limit: int | None = None
     ) -> list[Session]:
-        """Newest first by ``created_at``; only the given states when ``states`` is set."""
+        """Newest first by ``created_at``, at most ``limit`` (None: every one); only the given
+        states when ``states`` is set. For the control plane's own sweeps; people page."""
+        ...
+
+    def page_sessions(self, limit: int, after: tuple[datetime, str] | None = None) -> list[Session]:
+        """One page of sessions, newest first by (``created_at``, ``id``), at most ``limit``,
+        all strictly after the cursor ``after`` (the last session of the previous page's
+        ``(created_at, id)``): paging through this way sees each session once, none twice,
+        whatever is created meanwhile (new ones come before the first page)."""
         ...
 
     def update_session(self, session: Session) -> Session:

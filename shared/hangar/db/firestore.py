@@ -349,11 +349,11 @@ class FirestoreDb:
         return found[0]
 
     def list_sessions(
-        self, *, states: list[SessionState] | None = None, limit: int = 1000
+        self, *, states: list[SessionState] | None = None, limit: int | None = None
     ) -> list[Session]:
         """Newest first by ``created_at`` (ties by id, descending), at most ``limit``; only the
         given states when ``states`` is set (so an empty list matches nothing)."""
-        if limit <= 0 or (states is not None and not states):
+        if (limit is not None and limit <= 0) or (states is not None and not states):
             return []
         query: Query | CollectionReference = self._col("sessions")
         if states is not None:
@@ -361,8 +361,22 @@ class FirestoreDb:
             # index: sessions (state ASC, created_at DESC), declared in terraform
             query = query.where(filter=_filter("state", "in", wanted))
         # index without states: automatic single-field (created_at)
-        query = query.order_by("created_at", direction="DESCENDING").limit(limit)
-        return self._query(Session, query, "list sessions")
+        query = query.order_by("created_at", direction="DESCENDING")
+        return self._query(Session, query if limit is None else query.limit(limit),
+                           "list sessions")  # fmt: skip
+
+    def page_sessions(self, limit: int, after: tuple[datetime, str] | None = None) -> list[Session]:
+        """One page, newest first by (``created_at``, document id = ``id``), strictly after
+        ``after``."""
+        if limit <= 0:
+            return []
+        # index: automatic single-field (created_at), read backwards; ties by document name
+        query = self._col("sessions").order_by("created_at", direction="DESCENDING")
+        query = query.order_by("__name__", direction="DESCENDING")
+        if after is not None:
+            query = query.start_after({"created_at": utc(after[0]),
+                                       "__name__": self._ref("sessions", after[1])})  # fmt: skip
+        return self._query(Session, query.limit(limit), "page sessions")
 
     def update_session(self, session: Session) -> Session:
         """Compare-and-set on ``session.version``: SessionNotFound, VersionConflict (checked

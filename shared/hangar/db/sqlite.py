@@ -374,18 +374,30 @@ class SqliteDb:
         return found
 
     def list_sessions(
-        self, *, states: list[SessionState] | None = None, limit: int = 1000
+        self, *, states: list[SessionState] | None = None, limit: int | None = None
     ) -> list[Session]:
         """Newest first by ``created_at`` (ties: the later inserted first), at most ``limit``;
         only the given states when ``states`` is set (so an empty list matches nothing)."""
-        if limit <= 0 or (states is not None and not states):
+        if (limit is not None and limit <= 0) or (states is not None and not states):
             return []
         sql, params = "SELECT doc FROM sessions", list[object]()
         if states is not None:
             sql += f" WHERE state IN ({', '.join('?' for _ in states)})"
             params.extend(SessionState(state).value for state in states)
-        params.append(limit)
+        params.append(-1 if limit is None else limit)  # LIMIT -1: no limit
         return self._all(Session, sql + " ORDER BY created_at DESC, rowid DESC LIMIT ?", params)
+
+    def page_sessions(self, limit: int, after: tuple[datetime, str] | None = None) -> list[Session]:
+        """One page, newest first by (``created_at``, ``id``), strictly after ``after``."""
+        if limit <= 0:
+            return []
+        sql, params = "SELECT doc FROM sessions", list[object]()
+        if after is not None:
+            at = micros(after[0])
+            sql += " WHERE created_at < ? OR (created_at = ? AND id < ?)"
+            params += [at, at, after[1]]
+        params.append(limit)
+        return self._all(Session, sql + " ORDER BY created_at DESC, id DESC LIMIT ?", params)
 
     def update_session(self, session: Session) -> Session:
         """Compare-and-set on ``session.version``: SessionNotFound, VersionConflict (checked

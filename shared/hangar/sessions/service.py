@@ -19,6 +19,8 @@ one wins, the other gets SessionBusy; an action the session's state never allows
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
 import logging
@@ -147,8 +149,31 @@ class SessionService:
         )
 
     def list_sessions(self) -> list[Session]:
-        """Every session, newest first."""
-        return self.db.list_sessions()
+        """Every session, newest first (every page of them)."""
+        out: list[Session] = []
+        cursor: str | None = None
+        while True:
+            page, cursor = self.page(PAGE, cursor)
+            out += page
+            if cursor is None:
+                return out
+
+    def names_of(self, session_ids: list[str]) -> dict[str, str]:
+        """The names of the sessions with these ids (those that exist), by id."""
+        names: dict[str, str] = {}
+        for session_id in session_ids:
+            with contextlib.suppress(SessionNotFound):
+                names[session_id] = self.db.get_session(session_id).name
+        return names
+
+    def page(self, limit: int, cursor: str | None = None) -> tuple[list[Session], str | None]:
+        """One page of sessions, newest first, and the cursor of the next (None: the last).
+        InvalidInput for a cursor this service did not make."""
+        after = _decode_cursor(cursor) if cursor else None
+        sessions = self.db.page_sessions(limit + 1, after)
+        more = len(sessions) > limit
+        sessions = sessions[:limit]
+        return sessions, (_encode_cursor(sessions[-1]) if more and sessions else None)
 
     # -- starting work ----------------------------------------------------------------------
 
@@ -451,6 +476,23 @@ def _live(shells: Leases) -> Leases:
     return {k: v for k, v in shells.items() if v > now}
 
 
+PAGE = 500
+
+
+def _encode_cursor(last: Session) -> str:
+    raw = json.dumps([last.created_at.isoformat(), last.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        at, session_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        return datetime.fromisoformat(at), str(session_id)
+    except (ValueError, TypeError, binascii.Error):
+        raise InvalidInput(f"cursor {cursor[:40]!r} is not one this server made",
+                           field="cursor") from None  # fmt: skip
+
+
 def _title(message: str) -> str:
     line = message.strip().splitlines()[0] if message.strip() else ""
     return line if len(line) <= 60 else line[:57] + "..."
@@ -463,7 +505,7 @@ def _check_message(message: str) -> None:
 
 def _check_idle(minutes: float) -> float:
     if not 0 <= minutes <= MAX_IDLE_MINUTES:
-        raise InvalidInput(f"idle minutes must be from 0 to {MAX_IDLE_MINUTES}",
-                           idle_minutes=minutes)  # fmt: skip
+        raise InvalidInput(f"idle minutes must be from 0 to {MAX_IDLE_MINUTES} (a week), not "
+                           f"{minutes:g}", field="idle_minutes")  # fmt: skip
     return minutes
 

@@ -90,11 +90,12 @@ class Startup:
 
     # -- beginning --------------------------------------------------------------------------
 
-    def begin(self, session: Session, intent: StartIntent) -> Session:
-        """Claim the session for a start of ``intent`` and schedule its first step; of two
-        concurrent callers exactly one wins, the other gets SessionBusy."""
+    def begin(self, session: Session, intent: StartIntent, **changes: Any) -> Session:
+        """Claim the session for a start of ``intent`` (with ``changes``: a new harness, model)
+        and schedule its first step; of two concurrent callers exactly one wins, the other gets
+        SessionBusy."""
         self.schedule.expect_claim(session.id)
-        claimed = self.transitions.claim_start(session, intent)
+        claimed = self.transitions.claim_start(session, intent, **changes)
         assert claimed.claim is not None
         self.schedule.claim_expiry(claimed)
         self.schedule.start_step(claimed.id, claimed.claim.token)
@@ -106,7 +107,7 @@ class Startup:
         self.schedule.expect_claim(session.id)
         claim = new_claim(ClaimKind.START, self.transitions.lease_seconds)
         made = self.db.create_session(session.model_copy(update={
-            "state": S.STARTING, "claim": claim, "start": intent,
+            "state": S.STARTING, "claim": claim, "start": intent, "turn_count": intent.turn or 0,
             "phase": Phase(step=StartStep.CREATING_SANDBOX)}))  # fmt: skip
         self.schedule.claim_expiry(made)
         self.schedule.start_step(made.id, claim.token)

@@ -172,12 +172,14 @@ class Transitions:
 
     # -- starting -----------------------------------------------------------------------------
 
-    def claim_start(self, session: Session, intent: StartIntent) -> Session:
+    def claim_start(self, session: Session, intent: StartIntent, **changes: Any) -> Session:
         """IDLE, SUSPENDED or FAILED to STARTING, with the start's intent and a claim; of two
-        callers exactly one wins."""
+        callers exactly one wins. ``changes`` go with it (a new harness, model)."""
+        if intent.turn is not None:
+            changes.setdefault("turn_count", intent.turn)
         return self._move(session, "claim_start", claim=new_claim(ClaimKind.START,
                           self.lease_seconds), start=intent, start_error=None,
-                          phase=Phase(step=StartStep.CREATING_SANDBOX))  # fmt: skip
+                          phase=Phase(step=StartStep.CREATING_SANDBOX), **changes)  # fmt: skip
 
     def advance(self, session: Session, token: str, step: StartStep, detail: str = "",
                 **changes: Any) -> Session:  # fmt: skip
@@ -202,12 +204,13 @@ class Transitions:
         """STARTING to IDLE: the sandbox is ready but the harness would not start (the turn is
         FAILED; the sandbox stays, so nothing is lost)."""
         return self._move(session, "turn_not_started", token=token, phase=None, start=None,
-                          error=error)  # fmt: skip
+                          error=error, last_summary=error)  # fmt: skip
 
     def fail_start(self, session: Session, token: str, error: StartError, **changes: Any) -> Session:
         """STARTING to FAILED with why (``send`` and ``open`` try again)."""
         return self._move(session, "fail_start", token=token, phase=None, start=None,
-                          start_error=error, error=error.message, **changes)  # fmt: skip
+                          start_error=error, error=error.message,
+                          last_summary=f"{error.what} failed: {error.message}", **changes)  # fmt: skip
 
     # -- turns --------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from hangar.errors import (
     AlreadyExists,
     CheckpointError,
     HangarError,
+    InvalidInput,
     NotFound,
     SandboxError,
     SandboxNotFound,
@@ -216,7 +217,8 @@ class Turns:
         except CheckpointError as exc:
             logger.error("checkpoint after turn %d of %s failed: %s", turn.n, session.id, exc)
             error = f"checkpoint after turn {turn.n} failed: {exc.message}"
-        changes: dict[str, object] = {"last_active_at": utcnow(), "error": error}
+        changes: dict[str, object] = {"last_active_at": utcnow(), "error": error,
+                                      "last_summary": turn.summary, "turn_count": turn.n}
         if ok and turn.harness_session:
             changes.update(harness_session=turn.harness_session, fork_from=None)
         current = self.db.get_session(session.id)
@@ -317,12 +319,16 @@ class Turns:
             time.sleep(poll)
 
     def turn(self, session_id: str, n: int | None) -> Turn:
-        """Turn ``n`` of the session (None: the latest); NotFound when it has no turns."""
+        """Turn ``n`` of the session (None: the latest); NotFound when it has no turns,
+        InvalidInput for a number outside its turns."""
         turns = self.db.list_turns(session_id)
         if not turns:
             raise NotFound(f"session {session_id} has no turns", session_id=session_id)
         if n is None:
             return turns[-1]
+        if not 1 <= n <= turns[-1].n:
+            raise InvalidInput(f"turn must be from 1 to {turns[-1].n} (the session's turns), "
+                               f"not {n}", field="turn")  # fmt: skip
         return self.db.get_turn(session_id, n)
 
     # -- run logs ---------------------------------------------------------------------------

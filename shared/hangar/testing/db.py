@@ -176,6 +176,27 @@ class DbConformance:
         b = db.create_session(make_session("b", minute=2))
         assert _ids(db.list_sessions()) == [c.id, b.id, a.id]
 
+    def test_paging_sees_every_session_once_newest_first_ties_by_id(self, db: Db) -> None:
+        made = [db.create_session(make_session(f"p{i:03d}", minute=i // 3)) for i in range(25)]
+        expected = sorted(made, key=lambda s: (s.created_at, s.id), reverse=True)
+        seen: list[Session] = []
+        after = None
+        while page := db.page_sessions(7, after):
+            assert len(page) <= 7
+            seen += page
+            after = (page[-1].created_at, page[-1].id)
+        assert [s.id for s in seen] == [s.id for s in expected]
+        assert db.page_sessions(0) == []
+
+    def test_a_session_made_while_paging_never_comes_twice(self, db: Db) -> None:
+        for i in range(6):
+            db.create_session(make_session(f"q{i}", minute=i))
+        first = db.page_sessions(3)
+        db.create_session(make_session("newest", minute=59))  # lands before the first page
+        rest = db.page_sessions(10, (first[-1].created_at, first[-1].id))
+        names = [s.name for s in first + rest]
+        assert names == ["q5", "q4", "q3", "q2", "q1", "q0"]
+
     def test_list_sessions_of_an_empty_db_is_empty(self, db: Db) -> None:
         assert db.list_sessions() == []
 

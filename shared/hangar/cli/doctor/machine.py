@@ -85,7 +85,8 @@ def server(report: Report, settings: Settings, seconds: float) -> None:
     if not api.token:
         return
     try:
-        sessions = within(seconds, lambda: api.call("GET", "/api/sessions"))
+        sessions = within(seconds, lambda: api.call("GET", "/api/sessions",
+                                                    params={"limit": 500}))  # fmt: skip
     except ProbeTimeout as exc:
         report.line("FAIL", f"hangar at {api.url} did not list sessions: {exc}")
         return
@@ -93,7 +94,8 @@ def server(report: Report, settings: Settings, seconds: float) -> None:
         report.line("FAIL", f"the token is refused: {exc.message} ({exc.code})")
         return
     report.line("OK", "the token works (admin scope)")
-    listed = sessions if isinstance(sessions, list) else []
+    listed = sessions.get("sessions") if isinstance(sessions, dict) else None
+    listed = listed if isinstance(listed, list) else []  # the newest 500 are enough to warn
     failing = [s.get("name") for s in listed if isinstance(s, dict) and s.get("checkpoint_error")]
     report.check(not failing, "no session's checkpoint is failing",
                  f"{len(failing)} session(s) whose last checkpoint failed keep their sandbox "

@@ -1,0 +1,55 @@
+"""Bringing records written by an older hangar up to this one's, once, not on every read.
+
+Contract: :func:`migrate` is idempotent and safe while the control plane runs (each change is
+a compare-and-set re-read on a concurrent write); ``hangar serve`` runs it at start, and
+``hangar migrate`` runs it against a deployment's database.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from hangar.db import Db
+from hangar.errors import SessionNotFound
+from hangar.models import Session
+from hangar.sessions.records import Records
+from hangar.sessions.service import MAX_IDLE_MINUTES
+
+logger = logging.getLogger(__name__)
+
+
+def migrate(db: Db) -> int:
+    """Bring every session record up to this version; returns how many changed:
+
+    - the turn count and last summary that lists read from the record, filled in from its
+      turns on records from before they were kept there;
+    - an idle timeout outside 0 to a week (which an older hangar stored, and which then broke
+      every sandbox lease computed from it) set to a week.
+    """
+    records, changed = Records(db), 0
+    for session in db.list_sessions():
+        if not _upgrade(db, session):
+            continue
+        try:
+            records.modify(session.id, lambda current: _upgrade(db, current))
+        except SessionNotFound:  # deleted meanwhile
+            continue
+        changed += 1
+    if changed:
+        logger.info("brought %d session record(s) up to date", changed)
+    return changed
+
+
+def _upgrade(db: Db, session: Session) -> Mapping[str, Any] | None:
+    """The changes ``session`` needs (None: it is up to date)."""
+    changes: dict[str, Any] = {}
+    if session.turn_count is None:
+        turns = db.list_turns(session.id)
+        finished = [t for t in turns if t.finished_at is not None]
+        changes["turn_count"] = turns[-1].n if turns else 0
+        changes["last_summary"] = finished[-1].summary if finished else None
+    if not 0 <= session.idle_minutes <= MAX_IDLE_MINUTES:  # NaN too
+        changes["idle_minutes"] = float(MAX_IDLE_MINUTES)
+    return changes or None

@@ -1,0 +1,178 @@
+"""Bounded inputs: pages of sessions, every number in its range, no NUL bytes, and request
+bodies capped before they are read; whatever is refused gets invalid_input (or 413) and changes
+nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from hangar.api.app import create_app
+from hangar.api.auth import ensure_admin_token
+from hangar.api.limits import BodyLimit
+from hangar.config import Settings
+from hangar.runtime import Runtime
+from hangar.testing.db import make_session
+from tests.api.conftest import add_env, new_session, wait_turn
+
+
+def refused(response: Any, code: str = "invalid_input", status: int = 400) -> dict[str, Any]:
+    assert (response.status_code, response.json()["error"]["code"]) == (status, code), (
+        response.text)  # fmt: skip
+    error: dict[str, Any] = response.json()["error"]
+    assert error["message"]
+    return error
+
+
+def test_120_sessions_come_in_pages_of_50_with_no_duplicates_or_gaps(
+    api: TestClient, runtime: Runtime
+) -> None:
+    made = [runtime.db.create_session(make_session(f"s{i:03d}", minute=i // 4))
+            for i in range(120)]  # fmt: skip (four share each created_at: ties by id)
+    expected = [s.name for s in sorted(made, key=lambda s: (s.created_at, s.id), reverse=True)]
+    seen: list[str] = []
+    sizes: list[int] = []
+    cursor = ""
+    while True:
+        page = api.get("/api/sessions", params={"limit": 50, "cursor": cursor}).json()
+        sizes.append(len(page["sessions"]))
+        seen += [s["name"] for s in page["sessions"]]
+        if page["next_cursor"] is None:
+            break
+        cursor = page["next_cursor"]
+    assert sizes == [50, 50, 20] and seen == expected
+    assert len(api.get("/api/sessions").json()["sessions"]) == 50  # the default page
+
+
+def test_a_bad_page_size_or_cursor_is_invalid_input(api: TestClient) -> None:
+    for limit in ("0", "501", "-1", "ten", "99999999999999999999"):
+        assert refused(api.get("/api/sessions", params={"limit": limit}))["field"] == "limit"
+    for cursor in ("not-a-cursor", "eyJ4IjoxfQ", "%00"):
+        assert refused(api.get("/api/sessions", params={"cursor": cursor}))["field"] == "cursor"
+
+
+@pytest.mark.sandbox
+def test_out_of_range_numbers_are_refused_and_change_nothing(
+    api: TestClient, remote: Path
+) -> None:
+    add_env(api, remote)
+    new_session(api, "demo", "hello")
+    wait_turn(api, "demo", 1)
+    before = api.get("/api/sessions/demo").json()
+    s = "/api/sessions/demo"
+    for idle in (1e308, -1, 10_081, "1e999"):
+        raw = f'{{"idle_minutes": {idle}}}'.encode()
+        refused(api.post(f"{s}/keep", content=raw, headers={"content-type": "application/json"}))
+    refused(api.post("/api/sessions", json={"name": "other", "message": "hi", "env": "app",
+                                            "harness": "antigravity", "idle_minutes": 1e308}))
+    for turn in ("99999999999999999999", "2", "0"):
+        assert refused(api.get(f"{s}/log", params={"turn": turn}))["field"] == "turn"
+    for turn in (99_999_999_999_999_999_999, 2, 0):
+        refused(api.post(f"{s}/wait", json={"turn": turn, "timeout": 0}))
+    for n in (0, 11, 10**30):
+        refused(api.post(f"{s}/fork", json={"n": n}))
+    for timeout in (0, -5, 86_401, 1e308):
+        refused(api.post(f"{s}/exec", json={"argv": ["true"], "timeout": timeout}))
+    refused(api.post(f"{s}/wait", json={"turn": 1, "timeout": 601}))
+
+    after = api.get("/api/sessions/demo").json()
+    assert after == before and after["idle_minutes"] == 30
+    assert [x["name"] for x in api.get("/api/sessions").json()["sessions"]] == ["demo"]
+    ran = api.post(f"{s}/exec", json={"argv": ["echo", "still fine"]})
+    assert ran.status_code == 200 and '{"exit": 0}' in ran.text
+
+
+@pytest.mark.sandbox
+def test_nul_bytes_in_names_arguments_variables_and_messages_are_refused(
+    api: TestClient, remote: Path
+) -> None:
+    add_env(api, remote)
+    new_session(api, "demo", "hello")
+    wait_turn(api, "demo", 1)
+    before = api.get("/api/sessions/demo").json()
+    envs_before = api.get("/api/envs").json()
+    base = {"name": "x", "message": "hi", "env": "app", "harness": "antigravity"}
+    cases: list[tuple[str, str, dict[str, Any], str]] = [
+        ("POST", "/api/sessions", {**base, "name": "a\x00b"}, "name"),
+        ("POST", "/api/sessions", {**base, "message": "hi\x00there"}, "message"),
+        ("POST", "/api/sessions", {**base, "title": "\x00"}, "title"),
+        ("POST", "/api/sessions/demo/send", {"message": "more\x00"}, "message"),
+        ("POST", "/api/sessions/demo/exec", {"argv": ["echo", "a\x00b"]}, "argv.1"),
+        ("POST", "/api/envs", {"name": "e", "repo": str(remote), "vars": {"K": "v\x00"}},
+         "vars.K"),
+        ("POST", "/api/envs", {"name": "e", "repo": str(remote), "vars": {"K\x00": "v"}},
+         "vars.K\\0"),
+        ("POST", "/api/envs", {"name": "e", "repo": str(remote), "secrets": {"S": "\x00"}},
+         "secrets.S"),
+        ("POST", "/api/envs", {"name": "e", "repo": str(remote), "setup": "make\x00"}, "setup"),
+        ("POST", "/api/envs", {"name": "e", "repo": str(remote) + "\x00"}, "repo"),
+    ]  # fmt: skip
+    for method, path, body, field in cases:
+        error = refused(api.request(method, path, json=body))
+        assert error["field"] == field and "NUL" in error["message"], (body, error)
+    assert refused(api.get("/api/sessions/de%00mo"))["field"] == "ref"
+    assert api.get("/api/sessions/demo").json() == before
+    assert api.get("/api/envs").json() == envs_before
+    assert [x["name"] for x in api.get("/api/sessions").json()["sessions"]] == ["demo"]
+
+
+@pytest.fixture
+def small_api(tmp_path: Path) -> Iterator[tuple[TestClient, Runtime]]:
+    """An API whose bodies are capped at 1 MiB."""
+    runtime = Runtime(Settings.build(data_dir=tmp_path / "data", max_body_mb=1))
+    token_file = runtime.settings.data_dir / "admin-token"
+    ensure_admin_token(runtime.db, token_file)
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = f"Bearer {token_file.read_text().strip()}"
+        yield client, runtime
+    runtime.close()
+
+
+def test_a_body_over_the_cap_gets_413_and_changes_nothing(
+    small_api: tuple[TestClient, Runtime], remote: Path
+) -> None:
+    api, runtime = small_api
+    big = {"name": "e", "repo": str(remote), "setup": "x" * (2 * 2**20)}
+    error = refused(api.post("/api/envs", json=big), "payload_too_large", 413)
+    assert "HANGAR_MAX_BODY_MB" in error["message"] and error["limit"] == 2**20
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it is read
+        yield json.dumps({"name": "e", "repo": str(remote), "setup": ""})[:-2].encode()
+        for _ in range(40):
+            yield b"y" * 65536
+        yield b'"}'
+
+    refused(api.post("/api/envs", content=chunks(), headers={"content-type": "application/json"}),
+            "payload_too_large", 413)  # fmt: skip
+    assert api.get("/api/envs").json() == [] and runtime.db.list_environments() == []
+    fits = api.post("/api/envs", json={"name": "e", "repo": str(remote), "setup": "x" * 1000})
+    assert fits.status_code == 201, fits.text
+
+
+def test_a_declared_oversize_body_is_refused_without_reading_a_byte() -> None:
+    called: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        called.append("app")
+
+    async def receive() -> Any:
+        raise AssertionError("the body was read")
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/api/envs",
+             "headers": [(b"content-length", str(300 * 2**20).encode())]}  # fmt: skip
+    asyncio.run(BodyLimit(app, 32 * 2**20)(scope, receive, send))
+    assert called == [] and sent[0]["status"] == 413
+    body = json.loads(sent[1]["body"])
+    assert body["error"]["code"] == "payload_too_large" and "314572800 bytes" in (
+        body["error"]["message"])  # fmt: skip
