@@ -186,6 +186,13 @@ class SessionNotRunning(Conflict):
     code = "session_not_running"
 
 
+class EnvironmentInUse(Conflict):
+    """An environment sessions were made from cannot be deleted unless forced (they could not
+    start a sandbox again)."""
+
+    code = "environment_in_use"
+
+
 class DestroyVetoed(Conflict):
     """A pre-destroy hook (the checkpoint before a sandbox goes) failed, so the sandbox was
     kept: destroying it would lose the work since the last good checkpoint. ``force`` goes

@@ -151,8 +151,19 @@ class StartError(BaseModel):
     code: str
 
 
+class Conversation(BaseModel):
+    """A harness's own conversation in a session: its id, and the last turn it ran (later
+    turns on other harnesses are what it missed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    last_turn: int = Field(0, ge=0)
+
+
 class Session(Record):
-    """A stream of work you can come back to (spec 000 §5.1)."""
+    """A stream of work you can come back to (spec 000 §5.1). ``harness_session`` is the
+    current harness's conversation; ``conversations`` keeps every harness's it has used."""
 
     id: str = Field(default_factory=lambda: new_id("ses"))
     name: str
@@ -166,6 +177,9 @@ class Session(Record):
     branch: str = ""
     base_commit: str | None = None
     harness_session: str | None = None
+    conversations: dict[str, Conversation] = Field(
+        default_factory=dict, description="harness -> its conversation in this session"
+    )
     fork_from: str | None = Field(
         default=None, description="the conversation the first turn forks (a session made by fork)"
     )
@@ -229,6 +243,8 @@ class Turn(Record):
         default=None, description="the stored run log's data key, wrapped (base64); set once stored"
     )
     handoff: bool = Field(default=False, description="the prompt carried a lossy handoff account")
+    harness: str | None = Field(default=None, description="the harness that ran it (None: a "
+                                "record from before it was kept)")
 
 
 class CheckpointPart(BaseModel):

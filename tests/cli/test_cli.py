@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from hangar.db.sqlite import SqliteDb
+from hangar.testing.db import make_session
 from tests.cli.conftest import Cli, Server
 from tests.conftest import GIT_IDENTITY
 from tests.legacy_sandbox import make_legacy_sandbox
@@ -281,3 +283,30 @@ def test_session_get_says_which_checkpoint_a_restore_used_and_why_newer_ones_wer
         (newest, "decryption_failed")]
     _, out, _ = cli("session", "get", "demo")
     assert f"restored from: {older}, after 1 newer that did not restore:" in out
+
+
+def test_session_list_pages_with_limit_and_all_with_columns_that_fit(
+    server: Server, cli: Cli
+) -> None:
+    db = SqliteDb.from_url(f"sqlite://{server.data_dir}/hangar.db")
+    try:
+        for i in range(7):
+            db.create_session(make_session(f"s{i}", minute=i, turn_count=i,
+                                           last_summary=f"summary {i}"))  # fmt: skip
+        db.create_session(make_session("a-session-with-a-rather-long-name-indeed", minute=9))
+    finally:
+        db.close()
+    code, out, err = cli("session", "list", "--limit", "3")
+    rows = out.splitlines()
+    assert code == 0 and len(rows) == 4 and "--all" in err
+    assert rows[1].startswith("a-session-with-a-rather-long-name-indeed  ")
+    assert [r.split()[0] for r in rows[2:]] == ["s6", "s5"]
+    state_at = rows[0].index("STATE")
+    assert all(r[state_at - 2 : state_at] == "  " for r in rows)  # the columns line up
+    code, out, err = cli("session", "list", "--all", "--json")
+    page = json.loads(out)
+    assert code == 0 and err == "" and page["next_cursor"] is None
+    assert len(page["sessions"]) == 8 and page["sessions"][1]["turn_count"] == 6
+    assert page["sessions"][1]["summary"] == "summary 6"
+    code, _, err = cli("session", "list", "--limit", "0")
+    assert code == 2 and "1-500" in err

@@ -8,6 +8,9 @@ import socket
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
+from hangar.cli.follow import Progress
 from hangar.cli.render import ago, describe_event
 from tests.cli.conftest import Cli
 
@@ -31,6 +34,36 @@ def test_progress_lines_name_tool_calls_and_the_agents_text() -> None:
     assert describe_event(b"plain output from a tool\n") == "plain output from a tool"
     assert describe_event(b"\n") is None
     assert len(describe_event(b"x" * 500) or "") == 100
+
+
+def test_model_api_retries_show_with_their_reason_for_each_harness() -> None:
+    claude = {"type": "system", "subtype": "api_retry", "attempt": 2, "max_retries": 10,
+              "retry_delay_ms": 1168.2, "error_status": 529, "error": "overloaded"}  # fmt: skip
+    codex = {"type": "error", "message": "Reconnecting... waiting for network (Connection failed)"}
+    pi = {"type": "auto_retry_start", "attempt": 1, "maxAttempts": 3, "delayMs": 2000,
+          "errorMessage": "Connection error."}  # fmt: skip
+    assert describe_event(line(claude)) == "model API retry 2/10 in 1.2 s: HTTP 529: overloaded"
+    assert describe_event(line(codex)) == (
+        "model API: Reconnecting... waiting for network (Connection failed)")  # fmt: skip
+    assert describe_event(line(pi)) == "model API retry 1/3 in 2.0 s: Connection error."
+
+
+def test_the_agents_last_text_is_not_shown_again_when_it_is_the_summary(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = {"type": "message", "role": "assistant", "content": "Working on it."}
+    final = {"type": "message", "role": "assistant", "content": "All done."}
+    tool = {"type": "tool_execution_start", "toolName": "bash", "args": {"command": "ls"}}
+    progress = Progress()
+    for event in (text, tool, final):
+        progress.line(line(event))
+    progress.end("All done.")
+    shown = capsys.readouterr().err.splitlines()
+    assert shown == ["  Working on it.", '  tool bash: {"command": "ls"}']
+    other = Progress()
+    other.line(line(final))
+    other.end("A different summary.")
+    assert capsys.readouterr().err == "  All done.\n"
 
 
 def test_times_read_as_how_long_ago() -> None:

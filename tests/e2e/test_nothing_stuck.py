@@ -29,7 +29,10 @@ def test_a_deleted_environment_fails_the_send_and_leaves_the_session_as_it_was(
     server.ok("session", "new", "orphan", "run: echo kept > kept.txt", "--env", "app",
               "--harness", "antigravity", "-w")  # fmt: skip
     server.ok("session", "suspend", "orphan")
-    server.ok("env", "delete", "app")
+    in_use = server.cli("env", "delete", "app")
+    assert in_use.returncode == 1 and "environment_in_use" in in_use.stderr
+    assert "orphan" in in_use.stderr
+    server.ok("env", "delete", "app", "--force")
     refused = server.cli("session", "send", "orphan", "more")
     assert refused.returncode == 1 and "environment_not_found" in refused.stderr
     assert state(server, "orphan") == "suspended"  # not starting for ever

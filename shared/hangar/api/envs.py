@@ -10,7 +10,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hangar.api import schemas as s
-from hangar.api.routes import Endpoint, param, parse, reply
+from hangar.api.routes import Endpoint, Query, flag, param, parse, reply
+from hangar.sessions.environments import EnvironmentChange
 
 if TYPE_CHECKING:
     from hangar.runtime import Runtime
@@ -32,8 +33,22 @@ async def create(runtime: Runtime, request: Request) -> Response:
     return reply(s.EnvironmentView.of(env), 201)
 
 
+async def get(runtime: Runtime, request: Request) -> Response:
+    env = await run_in_threadpool(runtime.sessions.environments.require, param(request, "name"))
+    return reply(s.EnvironmentView.of(env))
+
+
+async def update(runtime: Runtime, request: Request) -> Response:
+    name = param(request, "name")
+    body = await parse(request, s.EnvironmentPatch)
+    change = EnvironmentChange.model_validate(body.model_dump(exclude_unset=True))
+    env = await run_in_threadpool(runtime.sessions.environments.update, name, change)
+    return reply(s.EnvironmentView.of(env))
+
+
 async def delete(runtime: Runtime, request: Request) -> Response:
-    await run_in_threadpool(runtime.sessions.environments.delete, param(request, "name"))
+    name, force = param(request, "name"), flag(request, "force")
+    await run_in_threadpool(lambda: runtime.sessions.environments.delete(name, force=force))
     return Response(status_code=204)
 
 
@@ -42,5 +57,13 @@ ENDPOINTS = [
              list_all, response=s.EnvironmentView, many=True),
     Endpoint("POST", "/api/envs", "Add an environment; its repo must answer git ls-remote, or "
              "nothing is created", create, s.NewEnvironment, s.EnvironmentView, status=201),
-    Endpoint("DELETE", "/api/envs/{name}", "Delete an environment", delete, status=204),
+    Endpoint("GET", "/api/envs/{name}", "An environment (names of vars and secrets, no "
+             "values)", get, response=s.EnvironmentView),
+    Endpoint("PATCH", "/api/envs/{name}", "Change the fields given (vars and secrets given "
+             "are added or replaced, unset removes them by name); the next turn sees new vars "
+             "and secrets, the next sandbox a new branch, setup or host ports", update,
+             s.EnvironmentPatch, s.EnvironmentView),
+    Endpoint("DELETE", "/api/envs/{name}", "Delete an environment; 409 environment_in_use "
+             "while sessions use it, unless force", delete, status=204,
+             query=[Query("force", "boolean", "delete it even though sessions use it")]),
 ]  # fmt: skip

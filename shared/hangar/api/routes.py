@@ -91,6 +91,14 @@ def param(request: Request, name: str) -> str:
     return value
 
 
+def flag(request: Request, name: str) -> bool:
+    """A true/false query parameter (absent: false); InvalidInput for anything else."""
+    raw = request.query_params.get(name, "false").lower()
+    if raw not in ("true", "false", "1", "0", ""):
+        raise InvalidInput(f"{name} must be true or false, not {raw[:30]!r}", field=name)
+    return raw in ("true", "1")
+
+
 async def run_waiting(request: Request, func: Callable[[], T]) -> T:
     """Run ``func``, which may block for minutes waiting on a turn, in a thread that does not
     take one of the shared pool's (so waiters cannot starve every other request)."""

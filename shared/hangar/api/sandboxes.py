@@ -13,8 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hangar.api import schemas as s
-from hangar.api.routes import Endpoint, param, reply
-from hangar.errors import InvalidInput
+from hangar.api.routes import Endpoint, flag, param, reply
 from hangar.sessions.sandbox import SESSION_LABEL
 
 if TYPE_CHECKING:
@@ -33,10 +32,7 @@ async def list_all(runtime: Runtime, request: Request) -> Response:
 
 async def destroy(runtime: Runtime, request: Request) -> Response:
     sandbox_id = param(request, "id")
-    raw = request.query_params.get("force", "false").lower()
-    if raw not in ("true", "false", "1", "0"):
-        raise InvalidInput(f"force must be true or false, not {raw!r}", force=raw)
-    force = raw in ("true", "1")
+    force = flag(request, "force")
 
     def run() -> None:
         runtime.sandboxes.get(sandbox_id)  # SandboxNotFound (404) for an unknown id

@@ -63,6 +63,15 @@ class NewSession(Body):
 
 class SendMessage(Body):
     message: str
+    harness: str | None = Field(None, description="move the session to this harness first: "
+                                "its first turn there carries a handoff account")
+    model: str | None = Field(None, description="the model from this turn on (a new harness "
+                              "clears it unless given)")
+
+
+class Open(Body):
+    harness: str | None = Field(None, description="the harness of the next turn")
+    model: str | None = Field(None, description="the model of the next turn")
 
 
 class Keep(Body):
@@ -100,6 +109,18 @@ class NewEnvironment(Body):
                                   "127.0.0.1:PORT; no other host port is reachable")  # fmt: skip
 
 
+class EnvironmentPatch(Body):
+    """Only the fields given change; the repo cannot."""
+
+    branch: str | None = Field(None, description="null: the remote's HEAD")
+    setup: str | None = Field(None, description="null or empty: none")
+    vars: dict[str, str] = Field(default_factory=dict, description="added or replaced")
+    secrets: dict[str, str] = Field(default_factory=dict, description="added or replaced; "
+                                    "stored encrypted, never shown again")  # fmt: skip
+    unset: list[str] = Field(default_factory=list, description="variables or secrets to remove")
+    host_ports: list[int] | None = Field(None, description="replaces the list")
+
+
 class TurnView(BaseModel):
     n: int
     message: str
@@ -112,7 +133,9 @@ class TurnView(BaseModel):
     summary: str | None
     error_code: str | None
     harness_session: str | None
-    handoff: bool
+    handoff: bool = Field(description="its prompt carried a (lossy) account of turns its "
+                          "harness did not see")
+    harness: str | None = Field(description="the harness that ran it")
     usage: dict[str, int]
 
     @classmethod
@@ -123,7 +146,7 @@ class TurnView(BaseModel):
             finished_at=turn.finished_at, exit_code=turn.exit_code,
             outcome=turn.outcome.value if turn.outcome else None, summary=turn.summary,
             error_code=turn.error_code, harness_session=turn.harness_session,
-            handoff=turn.handoff, usage=turn.usage,
+            handoff=turn.handoff, harness=turn.harness, usage=turn.usage,
         )  # fmt: skip
 
 
@@ -206,12 +229,15 @@ class SessionView(SessionSummary):
 
     turns: list[TurnView]
     checkpoints: list[CheckpointView]
+    conversations: dict[str, str] = Field(description="harness -> its conversation id, for "
+                                          "every harness the session has used")
 
     @classmethod
     def detail(cls, s: SessionDetail) -> SessionView:
         fields = cls.fields_of(s, s.turns[-1].summary if s.turns else None)
         return cls.model_validate({
             **fields,
+            "conversations": {h: c.id for h, c in sorted(s.conversations.items())},
             "turns": [TurnView.of(t) for t in s.turns],
             "checkpoints": [CheckpointView.of(c) for c in s.checkpoints],
         })  # fmt: skip

@@ -83,9 +83,10 @@ async def get(runtime: Runtime, request: Request) -> Response:
 
 async def open_(runtime: Runtime, request: Request) -> Response:
     ref = param(request, "ref")
+    body = await parse(request, s.Open)
 
     def run() -> s.SessionView:
-        session = runtime.sessions.open(ref)
+        session = runtime.sessions.open(ref, harness=body.harness, model=body.model)
         return s.SessionView.detail(runtime.sessions.get(session.id))
 
     view = await run_in_threadpool(run)
@@ -97,9 +98,16 @@ async def send(runtime: Runtime, request: Request) -> Response:
     ref = param(request, "ref")
 
     def run() -> s.StartedView:
-        return _started(runtime, runtime.sessions.send(ref, body.message))
+        started = runtime.sessions.send(ref, body.message, harness=body.harness, model=body.model)
+        return _started(runtime, started)
 
     return reply(await run_in_threadpool(run), 202)
+
+
+async def interrupt(runtime: Runtime, request: Request) -> Response:
+    ref = param(request, "ref")
+    started = await run_in_threadpool(runtime.sessions.interrupt, ref)
+    return reply(_started(runtime, started), 202)
 
 
 async def wait(runtime: Runtime, request: Request) -> Response:
@@ -256,12 +264,15 @@ ENDPOINTS = [
              response=s.SessionView),
     Endpoint("DELETE", S, "Delete the session, its sandbox and everything it stored", delete,
              status=204),
-    Endpoint("POST", S + "/open", "Resume the session into a sandbox (restoring its work): 200 "
-             "when it has one, else 202 and STARTING (follow its phase with GET)", open_,
-             response=s.SessionView, status=202),
+    Endpoint("POST", S + "/open", "Resume the session into a sandbox (restoring its work), on "
+             "another harness or model when given: 200 when it has one, else 202 and STARTING "
+             "(follow its phase with GET)", open_, s.Open, s.SessionView, status=202),
     Endpoint("POST", S + "/send", "Ask for the next turn (resuming a suspended session first); "
              "answers at once with the turn's number; 409 session_busy while a turn runs",
              send, s.SendMessage, s.StartedView, status=202),
+    Endpoint("POST", S + "/interrupt", "Stop the running turn: it ends interrupted and its work "
+             "is checkpointed (follow it with wait); 409 invalid_state when no turn runs",
+             interrupt, response=s.StartedView, status=202),
     Endpoint("POST", S + "/wait", "Wait up to timeout seconds for a turn to finish", wait,
              s.Wait, s.TurnView),
     Endpoint("POST", S + "/keep", "Set the idle timeout (0: never suspend for idleness)", keep,

@@ -4,7 +4,9 @@ works the same against a remote server. ``serve`` and the local checks of ``doct
 only parts that run here.
 
 Exit status 0 on success; otherwise exactly one line on stderr, ``hangar: MESSAGE (CODE)``, and
-2 for a usage error or 1 for anything else (``session shell -- CMD`` exits with CMD's status).
+2 for a usage error, 130 for Ctrl-C (which stops following, never the work), 124 for
+``session wait --timeout`` running out, or 1 for anything else (``session shell -- CMD`` exits
+with CMD's status).
 Every read takes ``--json``. This module imports only the standard library: what a command
 needs is imported when it runs.
 """
@@ -54,6 +56,13 @@ def _json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+def _switch(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--harness", choices=HARNESSES, help="move the session to this harness: "
+                   "its first turn there gets an account of the earlier ones (lossy)")  # fmt: skip
+    p.add_argument("--model", help="the model from the next turn on (--harness clears it "
+                   "unless given)")  # fmt: skip
+
+
 def _wait(p: argparse.ArgumentParser) -> None:
     p.add_argument("-w", "--wait", action="store_true",
                    help="wait for the turn, showing its progress; then print its summary")
@@ -87,7 +96,28 @@ def build_parser() -> argparse.ArgumentParser:
                      "its sandboxes reach at their own 127.0.0.1:PORT")  # fmt: skip
     _json(add)
     _json(env_cmd.add_parser("list", help="list environments (never secret values)"))
-    env_cmd.add_parser("delete", help="delete an environment").add_argument("name")
+    get_env = env_cmd.add_parser("get", help="show an environment (never secret values)")
+    get_env.add_argument("name")
+    _json(get_env)
+    upd = env_cmd.add_parser("update", help="change the fields given: vars and secrets reach "
+                             "the next turn, branch, setup and host ports the next sandbox")  # fmt: skip
+    upd.add_argument("name")
+    upd.add_argument("--branch", help="'' for the remote's HEAD")
+    upd.add_argument("--setup", metavar="CMD", help="'' for none")
+    upd.add_argument("--var", action="append", metavar="K=V", help="add or replace; repeatable")
+    upd.add_argument("--secret", action="append", metavar="K=V",
+                     help="add or replace; repeatable; stored encrypted")  # fmt: skip
+    upd.add_argument("--unset", action="append", metavar="K", default=[],
+                     help="remove a variable or secret; repeatable")  # fmt: skip
+    ports = upd.add_mutually_exclusive_group()
+    ports.add_argument("--host-port", action="append", type=_port, metavar="PORT",
+                       help="replaces the list; repeatable")  # fmt: skip
+    ports.add_argument("--no-host-ports", action="store_true", help="allow no host port")
+    _json(upd)
+    delete_env = env_cmd.add_parser("delete", help="delete an environment no session uses")
+    delete_env.add_argument("name")
+    delete_env.add_argument("--force", action="store_true", help="even if sessions use it "
+                            "(they cannot start a sandbox again)")  # fmt: skip
 
     ses = top.add_parser("session", help="sessions: streams of work you can come back to")
     cmd = ses.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -113,10 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     send = cmd.add_parser("send", help="start the next turn (resuming a suspended session)")
     send.add_argument("name")
     send.add_argument("message")
+    _switch(send)
     _wait(send)
     _json(send)
+    open_ = cmd.add_parser("open", help="resume the session into a sandbox")
+    open_.add_argument("name")
+    _switch(open_)
+    _json(open_)
     for name, help_ in (
-        ("open", "resume the session into a sandbox"),
         ("suspend", "checkpoint and release the sandbox"),
         ("archive", "drop the sandbox and checkpoints, keep the record"),
     ):
@@ -139,9 +173,21 @@ def build_parser() -> argparse.ArgumentParser:
                            help="run CMD in the session's repo folder, or open a terminal there")
     shell.add_argument("name")
     shell.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD")
-    log = cmd.add_parser("log", help="a turn's run log (default: the latest turn)")
+    log = cmd.add_parser("log", help="a turn's run log, one line per event (default: the "
+                         "latest turn)")  # fmt: skip
     log.add_argument("name")
-    log.add_argument("turn", nargs="?", type=int)
+    log.add_argument("turn", nargs="?", type=_count(1, 1_000_000, "a turn number"))
+    log.add_argument("--raw", action="store_true", help="the harness's JSON lines as they are")
+    wait = cmd.add_parser("wait", help="follow the latest turn (again) until it ends, then "
+                          "print its summary")  # fmt: skip
+    wait.add_argument("name")
+    wait.add_argument("--timeout", type=float, metavar="S", help="give up after S seconds "
+                      "(exit status 124; the turn goes on)")  # fmt: skip
+    _json(wait)
+    stop = cmd.add_parser("interrupt", help="stop the running turn (it ends interrupted, its "
+                          "work checkpointed)")  # fmt: skip
+    stop.add_argument("name")
+    _json(stop)
 
     sbx = top.add_parser("sandbox", help="sandboxes")
     sbx_cmd = sbx.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -172,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 0
     from hangar.cli.client import ApiError
     from hangar.cli.commands import run
+    from hangar.cli.follow import Detached
     from hangar.errors import HangarError
 
     try:
@@ -182,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc.message, exc.code, 1)
     except HangarError as exc:
         return _fail(exc.message, exc.code, 1)
+    except Detached as exc:
+        return _fail(exc.message, "detached", 130)
     except KeyboardInterrupt:
         return _fail("interrupted", "interrupted", 130)
     except BrokenPipeError:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import os
 import stat
 import sys
@@ -16,13 +15,13 @@ from urllib.parse import quote
 
 from hangar.cli import UsageError
 from hangar.cli.client import ApiError, Client, session_path
-from hangar.cli.render import describe_event, describe_phase, print_envs, print_sandboxes
-from hangar.cli.render import print_session
-from hangar.cli.render import print_sessions
+from hangar.cli.follow import ensure_running, follow_start, wait_turn
+from hangar.cli.render import describe_event, print_env, print_envs, print_json
+from hangar.cli.render import print_sandboxes, print_session, print_sessions
 from hangar.config import Settings
 
-WAIT_SLICE = 60.0
-PHASE_POLL = 0.3
+INTERRUPT_WAIT = 120.0
+"""Seconds ``session interrupt`` waits for the turn to end and its checkpoint to be taken."""
 
 
 def run(args: argparse.Namespace, env: dict[str, str]) -> int:
@@ -105,10 +104,6 @@ def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2))
-
-
 def _env(api: Client, args: argparse.Namespace) -> int:
     if args.action == "add":
         body = {"name": args.name, "repo": args.repo, "branch": args.branch,
@@ -116,18 +111,47 @@ def _env(api: Client, args: argparse.Namespace) -> int:
                 "secrets": _pairs(args.secret, "--secret"), "host_ports": args.host_port}  # fmt: skip
         env = api.call("POST", "/api/envs", body)
         if args.json:
-            _print_json(env)
+            print_json(env)
         else:
             print(f"added environment {env['name']} ({env['repo']})")
         for warning in env.get("warnings") or []:
             print(f"hangar: warning: {warning}", file=sys.stderr)
     elif args.action == "list":
         envs = api.call("GET", "/api/envs")
-        _print_json(envs) if args.json else print_envs(envs)
+        print_json(envs) if args.json else print_envs(envs)
+    elif args.action in ("get", "update"):
+        path = f"/api/envs/{quote(args.name, safe='')}"
+        env = api.call("GET", path) if args.action == "get" else api.call("PATCH", path,
+                                                                          _env_change(args))
+        print_json(env) if args.json else print_env(env)
+        for warning in env.get("warnings") or []:
+            print(f"hangar: warning: {warning}", file=sys.stderr)
     else:
-        api.call("DELETE", f"/api/envs/{quote(args.name, safe='')}")
+        force = "?force=true" if args.force else ""
+        api.call("DELETE", f"/api/envs/{quote(args.name, safe='')}{force}")
         print(f"deleted environment {args.name}")
     return 0
+
+
+def _env_change(args: argparse.Namespace) -> dict[str, Any]:
+    """The PATCH body for ``env update``: only what was given."""
+    body: dict[str, Any] = {}
+    if args.branch is not None:
+        body["branch"] = args.branch or None
+    if args.setup is not None:
+        body["setup"] = args.setup or None
+    if args.var:
+        body["vars"] = _pairs(args.var, "--var")
+    if args.secret:
+        body["secrets"] = _pairs(args.secret, "--secret")
+    if args.unset:
+        body["unset"] = args.unset
+    if args.host_port or args.no_host_ports:
+        body["host_ports"] = args.host_port or []
+    if not body:
+        raise UsageError("env update: nothing to change (give --branch, --setup, --var, "
+                         "--secret, --unset or --host-port)")  # fmt: skip
+    return body
 
 
 def _session(api: Client, args: argparse.Namespace) -> int:
@@ -140,27 +164,30 @@ def _session(api: Client, args: argparse.Namespace) -> int:
         started = api.call("POST", "/api/sessions", body)
         return _started(api, args, args.name, started)
     if a == "send":
-        started = api.call("POST", f"{path}/send", {"message": args.message})
+        body = {"message": args.message, "harness": args.harness, "model": args.model}
+        started = api.call("POST", f"{path}/send", body)
         return _started(api, args, args.name, started)
     if a == "list":
         return _list_sessions(api, args)
     if a in ("get", "open"):
-        session = api.call("GET", path) if a == "get" else api.call("POST", f"{path}/open")
+        switch = {"harness": args.harness, "model": args.model} if a == "open" else {}
+        session = api.call("GET", path) if a == "get" else api.call("POST", f"{path}/open",
+                                                                    switch)
         if a == "open" and session["state"] == "starting":
             session = follow_start(api, args.name)
-        _print_json(session) if args.json else print_session(session)
+        print_json(session) if args.json else print_session(session)
         return 0
     if a in ("suspend", "archive"):
         session = api.call("POST", f"{path}/{a}")
         if args.json:
-            _print_json(session)
+            print_json(session)
         else:
             print(f"session {session['name']} is {session['state']}")
         return 0
     if a == "keep":
         session = api.call("POST", f"{path}/keep", {"idle_minutes": args.idle})
         if args.json:
-            _print_json(session)
+            print_json(session)
         elif args.idle:
             print(f"session {args.name} suspends after {args.idle:g} minutes unused")
         else:
@@ -173,14 +200,24 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     if a == "fork":
         asked = api.call("POST", f"{path}/fork", {"n": args.n})
         forks = [follow_start(api, f["name"]) for f in asked]  # each restores in its sandbox
-        _print_json(forks) if args.json else print("\n".join(f["name"] for f in forks))
+        print_json(forks) if args.json else print("\n".join(f["name"] for f in forks))
         return 0
     if a == "patch":
         _write(api.call("GET", f"{path}/patch"))
         return 0
     if a == "log":
-        _write(api.call("GET", f"{path}/log", params={"turn": args.turn} if args.turn else None))
+        data = api.call("GET", f"{path}/log", params={"turn": args.turn} if args.turn else None)
+        if args.raw:
+            _write(data)
+        for line in [] if args.raw else data.splitlines():
+            text = describe_event(line)
+            if text:
+                print(text)
         return 0
+    if a == "wait":
+        return _wait_latest(api, args)
+    if a == "interrupt":
+        return _interrupt(api, args)
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv  # a == "shell"
     ensure_running(api, args.name)
     if argv:
@@ -188,6 +225,37 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     from hangar.cli.terminal import terminal
 
     return terminal(api, args.name)
+
+
+def _wait_latest(api: Client, args: argparse.Namespace) -> int:
+    """Follow the session's latest turn (its start first, if it is starting) to its end."""
+    session = api.call("GET", session_path(args.name))
+    if session["state"] == "starting":
+        session = follow_start(api, args.name)
+    if not session.get("turns"):
+        session = api.call("GET", session_path(args.name))
+    turns = session.get("turns") or []
+    if not turns:
+        raise ApiError("not_found", f"session {args.name} has no turns to wait for")
+    return wait_turn(api, args.name, turns[-1]["n"], as_json=args.json, timeout=args.timeout)
+
+
+def _interrupt(api: Client, args: argparse.Namespace) -> int:
+    """Stop the running turn, then wait for its end (and its checkpoint)."""
+    asked = api.call("POST", session_path(args.name, "interrupt"))
+    n = asked["turn"]
+    deadline = time.monotonic() + INTERRUPT_WAIT
+    while True:
+        turn = api.call("POST", session_path(args.name, "wait"), {"turn": n, "timeout": 10})
+        if turn["finished_at"] or time.monotonic() > deadline:
+            break
+    if args.json:
+        print_json(turn)
+    elif turn["finished_at"]:
+        print(f"turn {n} of {args.name} {turn['outcome']}; its work is checkpointed")
+    else:
+        print(f"turn {n} of {args.name} was asked to stop and is still ending")
+    return 0
 
 
 def _list_sessions(api: Client, args: argparse.Namespace) -> int:
@@ -202,7 +270,7 @@ def _list_sessions(api: Client, args: argparse.Namespace) -> int:
         if not (args.all and cursor):
             break
     if args.json:
-        _print_json({"sessions": sessions, "next_cursor": cursor})
+        print_json({"sessions": sessions, "next_cursor": cursor})
         return 0
     print_sessions(sessions)
     if cursor:
@@ -214,7 +282,7 @@ def _list_sessions(api: Client, args: argparse.Namespace) -> int:
 def _sandbox(api: Client, args: argparse.Namespace) -> int:
     if args.action == "list":
         boxes = api.call("GET", "/api/sandboxes")
-        _print_json(boxes) if args.json else print_sandboxes(boxes)
+        print_json(boxes) if args.json else print_sandboxes(boxes)
     else:
         force = "?force=true" if args.force else ""
         api.call("DELETE", f"/api/sandboxes/{quote(args.id, safe='')}{force}")
@@ -234,67 +302,11 @@ def _started(api: Client, args: argparse.Namespace, name: str, started: Any) -> 
             follow_start(api, name)
         return wait_turn(api, name, n, as_json=args.json)
     if args.json:
-        _print_json(started)
+        print_json(started)
     else:
         print(f"session {name}: turn {n} asked for; it starts in the background "
               f"(hangar session wait {name} to follow it)")
     return 0
-
-
-def follow_start(api: Client, name: str) -> dict[str, Any]:
-    """Show a starting session's phases on stderr, one line each, until it is no longer
-    starting; returns it. ApiError with the start's error when the start failed."""
-    shown: tuple[str, str] | None = None
-    while True:
-        session: dict[str, Any] = api.call("GET", session_path(name))
-        phase = session.get("phase")
-        if session["state"] != "starting":
-            failure = session.get("start_error")
-            if session["state"] == "failed" and failure:
-                raise ApiError(str(failure["code"]), f"the start of {name} failed while "
-                               f"{failure['what']} ({failure['step']}): {failure['message']}")
-            return session
-        if phase and (phase["step"], phase["detail"]) != shown:
-            shown = (phase["step"], phase["detail"])
-            print(f"  {describe_phase(phase)}", file=sys.stderr, flush=True)
-        time.sleep(PHASE_POLL)
-
-
-def ensure_running(api: Client, name: str) -> None:
-    """Open the session first when it has no sandbox, showing the phases while it starts."""
-    session = api.call("GET", session_path(name))
-    if session["state"] in ("idle", "active") and session.get("sandbox_id"):
-        return
-    opened = api.call("POST", session_path(name, "open"))
-    if opened["state"] == "starting":
-        follow_start(api, name)
-
-
-def wait_turn(api: Client, name: str, n: int, *, as_json: bool = False) -> int:
-    """Show turn ``n``'s progress on stderr (one line per notable event of its run log) until
-    it ends, then print its summary; 1 (and one line on stderr) if the turn did not exit well."""
-    try:
-        follow = {"turn": n, "follow": "true"}
-        for line in api.lines("GET", session_path(name, "log"), params=follow):
-            text = describe_event(line)
-            if text:
-                print(f"  {text}", file=sys.stderr, flush=True)
-    except ApiError as exc:
-        if exc.code != "unreachable":
-            raise
-        # The stream broke (a restarted server?): wait without progress; the turn goes on.
-    while True:
-        turn = api.call("POST", session_path(name, "wait"), {"turn": n, "timeout": WAIT_SLICE})
-        if turn["finished_at"]:
-            break
-    if as_json:
-        _print_json(turn)
-    elif turn["outcome"] == "exited":
-        print(turn["summary"] or "(no summary)")
-    if turn["outcome"] == "exited":
-        return 0
-    code = turn.get("error_code") or turn["outcome"]
-    raise ApiError(code, f"turn {n} of {name} {turn['outcome']}: {turn['summary'] or ''}")
 
 
 def _stdin() -> bytes | None:

@@ -89,8 +89,13 @@ def print_session(s: dict[str, Any]) -> None:
               + (f", after {len(skipped)} newer that did not restore:" if skipped else ""))
         for k in skipped:
             print(f"    {k['checkpoint_id']}: {one_line(k['message'], 90)} ({k['code']})")
+    used = sorted(s.get("conversations") or {})
+    if len(used) > 1 or (used and used != [s["harness"]]):
+        print(f"  conversations: {', '.join(used)} (a switch back resumes its own)")
     for t in s.get("turns") or []:
-        print(f"  turn {t['n']}: {t['outcome'] or 'running'}: {one_line(t['message'], 60)}")
+        how = ", ".join(x for x in (t.get("harness"), "handoff" if t.get("handoff") else "") if x)
+        print(f"  turn {t['n']}{f' ({how})' if how else ''}: {t['outcome'] or 'running'}: "
+              f"{one_line(t['message'], 60)}")
         if t.get("summary"):
             print(f"    {one_line(t['summary'], 90)}")
     for c in s.get("checkpoints") or []:
@@ -111,6 +116,16 @@ def print_envs(envs: list[dict[str, Any]]) -> None:
         print(f"{e['name']}: {e['repo']}{branch}{'  (' + '; '.join(extra) + ')' if extra else ''}")
 
 
+def print_env(e: dict[str, Any]) -> None:
+    """One environment in full (secrets by name only)."""
+    print(f"{e['name']}: {e['repo']}")
+    print(f"  branch:     {e['branch'] or '(the remote HEAD)'}")
+    print(f"  setup:      {one_line(e['setup'], 100) if e['setup'] else '(none)'}")
+    print(f"  vars:       {', '.join(e['vars']) or '(none)'}")
+    print(f"  secrets:    {', '.join(e['secrets']) or '(none)'}")
+    print(f"  host ports: {', '.join(str(p) for p in e.get('host_ports') or []) or '(none)'}")
+
+
 def print_sandboxes(boxes: list[dict[str, Any]]) -> None:
     if not boxes:
         print("no sandboxes")
@@ -120,8 +135,9 @@ def print_sandboxes(boxes: list[dict[str, Any]]) -> None:
 
 
 def describe_event(line: bytes) -> str | None:
-    """A one-line description of a run-log line: for a harness's JSON events, the tool calls
-    and the assistant's text (None for the rest); other text as it is."""
+    """A one-line description of a run-log line: for a harness's JSON events, the tool calls,
+    the assistant's text and the model API's retries and errors, ``model API ...`` (None for
+    the rest); other text as it is."""
     try:
         event = json.loads(line)
     except ValueError:
@@ -130,6 +146,9 @@ def describe_event(line: bytes) -> str | None:
     if not isinstance(event, dict):
         return None
     kind = event.get("type")
+    retry = _retry(event)
+    if retry:
+        return retry
     if kind == "assistant":  # Claude Code
         for block in (event.get("message") or {}).get("content") or []:
             if block.get("type") == "tool_use":
@@ -151,3 +170,33 @@ def describe_event(line: bytes) -> str | None:
     if kind == "message" and event.get("role") == "assistant":  # Antigravity
         return one_line(str(event.get("content")), 100)
     return None
+
+
+def _retry(event: dict[str, Any]) -> str | None:
+    """A model API retry or error event, said as ``model API ...`` (None for other events)."""
+    kind = event.get("type")
+    if kind == "system" and event.get("subtype") == "api_retry":  # Claude Code
+        status = f"HTTP {event['error_status']}: " if event.get("error_status") else ""
+        return (f"model API retry {event.get('attempt')}/{event.get('max_retries')} in "
+                f"{_seconds(event.get('retry_delay_ms'))}: {status}{event.get('error')}")
+    if kind == "auto_retry_start":  # pi
+        return (f"model API retry {event.get('attempt')}/{event.get('maxAttempts')} in "
+                f"{_seconds(event.get('delayMs'))}: {event.get('errorMessage')}")
+    if kind == "error" and isinstance(event.get("message"), str):  # Codex
+        return f"model API: {one_line(event['message'], 100)}"
+    if kind == "turn.failed":  # Codex
+        error = event.get("error")
+        message = error.get("message") if isinstance(error, dict) else None
+        return f"model API: the turn failed: {one_line(str(message or 'no reason given'), 100)}"
+    message = event.get("message")
+    if kind == "message_end" and isinstance(message, dict) and message.get("errorMessage"):  # pi
+        return f"model API error: {one_line(str(message['errorMessage']), 100)}"
+    return None
+
+
+def _seconds(ms: object) -> str:
+    return f"{float(ms) / 1000:.1f} s" if isinstance(ms, int | float) else "a moment"
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))

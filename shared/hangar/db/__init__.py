@@ -52,6 +52,10 @@ class Db(Protocol):
         states when ``states`` is set. For the control plane's own sweeps; people page."""
         ...
 
+    def sessions_of_environment(self, name: str, limit: int) -> list[Session]:
+        """Up to ``limit`` sessions made from environment ``name``, newest first."""
+        ...
+
     def page_sessions(self, limit: int, after: tuple[datetime, str] | None = None) -> list[Session]:
         """One page of sessions, newest first by (``created_at``, ``id``), at most ``limit``,
         all strictly after the cursor ``after`` (the last session of the previous page's

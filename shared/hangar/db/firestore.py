@@ -365,6 +365,15 @@ class FirestoreDb:
         return self._query(Session, query if limit is None else query.limit(limit),
                            "list sessions")  # fmt: skip
 
+    def sessions_of_environment(self, name: str, limit: int) -> list[Session]:
+        """Up to ``limit`` sessions made from environment ``name``, newest first (sorted here:
+        the query uses the automatic single-field index on ``environment``)."""
+        if limit <= 0:
+            return []
+        query = self._col("sessions").where(filter=_filter("environment", "==", name))
+        found = self._query(Session, query.limit(limit), "find an environment's sessions")
+        return sorted(found, key=lambda s: (s.created_at, s.id), reverse=True)
+
     def page_sessions(self, limit: int, after: tuple[datetime, str] | None = None) -> list[Session]:
         """One page, newest first by (``created_at``, document id = ``id``), strictly after
         ``after``."""

@@ -387,6 +387,13 @@ class SqliteDb:
         params.append(-1 if limit is None else limit)  # LIMIT -1: no limit
         return self._all(Session, sql + " ORDER BY created_at DESC, rowid DESC LIMIT ?", params)
 
+    def sessions_of_environment(self, name: str, limit: int) -> list[Session]:
+        """Up to ``limit`` sessions made from environment ``name``, newest first (a scan of
+        the session documents: environments are deleted rarely)."""
+        sql = ("SELECT doc FROM sessions WHERE json_extract(doc, '$.environment') = ?"
+               " ORDER BY created_at DESC, rowid DESC LIMIT ?")  # fmt: skip
+        return self._all(Session, sql, [name, max(limit, 0)])
+
     def page_sessions(self, limit: int, after: tuple[datetime, str] | None = None) -> list[Session]:
         """One page, newest first by (``created_at``, ``id``), strictly after ``after``."""
         if limit <= 0:

@@ -64,6 +64,7 @@ class Codex:
                     summary = item["text"]
             elif kind == "turn.completed":
                 usage = int_fields(event.get("usage"))
+                failure = None  # errors before it were retries that recovered
             elif kind in ("turn.failed", "error"):
                 error = event.get("error")
                 message = error.get("message") if isinstance(error, dict) else event.get("message")

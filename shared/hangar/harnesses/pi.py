@@ -61,6 +61,7 @@ class Pi:
             if kind == "session" and isinstance(event.get("id"), str) and conversation is None:
                 conversation = event["id"]
             elif kind == "agent_end":
+                failure = None  # only the last attempt's (pi retries a failed one)
                 for message in event.get("messages") or []:
                     if not isinstance(message, dict) or message.get("role") != "assistant":
                         continue

@@ -12,11 +12,19 @@ import os
 import re
 import subprocess
 
+from pydantic import BaseModel, Field
+
 from hangar.db import Db
-from hangar.errors import EnvironmentNotFound, InvalidInput, InvalidName
+from hangar.errors import (
+    EnvironmentInUse,
+    EnvironmentNotFound,
+    InvalidInput,
+    InvalidName,
+    VersionConflict,
+)
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal_bytes, unseal_bytes
-from hangar.models import NAME_PATTERN, Environment
+from hangar.models import NAME_PATTERN, Environment, utcnow
 
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LOOPBACK_URL = re.compile(
@@ -25,6 +33,22 @@ _LOOPBACK_URL = re.compile(
     re.I,
 )
 LS_REMOTE_TIMEOUT = 30
+IN_USE_SHOWN = 5
+"""How many of the sessions using an environment a refused delete names."""
+
+
+class EnvironmentChange(BaseModel):
+    """A change to an environment: only the fields set (``model_fields_set``) change. Variables
+    and secrets given are added or replaced; ``unset`` removes variables or secrets by name;
+    ``host_ports`` replaces the list; ``branch`` None is the remote's HEAD, ``setup`` None or
+    empty is none. The repo cannot change: sessions' checkpoints are commits of it."""
+
+    branch: str | None = None
+    setup: str | None = None
+    vars: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(default_factory=dict)
+    unset: list[str] = Field(default_factory=list)
+    host_ports: list[int] | None = None
 
 
 def _aad(env_name: str, secret: str) -> bytes:
@@ -73,6 +97,13 @@ def check_vars(values: dict[str, str]) -> dict[str, str]:
     if bad:
         raise InvalidInput(f"invalid variable names: {', '.join(bad)}", names=bad)
     return values
+
+
+def _without(values: dict[str, str], *names: list[str] | dict[str, str]) -> dict[str, str]:
+    """``values`` less the given names (a variable that becomes a secret, or the reverse, is
+    moved, never kept under both)."""
+    drop = {n for group in names for n in group}
+    return {k: v for k, v in values.items() if k not in drop}
 
 
 class Environments:
@@ -144,8 +175,54 @@ class Environments:
     def list(self) -> list[Environment]:
         return self.db.list_environments()
 
-    def delete(self, name: str) -> None:
-        self.db.get_environment(name)
+    def update(self, name: str, change: EnvironmentChange) -> Environment:
+        """Apply ``change`` (see :class:`EnvironmentChange`) after checking all of it (a new
+        branch must answer ``git ls-remote``); nothing changes on any error. Variables and
+        secrets reach the next turn; branch, setup and host ports the next sandbox."""
+        given = change.model_fields_set
+        check_vars(change.vars)
+        check_vars(change.secrets)
+        ports = check_ports(change.host_ports or []) if "host_ports" in given else None
+        both = sorted(set(change.unset) & (set(change.vars) | set(change.secrets)))
+        if both:
+            raise InvalidInput(f"cannot both set and unset {', '.join(both)}", names=both)
+        for _ in range(5):
+            env = self.require(name)
+            unknown = sorted(set(change.unset) - set(env.vars) - set(env.secrets))
+            if unknown:
+                raise InvalidInput(f"environment {name} has no variable or secret named "
+                                   f"{', '.join(unknown)}", names=unknown)  # fmt: skip
+            branch = change.branch if "branch" in given else env.branch
+            if "branch" in given and branch != env.branch:
+                self._check_reachable(env.repo, branch)
+            sealed = {k: self._seal(name, k, v) for k, v in change.secrets.items()}
+            updated = env.model_copy(update={
+                "branch": branch,
+                "setup": (change.setup or None) if "setup" in given else env.setup,
+                "vars": {**_without(env.vars, change.unset, change.secrets), **change.vars},
+                "secrets": {**_without(env.secrets, change.unset, change.vars), **sealed},
+                "host_ports": env.host_ports if ports is None else ports,
+                "updated_at": utcnow(),
+            })  # fmt: skip
+            try:
+                return self.db.update_environment(updated)
+            except VersionConflict:
+                continue
+        raise VersionConflict(f"environment {name} keeps changing; try again", name=name)
+
+    def delete(self, name: str, *, force: bool = False) -> None:
+        """Delete the environment; EnvironmentInUse, naming sessions made from it, unless
+        ``force`` (those sessions then fail to start a sandbox, and say why)."""
+        self.require(name)
+        using = self.db.sessions_of_environment(name, IN_USE_SHOWN + 1)
+        if using and not force:
+            names = [s.name for s in using[:IN_USE_SHOWN]]
+            more = " and more" if len(using) > IN_USE_SHOWN else ""
+            raise EnvironmentInUse(
+                f"environment {name} is used by session(s) {', '.join(names)}{more}: delete "
+                "them first, or force it (they could not start a sandbox again)",
+                name=name, sessions=names,
+            )  # fmt: skip
         self.db.delete_environment(name)
 
     def turn_env(self, env: Environment) -> dict[str, str]:

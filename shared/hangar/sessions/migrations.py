@@ -13,7 +13,7 @@ from typing import Any
 
 from hangar.db import Db
 from hangar.errors import SessionNotFound
-from hangar.models import Session
+from hangar.models import Conversation, Session
 from hangar.sessions.records import Records
 from hangar.sessions.service import MAX_IDLE_MINUTES
 
@@ -25,6 +25,8 @@ def migrate(db: Db) -> int:
 
     - the turn count and last summary that lists read from the record, filled in from its
       turns on records from before they were kept there;
+    - the conversation of the session's harness kept per harness too (what a switch of
+      harness and back relies on), for records from before there could be several;
     - an idle timeout outside 0 to a week (which an older hangar stored, and which then broke
       every sandbox lease computed from it) set to a week.
     """
@@ -50,6 +52,10 @@ def _upgrade(db: Db, session: Session) -> Mapping[str, Any] | None:
         finished = [t for t in turns if t.finished_at is not None]
         changes["turn_count"] = turns[-1].n if turns else 0
         changes["last_summary"] = finished[-1].summary if finished else None
+    if session.harness_session and session.harness not in session.conversations:
+        last = changes.get("turn_count", session.turn_count) or 0
+        changes["conversations"] = {**session.conversations, session.harness: Conversation(
+            id=session.harness_session, last_turn=last)}  # fmt: skip
     if not 0 <= session.idle_minutes <= MAX_IDLE_MINUTES:  # NaN too
         changes["idle_minutes"] = float(MAX_IDLE_MINUTES)
     return changes or None

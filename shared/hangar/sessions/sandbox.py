@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from hangar.config import Settings
 from hangar.errors import CheckpointError, SandboxError, SandboxNotFound
-from hangar.harnesses import get_harness
+from hangar.sessions.conversations import conversation_dirs
 from hangar.harnesses.runs import read_run, read_stderr, run_started, start_run, stop_run
 from hangar.models import Checkpoint, CheckpointReason, Environment, Session
 from hangar.sandboxes import HOME, WORKSPACE, SandboxInfo, Sandboxes, SandboxSpec
@@ -44,7 +44,7 @@ def checkpoint_target(session: Session) -> CheckpointTarget:
         base=session.base_commit,
         harness=session.harness,
         harness_session=session.harness_session,
-        conversation_dirs=get_harness(session.harness).conversation_dirs,
+        conversation_dirs=conversation_dirs(session),
         exchange_dir=exchange_dir(session),
     )
 

@@ -37,12 +37,14 @@ from hangar.db import Db
 from hangar.errors import (
     HangarError,
     InvalidInput,
+    InvalidState,
     NotFound,
     SandboxError,
     SessionNotFound,
     SessionNotRunning,
 )
 from hangar.harnesses import get_harness
+from hangar.harnesses.runs import stop_run
 from hangar.keys import Keys
 from hangar.models import (
     CheckpointReason,
@@ -57,6 +59,7 @@ from hangar.models import (
 )
 from hangar.sandboxes import HANGAR_TMP, Sandboxes, SandboxInfo, SandboxUser
 from hangar.sessions.checkpoints import Checkpointer
+from hangar.sessions.conversations import switch
 from hangar.sessions.environments import Environments, check_name
 from hangar.sessions.forks import Forks
 from hangar.sessions.housekeeping import Housekeeping
@@ -210,23 +213,31 @@ class SessionService:
         self._turns.ensure(made.id, 1, message)
         return Started(made, 1)
 
-    def send(self, ref: str, message: str) -> Started:
-        """Ask for the next turn (resuming the session first when it is suspended); answers at
+    def send(self, ref: str, message: str, *, harness: str | None = None,
+             model: str | None = None) -> Started:  # fmt: skip
+        """Ask for the next turn (resuming the session first when it is suspended), on
+        ``harness`` and ``model`` when given (see :func:`conversations.switch`); answers at
         once. Exactly one of two concurrent sends wins; the other gets SessionBusy."""
         _check_message(message)
         session = self.resolve(ref)
+        changes = switch(session, harness, model)
         self.environments.require(session.environment)
         n = len(self.db.list_turns(session.id)) + 1
         intent = StartIntent(kind=StartKind.SEND, turn=n, message=message)
-        claimed = self._startup.begin(session, intent)
+        claimed = self._startup.begin(session, intent, **changes)
         self._turns.ensure(claimed.id, n, message)
         return Started(claimed, n)
 
-    def open(self, ref: str) -> Session:
-        """Make sure the session has a sandbox with its work restored: answers at once, the
-        session IDLE or ACTIVE when it has one already, STARTING otherwise (``get`` follows
-        its phase)."""
+    def open(self, ref: str, *, harness: str | None = None, model: str | None = None) -> Session:
+        """Make sure the session has a sandbox with its work restored, its next turn on
+        ``harness`` and ``model`` when given: answers at once, the session IDLE (or ACTIVE,
+        when no switch is asked for) when it has a sandbox already, STARTING otherwise (``get``
+        follows its phase). A switch while a turn runs or a start is under way is
+        SessionBusy."""
         session = self.resolve(ref)
+        changes = switch(session, harness, model)
+        if changes:
+            session = self._transitions.switch_harness(session, **changes)
         if session.state in (S.IDLE, S.ACTIVE) and sandbox_alive(self.sandboxes, session):
             self._touch(session.id)
             return self.resolve(ref)
@@ -262,6 +273,19 @@ class SessionService:
         """Wait for turn ``n`` (default: the latest) to be over, feeding new run-log bytes to
         ``on_output`` as they come; returns the turn, unfinished if ``timeout`` passed first."""
         return self._turns.wait(ref, n, timeout=timeout, on_output=on_output, poll=poll)
+
+    def interrupt(self, ref: str) -> Started:
+        """Stop the session's running turn: its harness is stopped, the turn ends INTERRUPTED
+        and its work is checkpointed, as at any turn's end. InvalidState when no turn runs."""
+        session = self.resolve(ref)
+        if session.state is not S.ACTIVE or not session.sandbox_id:
+            raise InvalidState(f"session {session.name} has no running turn (it is "
+                               f"{session.state.value})", session=session.name,
+                               state=session.state.value)  # fmt: skip
+        turn = self._turns.turn(session.id, None)
+        if turn.finished_at is None:
+            stop_run(self.sandboxes, session.sandbox_id, turn.run_id)
+        return Started(self._turns.watch(self.db.get_session(session.id)), turn.n)
 
     def log(self, ref: str, n: int | None = None) -> bytes:
         """A turn's run log (default: the latest turn): live while it runs, stored after."""

@@ -64,6 +64,7 @@ TRANSITIONS: Mapping[str, tuple[frozenset[S], S | None]] = {
     "archived": (frozenset({S.SUSPENDING}), S.ARCHIVED),
     "lose_sandbox": (frozenset({S.IDLE, S.ACTIVE}), S.SUSPENDED),
     "extend": (frozenset({S.IDLE, S.ACTIVE}), None),  # None: the state stays
+    "switch_harness": (frozenset({S.IDLE, S.SUSPENDED, S.FAILED}), None),
 }
 """Each transition: the states it applies to, and the state it leaves (None: unchanged)."""
 
@@ -261,3 +262,8 @@ class Transitions:
     def extend(self, session: Session, **changes: Any) -> Session:
         """IDLE or ACTIVE, state unchanged: the sandbox's TTL, activity."""
         return self._move(session, "extend", **changes)
+
+    def switch_harness(self, session: Session, **changes: Any) -> Session:
+        """IDLE, SUSPENDED or FAILED, state unchanged: another harness or model for the next
+        turn (never while a turn runs or a start is under way)."""
+        return self._move(session, "switch_harness", **changes)

@@ -34,17 +34,16 @@ from hangar.errors import (
     SandboxError,
     SandboxNotFound,
     SessionBusy,
-    SessionNotFound,
     VersionConflict,
 )
 from hangar.harnesses import Harness, TurnSpec, get_harness
-from hangar.harnesses.handoff import TurnRecord, handoff_prompt
-from hangar.harnesses.runs import read_run, run_started
+from hangar.harnesses.runs import INTERRUPTED_EXIT, read_run, run_started
 from hangar.harnesses.turns import start_turn, turn_result
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal
 from hangar.models import CheckpointReason, Session, SessionState as S, Turn, TurnOutcome, utcnow
 from hangar.sandboxes import Sandboxes
+from hangar.sessions import conversations
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.environments import Environments
 from hangar.sessions.records import Records
@@ -111,12 +110,12 @@ class Turns:
         turn = self.ensure(session.id, session.start.turn, session.start.message)
         harness = get_harness(session.harness)
         if not run_started(self.sandboxes, session.sandbox_id, turn.run_id):
-            turns = [t for t in self.db.list_turns(session.id) if t.n < turn.n]
-            prompt, handoff = turn.message, False
-            if session.fork_from and not session.harness_session and not harness.can_fork:
-                prompt, handoff = self._handoff(session, turns, turn.message), True
+            earlier = [t for t in self.db.list_turns(session.id) if t.n < turn.n]
+            prompt, handoff = conversations.prompt(session, harness, turn, earlier,
+                                                   self._source_turns(session))  # fmt: skip
             chosen = session.harness_session or turn.harness_session or str(uuid.uuid4())
-            turn = self._update_turn(turn, harness_session=chosen, handoff=handoff)
+            turn = self._update_turn(turn, harness_session=chosen, handoff=handoff,
+                                     harness=harness.name)  # fmt: skip
             try:
                 spec = self._spec(session, turn, harness, prompt)
                 start_turn(self.sandboxes, session.sandbox_id, harness, spec, turn.run_id)
@@ -151,15 +150,12 @@ class Turns:
             env=self.environments.turn_env(env),
         )
 
-    def _handoff(self, session: Session, turns: list[Turn], message: str) -> str:
-        history: list[Turn] = turns
-        if session.forked_from and not turns:
-            try:
-                history = self.db.list_turns(session.forked_from)
-            except SessionNotFound:
-                history = []
-        records = [TurnRecord(t.message, t.summary) for t in history]
-        return handoff_prompt(message, records, branch=session.branch)
+    def _source_turns(self, session: Session) -> list[Turn]:
+        """For a fork, the turns of the session it was forked from, up to the fork."""
+        if not session.forked_from:
+            return []
+        source = self.db.list_turns(session.forked_from)  # empty once the source is deleted
+        return [t for t in source if t.requested_at <= session.created_at]
 
     # -- finishing --------------------------------------------------------------------------
 
@@ -213,15 +209,19 @@ class Turns:
         ok = turn.outcome is TurnOutcome.EXITED
         try:
             take_checkpoint(self.checkpointer, self.records, session, CheckpointReason.TURN)
-            error = None if ok else turn.summary
+            error = None if ok or turn.outcome is TurnOutcome.INTERRUPTED else turn.summary
         except CheckpointError as exc:
             logger.error("checkpoint after turn %d of %s failed: %s", turn.n, session.id, exc)
             error = f"checkpoint after turn {turn.n} failed: {exc.message}"
         changes: dict[str, object] = {"last_active_at": utcnow(), "error": error,
                                       "last_summary": turn.summary, "turn_count": turn.n}
-        if ok and turn.harness_session:
-            changes.update(harness_session=turn.harness_session, fork_from=None)
         current = self.db.get_session(session.id)
+        if ok and turn.harness_session:
+            ran = turn.harness or current.harness
+            changes.update(fork_from=None,
+                           conversations=conversations.after_turn(current, turn, ran))  # fmt: skip
+            if ran == current.harness:
+                changes["harness_session"] = turn.harness_session
         idle = self.transitions.finish_turn(current, token, **changes)
         self.schedule.cancel_watch(session.id)
         self.schedule.claim_expiry(idle)
@@ -229,17 +229,19 @@ class Turns:
         return idle
 
     def _record_outcome(self, session: Session, turn: Turn, log: bytes, exit_code: int) -> Turn:
-        harness = get_harness(session.harness)
+        harness = get_harness(turn.harness or session.harness)
         assert session.sandbox_id is not None
         spec = self._spec(session, turn, harness, turn.message)
         result = turn_result(self.sandboxes, session.sandbox_id, harness, spec, turn.run_id, log,
                              exit_code)  # fmt: skip
         log_key = self._store_log(session.id, turn.n, log)
         outcome = TurnOutcome.EXITED if result.ok else TurnOutcome.FAILED
-        if exit_code == 130:
-            outcome = TurnOutcome.INTERRUPTED
         error = result.error
         summary = result.summary if result.ok else (error.message if error else None)
+        if exit_code == INTERRUPTED_EXIT:
+            outcome, error = TurnOutcome.INTERRUPTED, None
+            summary = "interrupted" + (f"; its last words: {result.summary}"
+                                       if result.summary else "")  # fmt: skip
         finished = turn.model_copy(update={
             "finished_at": utcnow(), "exit_code": exit_code, "outcome": outcome,
             "summary": summary, "usage": result.usage,

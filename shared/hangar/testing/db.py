@@ -197,6 +197,14 @@ class DbConformance:
         names = [s.name for s in first + rest]
         assert names == ["q5", "q4", "q3", "q2", "q1", "q0"]
 
+    def test_sessions_of_an_environment_are_only_its_own_and_at_most_limit(self, db: Db) -> None:
+        mine = [db.create_session(make_session(f"m{i}", minute=i, environment="app"))
+                for i in range(3)]  # fmt: skip
+        db.create_session(make_session("other", minute=9, environment="web"))
+        assert _ids(db.sessions_of_environment("app", 10)) == [s.id for s in reversed(mine)]
+        assert len(db.sessions_of_environment("app", 2)) == 2
+        assert db.sessions_of_environment("nothing", 10) == []
+
     def test_list_sessions_of_an_empty_db_is_empty(self, db: Db) -> None:
         assert db.list_sessions() == []
 

@@ -104,6 +104,37 @@ def test_a_reported_failure_fails_the_turn_even_with_exit_zero() -> None:
     assert type(result.error) is HarnessError and "rate limited" in result.error.message
 
 
+def test_model_api_retries_that_recover_do_not_fail_the_turn() -> None:
+    codex = get_harness("codex").outcome(
+        TurnSpec("x", "/w"),
+        0,
+        lines({"type": "thread.started", "thread_id": "t1"},
+              {"type": "error", "message": "Reconnecting... 1/5 (stream disconnected)"},
+              {"type": "item.completed", "item": {"type": "agent_message", "text": "Done."}},
+              {"type": "turn.completed", "usage": {"input_tokens": 1}}),  # fmt: skip
+        b"",
+    )
+    assert codex.ok and codex.summary == "Done."
+    failed = {"role": "assistant", "content": [], "stopReason": "error",
+              "errorMessage": "Connection error."}  # fmt: skip
+    worked = {"role": "assistant", "content": [{"type": "text", "text": "Fine."}],
+              "stopReason": "stop"}  # fmt: skip
+    pi = get_harness("pi").outcome(
+        TurnSpec("x", "/w"),
+        0,
+        lines({"type": "session", "id": "p1"}, {"type": "agent_end", "messages": [failed]},
+              {"type": "auto_retry_start", "attempt": 1, "maxAttempts": 3},
+              {"type": "agent_end", "messages": [worked]}),  # fmt: skip
+        b"",
+    )
+    assert pi.ok and pi.summary == "Fine."
+    gave_up = get_harness("pi").outcome(
+        TurnSpec("x", "/w"), 0,
+        lines({"type": "session", "id": "p1"}, {"type": "agent_end", "messages": [failed]}), b"",
+    )  # fmt: skip
+    assert gave_up.error is not None and "Connection error." in gave_up.error.message
+
+
 def test_garbage_output_is_no_conversation_id() -> None:
     result = get_harness("pi").outcome(TurnSpec("x", "/w"), 0, b"not json\n{broken\n", b"")
     assert isinstance(result.error, NoConversationId)

@@ -24,6 +24,7 @@ from hangar.errors import (
     SessionNotFound,
     UnknownHarness,
 )
+from hangar.harnesses.handoff import MARKER
 from hangar.models import CheckpointReason, SessionState, TickDue, TurnOutcome, utcnow
 from hangar.sessions.service import SessionService
 from tests.unit.sessions.world import TURN_ONE, FakeTicks, World, start
@@ -457,3 +458,38 @@ def test_delete_destroys_every_sandbox_labelled_with_the_session(world: World) -
     world.service.delete("demo")
     assert [i.id for i in world.sandboxes.list()] == []
     assert orphan.id not in {i.id for i in world.sandboxes.list()}
+
+
+def test_a_session_whose_harness_cli_is_missing_carries_on_after_a_switch(world: World) -> None:
+    world.service.new("lost", TURN_ONE, "app", harness="claude")  # no claude CLI here
+    failed = world.service.wait("lost", timeout=60, poll=0.05)
+    assert (failed.outcome, failed.error_code, failed.harness) == (
+        TurnOutcome.FAILED, "harness_missing", "claude")  # fmt: skip
+    assert world.service.get("lost").conversations == {}
+
+    world.service.send("lost", "turn two: try again", harness="antigravity", model="agy-2")
+    moved = world.service.wait("lost", timeout=60, poll=0.05)
+    assert (moved.outcome, moved.harness, moved.handoff) == (
+        TurnOutcome.EXITED, "antigravity", True)  # fmt: skip
+    # the stand-in repeats the first prompt of its conversation: the handoff account
+    assert MARKER in (moved.summary or "") and "Original task: turn one" in (moved.summary or "")
+    session = world.service.get("lost")
+    assert (session.harness, session.model) == ("antigravity", "agy-2")
+    assert session.conversations["antigravity"].id == session.harness_session == (
+        moved.harness_session)  # fmt: skip
+
+    world.service.send("lost", "turn three: and on")
+    native = world.service.wait("lost", timeout=60, poll=0.05)
+    assert not native.handoff and (native.summary or "").startswith("Seen 2 earlier messages")
+
+
+def test_a_switch_is_refused_while_a_turn_runs_and_changes_nothing(world: World) -> None:
+    world.service.new("busy", "wait-for: /tmp/never\nslow", "app", harness="antigravity")
+    world.settle("busy")
+    before = world.service.resolve("busy")
+    with pytest.raises(SessionBusy):
+        world.service.open("busy", harness="codex")
+    with pytest.raises(SessionBusy):
+        world.service.send("busy", "more", harness="codex")
+    assert world.service.resolve("busy").harness == "antigravity"
+    assert world.service.resolve("busy").version == before.version

@@ -34,6 +34,7 @@ CALLS: dict[str, Callable[[Transitions, Session], Session]] = {
     "archived": lambda t, s: t.archived(s, TOKEN),
     "lose_sandbox": lambda t, s: t.lose_sandbox(s),
     "extend": lambda t, s: t.extend(s, sandbox_expires_at=utcnow()),
+    "switch_harness": lambda t, s: t.switch_harness(s, harness="codex", harness_session=None),
 }
 NEEDS_A_CLAIM = {"advance", "activate", "ready", "turn_not_started", "fail_start",
                  "finish_turn", "suspended", "abort_suspend", "archived"}  # fmt: skip
