@@ -1,10 +1,13 @@
-"""``get_session`` on the Firestore backend against Google's Firestore emulator (BRIEF §7: p50 at
-most 20 ms).
+"""Reads on the Firestore backend against Google's Firestore emulator: ``get_session`` (BRIEF
+§7: p50 at most 20 ms) and one page of 50 sessions out of 10,000, as ``GET /api/sessions``
+reads it (p50 at most 50 ms).
 
 :func:`run` starts its own emulator, stores one session (with a lease, a few turns and a
 checkpoint beside it, as a live session has), warms the client up (its first call imports the
 google libraries and opens the channel; a warm Cloud Run instance has paid that already), then
-times ``runs`` calls. Usage: ``python -m tests.bench.firestore [--runs N]``.
+times ``runs`` calls; then it stores 10,000 sessions in a database of their own and times pages
+of 50 (the first page, and pages from a cursor deep in the list, in turn), each made into the
+list's views. Usage: ``python -m tests.bench.firestore [--runs N]``.
 """
 
 from __future__ import annotations
@@ -16,14 +19,18 @@ import statistics
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
+from hangar.api.schemas import SessionSummary
 from hangar.db.firestore import FirestoreDb
 from hangar.models import Checkpoint, CheckpointReason, Session, SessionState, Turn, utcnow
 
 from emulators.firestore import FirestoreEmulator
 
 TARGET = 0.020
+LIST_TARGET = 0.050
+SESSIONS, PAGE = 10_000, 50
 _WARMUP = 20  # the emulator (a JVM) is slow on its first requests
 
 
@@ -44,33 +51,78 @@ def _session(db: FirestoreDb) -> Session:
 
 
 def run(runs: int) -> list[dict[str, object]]:
-    """One JSON-able line: the median seconds of ``runs`` warm ``get_session`` calls."""
+    """Two JSON-able lines: the median seconds of ``runs`` warm ``get_session`` calls, and of
+    ``runs`` pages of 50 sessions out of 10,000."""
     with FirestoreEmulator() as emulator:
         previous = os.environ.get("FIRESTORE_EMULATOR_HOST")
         os.environ.update(emulator.environment())
-        db = FirestoreDb("hangar-bench", "(default)", f"bench-{uuid.uuid4().hex[:8]}")
         try:
-            session = _session(db)
-            for _ in range(_WARMUP):
-                db.get_session(session.id)
-            samples = []
-            for _ in range(runs):
-                start = time.perf_counter()
-                db.get_session(session.id)
-                samples.append(time.perf_counter() - start)
+            return [_get_session(runs), _list_sessions(runs)]
         finally:
-            db.close()
             if previous is None:
                 os.environ.pop("FIRESTORE_EMULATOR_HOST", None)
             else:
                 os.environ["FIRESTORE_EMULATOR_HOST"] = previous
-    return [{
-        "bench": "get_session_firestore",
+
+
+def _line(name: str, samples: list[float], target: float) -> dict[str, object]:
+    return {
+        "bench": name,
         "seconds": round(statistics.median(samples), 4),
-        "target": TARGET,
-        "runs": runs,
+        "target": target,
+        "runs": len(samples),
         "samples": [round(s, 4) for s in samples],
-    }]  # fmt: skip
+    }
+
+
+def _get_session(runs: int) -> dict[str, object]:
+    db = FirestoreDb("hangar-bench", "(default)", f"bench-{uuid.uuid4().hex[:8]}")
+    try:
+        session = _session(db)
+        for _ in range(_WARMUP):
+            db.get_session(session.id)
+        samples = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            db.get_session(session.id)
+            samples.append(time.perf_counter() - start)
+    finally:
+        db.close()
+    return _line("get_session_firestore", samples, TARGET)
+
+
+def _list_sessions(runs: int) -> dict[str, object]:
+    db = FirestoreDb("hangar-bench", "(default)", f"list-{uuid.uuid4().hex[:8]}")
+    try:
+        start = utcnow() - timedelta(days=30)
+
+        def make(i: int) -> Session:
+            return db.create_session(Session(
+                name=f"s-{i:05d}", title=f"session {i}", environment="app", harness="claude",
+                state=SessionState.IDLE, created_at=start + timedelta(minutes=i),
+                turn_count=3, last_summary=f"did the work of session {i} " * 5,
+            ))  # fmt: skip
+
+        with ThreadPoolExecutor(16) as pool:
+            made = list(pool.map(make, range(SESSIONS)))
+        deep = made[SESSIONS // 2]
+        cursors = [None, (deep.created_at, deep.id)]
+
+        def page(i: int) -> None:
+            found = db.page_sessions(PAGE + 1, cursors[i % 2])
+            views = [SessionSummary.of(s) for s in found[:PAGE]]
+            assert len(views) == PAGE
+
+        for i in range(_WARMUP):
+            page(i)
+        samples = []
+        for i in range(runs):
+            began = time.perf_counter()
+            page(i)
+            samples.append(time.perf_counter() - began)
+    finally:
+        db.close()
+    return _line("list_sessions_firestore", samples, LIST_TARGET)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ of truth: every field round-trips exactly, and map keys Firestore refuses as fie
 just text there), its ``version``, and the fields uniqueness and queries need, as native values
 (timestamps for times, to the microsecond)::
 
-    sessions/{id}              doc, version, name, state, created_at
+    sessions/{id}              doc, version, name, state, environment, created_at
     session_names/{name}       session_id            the name lock: one per taken name
     turns/{session_id}.{n}     doc, version, session_id, n
     checkpoints/{id}           doc, version, session_id, ts
@@ -312,6 +312,7 @@ class FirestoreDb:
     @staticmethod
     def _session_fields(session: Session, doc: str) -> dict[str, Any]:
         return _fields(session, doc, name=session.name, state=session.state.value,
+                       environment=session.environment,
                        created_at=utc(session.created_at))  # fmt: skip
 
     def create_session(self, session: Session) -> Session:
@@ -385,7 +386,8 @@ class FirestoreDb:
         if after is not None:
             query = query.start_after({"created_at": utc(after[0]),
                                        "__name__": self._ref("sessions", after[1])})  # fmt: skip
-        return self._query(Session, query.limit(limit), "page sessions")
+        # only the record's JSON comes back (the indexed copies of its fields are not needed)
+        return self._query(Session, query.limit(limit).select(["doc"]), "page sessions")
 
     def update_session(self, session: Session) -> Session:
         """Compare-and-set on ``session.version``: SessionNotFound, VersionConflict (checked

@@ -6,7 +6,8 @@ thread id). Approvals and Codex's own sandbox are off
 (``--dangerously-bypass-approvals-and-sandbox``): the hangar sandbox is the boundary. Only the
 Responses wire API works with custom endpoints: when the turn's environment has
 ``OPENAI_BASE_URL``, a ``hangar`` provider pointing at it (key from ``OPENAI_API_KEY``) is set
-with ``-c`` overrides, so no config file is written. Conversations live in
+with ``-c`` overrides, so no config file is written; such a turn needs a model (HarnessError
+without one: Codex's default is one of OpenAI's own, and it would do nothing there). Conversations live in
 ``~/.codex/sessions/YYYY/MM/DD/rollout-*-<id>.jsonl``.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 
+from hangar.errors import HarnessError
 from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, int_fields, json_lines
 
 
@@ -30,6 +32,11 @@ class Codex:
         if spec.model:
             argv += ["--model", spec.model]
         base_url = spec.env.get("OPENAI_BASE_URL")
+        if base_url and not spec.model:
+            # Codex's default model is one of OpenAI's own: on another endpoint its requests
+            # come without tools and the turn does nothing, silently.
+            raise HarnessError("codex on a custom endpoint (OPENAI_BASE_URL) needs a model: "
+                               "give one with --model", harness=self.name)  # fmt: skip
         if base_url:
             provider = {
                 "name": "hangar",

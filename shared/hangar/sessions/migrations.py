@@ -24,7 +24,8 @@ def migrate(db: Db) -> int:
     """Bring every session record up to this version; returns how many changed:
 
     - the turn count and last summary that lists read from the record, filled in from its
-      turns on records from before they were kept there;
+      turns on records from before they were kept there (the rewrite also gives a Firestore
+      document the ``environment`` field that finding an environment's sessions queries);
     - the conversation of the session's harness kept per harness too (what a switch of
       harness and back relies on), for records from before there could be several;
     - an idle timeout outside 0 to a week (which an older hangar stored, and which then broke

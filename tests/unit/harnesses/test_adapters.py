@@ -32,7 +32,7 @@ def test_claude_names_new_conversations_resumes_them_and_forks_with_a_new_id() -
 def test_codex_resumes_and_forks_by_thread_and_points_at_a_custom_endpoint() -> None:
     codex = get_harness("codex")
     env = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
-    argv = codex.command(TurnSpec("go", "/w", conversation_id="t1", env=env)).argv
+    argv = codex.command(TurnSpec("go", "/w", model="gpt-5-codex", conversation_id="t1", env=env)).argv
     assert argv[:3] == ["codex", "exec", "--json"]
     assert "--dangerously-bypass-approvals-and-sandbox" in argv
     assert argv[-4:] == ["resume", "t1", "--", "go"]
@@ -102,6 +102,13 @@ def test_a_reported_failure_fails_the_turn_even_with_exit_zero() -> None:
         b"",
     )
     assert type(result.error) is HarnessError and "rate limited" in result.error.message
+
+
+def test_codex_on_a_custom_endpoint_without_a_model_is_refused_up_front() -> None:
+    spec = TurnSpec("x", "/w", env={"OPENAI_BASE_URL": "http://127.0.0.1:8787/v1"})
+    with pytest.raises(HarnessError, match="needs a model"):
+        get_harness("codex").command(spec)
+    assert get_harness("codex").command(TurnSpec("x", "/w")).argv[:2] == ["codex", "exec"]
 
 
 def test_model_api_retries_that_recover_do_not_fail_the_turn() -> None:
