@@ -121,7 +121,7 @@ def test_a_session_through_the_cli(server: Server, cli: Cli, remote: Path) -> No
     assert cli("session", "shell", "demo", "--", "sh", "-c", "echo hi; exit 3") == (3, "hi\n", "")
     code, out, _ = cli("session", "patch", "demo")
     assert code == 0 and "+one" in out and "+note" in out
-    code, out, _ = cli("session", "log", "demo", "1")
+    code, out, _ = cli("session", "log", "demo", "1", "--raw")
     assert code == 0 and '"type": "init"' in out
 
     code, out, _ = cli("session", "suspend", "demo", "--json")

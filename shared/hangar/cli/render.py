@@ -92,8 +92,10 @@ def print_session(s: dict[str, Any]) -> None:
     used = sorted(s.get("conversations") or {})
     if len(used) > 1 or (used and used != [s["harness"]]):
         print(f"  conversations: {', '.join(used)} (a switch back resumes its own)")
+    switched = len(used) > 1
     for t in s.get("turns") or []:
-        how = ", ".join(x for x in (t.get("harness"), "handoff" if t.get("handoff") else "") if x)
+        shown = t.get("harness") if switched else None
+        how = ", ".join(x for x in (shown, "handoff" if t.get("handoff") else "") if x)
         print(f"  turn {t['n']}{f' ({how})' if how else ''}: {t['outcome'] or 'running'}: "
               f"{one_line(t['message'], 60)}")
         if t.get("summary"):
