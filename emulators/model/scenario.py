@@ -156,7 +156,9 @@ class Entry:
     text: str
 
 
-_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
+# System reminders (Claude Code's) and hangar's note on $HANGAR_IO are context the harness or
+# hangar added to the person's prompt, wherever they are in it.
+_REMINDER = re.compile(r"<(system-reminder|hangar-exchange)>.*?</\1>", re.DOTALL)
 # A user text that is entirely one XML-ish element (Codex's <environment_context>, <user_
 # instructions>, Claude Code's <local-command-...>) is injected context, not a prompt.
 _WRAPPED = re.compile(r"\A\s*<([A-Za-z][\w-]*)(\s[^>]*)?>.*</\1>\s*\Z", re.DOTALL)
@@ -166,7 +168,7 @@ _CONTEXT_PREFIXES = ("# AGENTS.md instructions", "<INSTRUCTIONS>", "Caveat: The 
 def user_entries(texts: Sequence[str]) -> list[Entry]:
     """Split the text blocks of one user message into context and (at most one) prompt entry.
 
-    System reminders and whole-block wrappers are context; the remaining blocks, joined by
+    System reminders, hangar's exchange note and whole-block wrappers are context; the remaining blocks, joined by
     newlines, are the message's prompt.
     """
     entries: list[Entry] = []

@@ -75,7 +75,20 @@ class Settings(BaseModel):
     session_max_part_mb: float = Field(100, gt=0)
     session_max_untracked_mb: float = Field(20, gt=0)
     session_checkpoint_minutes: float = Field(10, ge=0)
-    exchange_max_patch_mb: float = Field(10, gt=0)
+    exchange_max_patch_mb: float = Field(
+        10, gt=0, description="Patch items, and the largest get_session_patch, in MiB")
+    exchange_max_bundle_mb: float = Field(50, gt=0, description="Bundle items, in MiB")
+    exchange_max_result_kb: float = Field(
+        1024, gt=0, description="The largest out/result.json a turn may hand back, in KiB")
+    exchange_max_artifacts: int = Field(
+        50, ge=0, description="New or changed artifacts stored per turn (more are skipped)")
+    exchange_max_artifact_mb: float = Field(25, gt=0, description="The largest artifact, in MiB")
+    exchange_max_artifacts_mb: float = Field(
+        100, gt=0, description="Artifacts stored per turn, in MiB (more are skipped)")
+    exchange_inline_artifact_kb: float = Field(
+        512, gt=0, description="The largest artifact get_artifact answers inline, in KiB")
+    exchange_repair_timeout_minutes: float = Field(
+        10, gt=0, description="How long the repair turn for a missing or invalid result may run")
     checkpoint_timeout_seconds: float = Field(300, gt=0)
     sandbox_ttl_minutes: float = Field(120, gt=0)
     activity_grace_seconds: float = Field(90, ge=0)
@@ -157,3 +170,19 @@ class Settings(BaseModel):
     @property
     def max_patch_bytes(self) -> int:
         return int(self.exchange_max_patch_mb * 1024 * 1024)
+
+    @property
+    def max_result_bytes(self) -> int:
+        return int(self.exchange_max_result_kb * 1024)
+
+    @property
+    def max_artifact_bytes(self) -> int:
+        return int(self.exchange_max_artifact_mb * 1024 * 1024)
+
+    @property
+    def max_artifacts_bytes(self) -> int:
+        return int(self.exchange_max_artifacts_mb * 1024 * 1024)
+
+    @property
+    def inline_artifact_bytes(self) -> int:
+        return int(self.exchange_inline_artifact_kb * 1024)

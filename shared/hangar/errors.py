@@ -10,7 +10,8 @@ once shipped; messages may.
     ├── InvalidInput                    invalid_input       400
     │   ├── InvalidName                 invalid_name        400
     │   ├── UnknownHarness              unknown_harness     400
-    │   └── InvalidSettings             invalid_settings    400
+    │   ├── InvalidSettings             invalid_settings    400
+    │   └── InvalidSchema               invalid_schema      400
     ├── Unauthorized                    unauthorized        401
     ├── Forbidden                       forbidden           403
     ├── NotFound                        not_found           404
@@ -19,7 +20,8 @@ once shipped; messages may.
     │   ├── EnvironmentNotFound         environment_not_found 404
     │   ├── TokenNotFound               token_not_found     404
     │   ├── SandboxNotFound             sandbox_not_found   404
-    │   └── BlobNotFound                blob_not_found      404
+    │   ├── BlobNotFound                blob_not_found      404
+    │   └── ArtifactNotFound            artifact_not_found  404
     ├── Conflict                        conflict            409
     │   ├── VersionConflict             version_conflict    409
     │   ├── AlreadyExists               already_exists      409
@@ -34,6 +36,7 @@ once shipped; messages may.
     ├── CheckpointError                 checkpoint_failed   500
     │   ├── RestoreFailed               restore_failed      500
     │   └── NoUsableCheckpoint          no_usable_checkpoint 500
+    ├── ArtifactTooLarge                artifact_too_large  413
     ├── UnsafeArchive                   unsafe_archive      422
     ├── HarnessError                    harness_failed      502
     │   ├── HarnessMissing              harness_missing     502
@@ -107,6 +110,12 @@ class InvalidSettings(InvalidInput):
     code = "invalid_settings"
 
 
+class InvalidSchema(InvalidInput):
+    """An ``output_schema`` that is not a JSON Schema (its meta-schema says why)."""
+
+    code = "invalid_schema"
+
+
 class Unauthorized(HangarError):
     """No token, or a token hangar does not know."""
 
@@ -132,6 +141,18 @@ class SessionNotFound(NotFound):
 
 class CheckpointNotFound(NotFound):
     code = "checkpoint_not_found"
+
+
+class ArtifactNotFound(NotFound):
+    code = "artifact_not_found"
+
+
+class ArtifactTooLarge(HangarError):
+    """An artifact larger than an inline answer may be (``HANGAR_EXCHANGE_INLINE_ARTIFACT_KB``):
+    download it over REST instead."""
+
+    code = "artifact_too_large"
+    status = 413
 
 
 class EnvironmentNotFound(NotFound):

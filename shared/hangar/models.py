@@ -121,6 +121,22 @@ class Phase(BaseModel):
     detail: str = ""
     since: datetime = Field(default_factory=lambda: utcnow())
 
+    def describe(self) -> str:
+        """One line for people: ``making a sandbox``, ``cloning the repo (URL)``, ..."""
+        text = _STEPS[self.step]
+        detail = " ".join(self.detail.split())
+        detail = detail if len(detail) <= 70 else detail[:67] + "..."
+        return f"{text} ({detail})" if detail else text
+
+
+_STEPS = {
+    StartStep.CREATING_SANDBOX: "making a sandbox",
+    StartStep.CLONING: "cloning the repo",
+    StartStep.RUNNING_SETUP: "running the environment's setup",
+    StartStep.RESTORING: "restoring the newest checkpoint",
+    StartStep.STARTING_TURN: "starting the agent",
+}
+
 
 class StartIntent(BaseModel):
     """What a start was asked to do, kept on the session so that any worker can carry it on:
@@ -188,7 +204,15 @@ class Session(Record):
     sandbox_expires_at: datetime | None = None
     state: SessionState = SessionState.STARTING
     idle_minutes: float = Field(30, ge=0)
-    needs_input: str | None = None
+    needs_input: str | None = Field(
+        default=None, description="the question the last turn ended on, until a turn answers it"
+    )
+    question_options: list[str] = Field(
+        default_factory=list, description="answers the agent offered to pick from (redacted)"
+    )
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="the JSON Schema of the turns' results (sends inherit it)"
+    )
     shells: dict[str, datetime] = Field(
         default_factory=dict,
         description="open shells and terminals: lease id -> lease expiry (activity while held)",
@@ -245,6 +269,62 @@ class Turn(Record):
     handoff: bool = Field(default=False, description="the prompt carried a lossy handoff account")
     harness: str | None = Field(default=None, description="the harness that ran it (None: a "
                                 "record from before it was kept)")
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="the JSON Schema its result is checked against"
+    )
+    collected: bool = Field(
+        default=False, description="what the agent handed back ($HANGAR_IO) has been read"
+    )
+    result: Any = Field(default=None, description="the structured result (out/result.json)")
+    result_key: str | None = Field(
+        default=None, description="a large result's data key, wrapped: the result is in blobs"
+    )
+    result_error: str | None = Field(
+        default=None, description="why there is no valid result, after the repair turn"
+    )
+    question: str | None = Field(default=None, description="out/QUESTION.md: why it needs input")
+    question_options: list[str] = Field(default_factory=list)
+    artifacts: list[Artifact] = Field(
+        default_factory=list, description="the new or changed files it handed back, stored"
+    )
+    warnings: list[str] = Field(
+        default_factory=list, description="what was left out of what it handed back, and why"
+    )
+    repair: Repair | None = Field(
+        default=None, description="the repair run asked for a missing or invalid result"
+    )
+    repair_usage: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def active_run_id(self) -> str:
+        """The run the turn waits on: its repair run once one was started, else its own."""
+        return self.repair.run_id if self.repair else self.run_id
+
+
+class Artifact(BaseModel):
+    """A file a turn handed back (``out/artifacts/<path>``), stored sealed under a data key of
+    its own at ``sessions/<session>/artifacts/<turn>/<path>``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    size: int = Field(ge=0, description="the stored bytes (after redaction)")
+    sha256: str = Field(description="of the file as the agent left it (an unchanged one is not "
+                        "stored again)")
+    key: str = Field(description="its data key, wrapped (base64)")
+    redacted: bool = False
+
+
+class Repair(BaseModel):
+    """The one repair run of a turn whose result was missing or invalid: the same conversation,
+    asked to write a valid ``out/result.json``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    reason: str
+    started_at: datetime = Field(default_factory=utcnow)
+    exit_code: int | None = None
 
 
 class CheckpointPart(BaseModel):

@@ -8,11 +8,13 @@ unknown id silently starts a new conversation. Its reply says how much history i
 Test knobs: AGY_STANDIN_EXIT=N exits N after a message on stderr; AGY_STANDIN_NO_INIT=1 leaves
 the init event out; a prompt line ``run: CMD`` runs CMD with bash in the working folder (a tool
 call, as far as tests care); a line ``wait-for: PATH`` waits (up to a minute) until PATH exists.
+hangar's ``<hangar-exchange>`` note is context, not part of the task, as the model stub reads it.
 """
 
 import argparse
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -44,6 +46,8 @@ def main() -> int:
 
     if not os.environ.get("AGY_STANDIN_NO_INIT"):
         emit({"type": "init", "conversation_id": conversation, "model": args.model or "agy-1"})
+    # hangar's note on $HANGAR_IO is context, not the task (as the model stub reads it)
+    args.prompt = re.sub(r"\s*<hangar-exchange>.*?</hangar-exchange>", "", args.prompt, flags=re.S)
     for line in args.prompt.splitlines():
         if line.startswith("run: "):
             subprocess.run(["bash", "-c", line[5:]], check=False)

@@ -24,6 +24,7 @@ LIB = "/hangar/lib"
 
 USES: dict[str, tuple[str, ...]] = {
     "checkpoint": ("gitsafe", "paths"),
+    "exchange": ("paths",),
     "restore": ("gitsafe", "paths"),
     "run": (),
 }

@@ -30,6 +30,7 @@ import signal
 import sys
 
 IDENTITY = "/hangar/sandbox.json"
+HANGAR_BIN = "/hangar/bin"  # first on the command's PATH, whatever its environment says
 PR_SET_NO_NEW_PRIVS = 38
 
 
@@ -96,7 +97,11 @@ def start_child(run, spec, env, identity, log, err):
         os.dup2(log, 1)
         os.dup2(err, 2)
         argv = spec["argv"]
-        os.execvpe(argv[0], argv, dict(base, **env))
+        full = dict(base, **env)
+        if identity is not None:
+            rest = [p for p in full.get("PATH", "").split(":") if p and p != HANGAR_BIN]
+            full["PATH"] = ":".join([HANGAR_BIN, *rest])
+        os.execvpe(argv[0], argv, full)
     except BaseException as exc:  # the reason goes to the run's stderr; 127 as a shell says
         try:
             os.write(err, ("hangar: cannot start %s: %s\n" % (spec["argv"][0], exc)).encode())

@@ -1,6 +1,7 @@
 """The REST API (BRIEF §4, wave 1): a Starlette app over the runtime's session service.
 
-Every route needs a bearer token with the admin scope, except the OpenAPI document at
+MCP is served at ``/mcp`` (:mod:`hangar.mcp`), behind the same token check. Every route needs
+a bearer token with the admin scope, except the OpenAPI document at
 ``/api/openapi.json`` and, when asked for, ``POST /ticks`` (see :mod:`hangar.api.ticks`). Errors are ``{"error": {"code", "message", ...}}`` with the error's HTTP
 status; bodies over ``HANGAR_MAX_BODY_MB`` are refused before they are read (413); anything unexpected is a 500 ``internal`` whose details go to the log, never to the
 client. Service calls block, so they run in the thread pool (or, when they stream, in a thread
@@ -9,8 +10,9 @@ of their own); the event loop never waits on them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -27,6 +29,7 @@ from hangar.api.routes import Endpoint, Handler
 from hangar.api.terminal import terminal_route
 from hangar.api.ticks import tick_route
 from hangar.errors import HangarError
+from hangar.mcp.endpoint import PATH as MCP_PATH, McpEndpoint
 from hangar.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -76,9 +79,18 @@ def create_app(runtime: Runtime, *, receive_ticks: bool = False) -> Starlette:
     routes: list[BaseRoute] = [Route("/api/openapi.json", openapi_json, methods=["GET"])]
     routes += [Route(e.path, guarded(e.handler), methods=[e.method]) for e in ENDPOINTS]
     routes.append(terminal_route(runtime))
+    mcp = McpEndpoint(runtime)
+    routes.append(Route(MCP_PATH, mcp))
     ticks = tick_route(runtime) if receive_ticks else None
     if ticks is not None:
         routes.append(ticks)
     limit = int(runtime.settings.max_body_mb * 2**20)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await mcp.aclose()
+
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     middleware=[Middleware(BodyLimit, max_bytes=limit)])  # fmt: skip
+                     middleware=[Middleware(BodyLimit, max_bytes=limit)],
+                     lifespan=lifespan)  # fmt: skip

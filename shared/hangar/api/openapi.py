@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,7 +45,7 @@ def document(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
         elif e.status != 204:
             ok["content"] = {e.media: {"schema": {"type": "string"}}}
         op["responses"] = {str(e.status): ok, "default": errors}
-        paths.setdefault(e.path, {})[e.method.lower()] = op
+        paths.setdefault(_documented(e.path), {})[e.method.lower()] = op
     paths[terminal.PATH] = {"get": {
         "summary": terminal.SUMMARY,
         "security": [{"bearer": []}],
@@ -67,9 +69,14 @@ def document(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _documented(path: str) -> str:
+    """A route's path as OpenAPI writes it: ``{path:path}`` (a converter) is ``{path}``."""
+    return re.sub(r"\{(\w+):\w+\}", r"{\1}", path)
+
+
 def _parameters(path: str, query: Sequence[Query]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [
-        {"name": p.strip("{}"), "in": "path", "required": True, "schema": {"type": "string"}}
+        {"name": p.strip("{}").split(":")[0], "in": "path", "required": True, "schema": {"type": "string"}}
         for p in path.split("/")
         if p.startswith("{")
     ]

@@ -42,6 +42,10 @@ Base64 = Annotated[
 ]
 
 
+SCHEMA_DOC = ("a JSON Schema the turn's result (out/result.json) must match; a missing or "
+              "invalid result gets one repair turn, then result_error")
+
+
 class Body(BaseModel):
     """A request body: unknown fields are an error, not silently dropped."""
 
@@ -59,14 +63,18 @@ class NewSession(Body):
         None, ge=0, le=MAX_IDLE_MINUTES, allow_inf_nan=False,
         description="suspend after this long unused (0: never; default 30; at most a week)",
     )
+    output_schema: dict[str, Any] | None = Field(None, description=SCHEMA_DOC)
 
 
 class SendMessage(Body):
-    message: str
+    message: str = Field(description="the next turn's message (the answer, when the session "
+                         "needs input)")
     harness: str | None = Field(None, description="move the session to this harness first: "
                                 "its first turn there carries a handoff account")
     model: str | None = Field(None, description="the model from this turn on (a new harness "
                               "clears it unless given)")
+    output_schema: dict[str, Any] | None = Field(None, description=SCHEMA_DOC + "; default: "
+                                                 "the session's")
 
 
 class Open(Body):
@@ -121,6 +129,18 @@ class EnvironmentPatch(Body):
     host_ports: list[int] | None = Field(None, description="replaces the list")
 
 
+class TurnArtifactView(BaseModel):
+    path: str
+    size: int = Field(description="bytes stored (after redaction)")
+    redacted: bool = Field(description="known secret shapes in it were masked")
+
+
+class RepairView(BaseModel):
+    reason: str = Field(description="why the result needed repair")
+    started_at: datetime
+    exit_code: int | None
+
+
 class TurnView(BaseModel):
     n: int
     message: str
@@ -129,7 +149,8 @@ class TurnView(BaseModel):
                                         "the session starts")
     finished_at: datetime | None
     exit_code: int | None
-    outcome: str | None = Field(description="exited, failed, interrupted or timed_out")
+    outcome: str | None = Field(description="exited, failed, interrupted, timed_out or "
+                                "needs_input (the agent asked a question)")
     summary: str | None
     error_code: str | None
     harness_session: str | None
@@ -137,9 +158,23 @@ class TurnView(BaseModel):
                           "harness did not see")
     harness: str | None = Field(description="the harness that ran it")
     usage: dict[str, int]
+    output_schema: dict[str, Any] | None = Field(description="what its result is checked against")
+    result: Any = Field(description="the structured result (out/result.json), checked")
+    result_error: str | None = Field(description="why there is no valid result after the "
+                                     "repair turn")
+    question: str | None = Field(description="what the agent asked (outcome needs_input)")
+    question_options: list[str] = Field(description="answers it offered to pick from")
+    artifacts: list[TurnArtifactView] = Field(description="the files it handed back (new or "
+                                              "changed)")
+    warnings: list[str] = Field(description="what it handed back that was left out, and why")
+    repair: RepairView | None = Field(description="the repair run its result needed")
+    repair_usage: dict[str, int]
 
     @classmethod
     def of(cls, turn: Turn) -> TurnView:
+        """The turn as surfaces show it; a result kept in blobs must be loaded into ``turn``
+        first (the service's reads do)."""
+        repair = turn.repair
         return cls(
             n=turn.n, message=turn.message, requested_at=turn.requested_at,
             started_at=turn.started_at,
@@ -147,7 +182,23 @@ class TurnView(BaseModel):
             outcome=turn.outcome.value if turn.outcome else None, summary=turn.summary,
             error_code=turn.error_code, harness_session=turn.harness_session,
             handoff=turn.handoff, harness=turn.harness, usage=turn.usage,
+            output_schema=turn.output_schema, result=turn.result,
+            result_error=turn.result_error, question=turn.question,
+            question_options=turn.question_options,
+            artifacts=[TurnArtifactView(path=a.path, size=a.size, redacted=a.redacted)
+                       for a in turn.artifacts],
+            warnings=turn.warnings,
+            repair=RepairView(reason=repair.reason, started_at=repair.started_at,
+                              exit_code=repair.exit_code) if repair else None,
+            repair_usage=turn.repair_usage,
         )  # fmt: skip
+
+
+class ArtifactView(BaseModel):
+    path: str
+    turn: int
+    size: int
+    uri: str = Field(description="the MCP resource that reads it")
 
 
 class CheckpointView(BaseModel):
@@ -180,7 +231,11 @@ class SessionSummary(BaseModel):
     repo: str | None
     branch: str
     idle_minutes: float
-    needs_input: str | None
+    needs_input: str | None = Field(description="the question the last turn asked; answer it "
+                                    "with send")
+    question_options: list[str] = Field(description="answers the agent offered to pick from")
+    output_schema: dict[str, Any] | None = Field(description="what the turns' results are "
+                                                 "checked against (sends inherit it)")
     last_active_at: datetime
     created_at: datetime
     error: str | None
@@ -207,6 +262,7 @@ class SessionSummary(BaseModel):
             model=s.model, harness_session=s.harness_session, sandbox_id=s.sandbox_id,
             environment=s.environment, repo=s.repo, branch=s.branch,
             idle_minutes=s.idle_minutes, needs_input=s.needs_input,
+            question_options=s.question_options, output_schema=s.output_schema,
             last_active_at=s.last_active_at, created_at=s.created_at, error=s.error,
             phase=s.phase.model_dump(mode="json") if s.phase else None,
             start_error=s.start_error.model_dump(mode="json") if s.start_error else None,

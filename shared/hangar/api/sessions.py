@@ -57,7 +57,7 @@ async def create(runtime: Runtime, request: Request) -> Response:
     def run() -> s.StartedView:
         started = runtime.sessions.new(
             body.name, body.message, body.env, harness=body.harness, model=body.model,
-            title=body.title, idle_minutes=body.idle_minutes,
+            title=body.title, idle_minutes=body.idle_minutes, output_schema=body.output_schema,
         )  # fmt: skip
         return _started(runtime, started)
 
@@ -98,7 +98,8 @@ async def send(runtime: Runtime, request: Request) -> Response:
     ref = param(request, "ref")
 
     def run() -> s.StartedView:
-        started = runtime.sessions.send(ref, body.message, harness=body.harness, model=body.model)
+        started = runtime.sessions.send(ref, body.message, harness=body.harness, model=body.model,
+                                        output_schema=body.output_schema)  # fmt: skip
         return _started(runtime, started)
 
     return reply(await run_in_threadpool(run), 202)
@@ -148,6 +149,25 @@ async def fork(runtime: Runtime, request: Request) -> Response:
     body = await parse(request, s.Fork)
     forks = await run_in_threadpool(runtime.sessions.fork, param(request, "ref"), body.n)
     return reply([s.SessionSummary.of(f) for f in forks], 202)
+
+
+async def artifacts(runtime: Runtime, request: Request) -> Response:
+    ref, n = param(request, "ref"), _turn_query(request)
+    listed = await run_in_threadpool(runtime.sessions.artifacts, ref, n)
+    return reply([s.ArtifactView(path=a.path, turn=a.turn, size=a.size, uri=a.uri)
+                  for a in listed])  # fmt: skip
+
+
+async def artifact(runtime: Runtime, request: Request) -> Response:
+    ref, path = param(request, "ref"), param(request, "path")
+    raw = param(request, "turn")
+    if not raw.isdigit() or not 1 <= int(raw) <= s.MAX_TURN:
+        raise InvalidInput(f"turn must be a whole number from 1 to {s.MAX_TURN}, not "
+                           f"{raw[:30]!r}", field="turn")  # fmt: skip
+    data = await run_in_threadpool(runtime.sessions.artifact, ref, int(raw), path)
+    name = path.rsplit("/", 1)[-1].replace('"', "")
+    return Response(data, media_type="application/octet-stream",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
 
 
 async def patch(runtime: Runtime, request: Request) -> Response:
@@ -288,6 +308,11 @@ ENDPOINTS = [
              'code} or {"error": {...}}', exec_, s.Exec, media=NDJSON),
     Endpoint("GET", S + "/patch", "Base to working tree, untracked files included: live from "
              "the sandbox, else from the newest checkpoint", patch, media=DIFF),
+    Endpoint("GET", S + "/artifacts", "The files its turns handed back, stored (new or changed "
+             "ones per turn)", artifacts, response=s.ArtifactView, many=True,
+             query=[Query("turn", "integer", "only this turn's")]),
+    Endpoint("GET", S + "/artifacts/{turn}/{path:path}", "Download one artifact of a turn",
+             artifact, media="application/octet-stream"),
     Endpoint("GET", S + "/log", "A turn's run log, also after its sandbox is gone", log,
              media=TEXT, query=[
                  Query("turn", "integer", "the turn (default: the latest)"),

@@ -63,6 +63,11 @@ def _switch(p: argparse.ArgumentParser) -> None:
                    "unless given)")  # fmt: skip
 
 
+def _schema(p: argparse.ArgumentParser, default: str = "") -> None:
+    p.add_argument("--schema", metavar="FILE", help="a JSON Schema file the turn's result must "
+                   "match (the agent is asked for it; shown after the summary)" + default)
+
+
 def _wait(p: argparse.ArgumentParser) -> None:
     p.add_argument("-w", "--wait", action="store_true",
                    help="wait for the turn, showing its progress; then print its summary")
@@ -130,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--title")
     new.add_argument("--idle", type=float, metavar="MIN",
                      help="suspend after MIN minutes unused (0: never; default 30)")  # fmt: skip
+    _schema(new)
     _wait(new)
     _json(new)
     listing = cmd.add_parser("list", help="list sessions, newest first")
@@ -144,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("name")
     send.add_argument("message")
     _switch(send)
+    _schema(send, "; default: the session's")
     _wait(send)
     _json(send)
     open_ = cmd.add_parser("open", help="resume the session into a sandbox")
@@ -169,6 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
     patch = cmd.add_parser("patch", help="print the patch: base to working tree, untracked "
                            "files included")  # fmt: skip
     patch.add_argument("name")
+    arts = cmd.add_parser("artifacts", help="list the files the session's turns handed back, "
+                          "or download one")  # fmt: skip
+    arts.add_argument("name")
+    arts.add_argument("--turn", type=_count(1, 1_000_000, "a turn number"),
+                      help="only this turn's (with --get: the turn to take it from; default "
+                      "the latest that has it)")  # fmt: skip
+    arts.add_argument("--get", metavar="PATH", help="download this artifact")
+    arts.add_argument("-o", "--output", metavar="FILE", help="with --get: write here (default: "
+                      "its name in this folder; - for stdout)")  # fmt: skip
+    _json(arts)
     shell = cmd.add_parser("shell", usage="hangar session shell NAME [-- CMD...]",
                            help="run CMD in the session's repo folder, or open a terminal there")
     shell.add_argument("name")

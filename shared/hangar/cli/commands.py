@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import os
 import stat
 import sys
@@ -160,11 +161,12 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     if a == "new":
         body = {"name": args.name, "message": args.message, "env": args.env,
                 "harness": args.harness, "model": args.model, "title": args.title,
-                "idle_minutes": args.idle}  # fmt: skip
+                "idle_minutes": args.idle, "output_schema": _schema(args.schema)}  # fmt: skip
         started = api.call("POST", "/api/sessions", body)
         return _started(api, args, args.name, started)
     if a == "send":
-        body = {"message": args.message, "harness": args.harness, "model": args.model}
+        body = {"message": args.message, "harness": args.harness, "model": args.model,
+                "output_schema": _schema(args.schema)}  # fmt: skip
         started = api.call("POST", f"{path}/send", body)
         return _started(api, args, args.name, started)
     if a == "list":
@@ -214,6 +216,8 @@ def _session(api: Client, args: argparse.Namespace) -> int:
             if text:
                 print(text)
         return 0
+    if a == "artifacts":
+        return _artifacts(api, args)
     if a == "wait":
         return _wait_latest(api, args)
     if a == "interrupt":
@@ -225,6 +229,51 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     from hangar.cli.terminal import terminal
 
     return terminal(api, args.name)
+
+
+def _schema(path: str | None) -> Any:
+    """The JSON Schema in file ``path`` (None: none given); UsageError when it cannot be read
+    or is not JSON (the server checks it is a schema)."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as exc:
+        raise UsageError(f"--schema: cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UsageError(f"--schema: {path} is not JSON: {exc}") from None
+
+
+def _artifacts(api: Client, args: argparse.Namespace) -> int:
+    """List the session's artifacts, or download one (``--get``)."""
+    path = session_path(args.name, "artifacts")
+    params = {"turn": args.turn} if args.turn and not args.get else None
+    listed = api.call("GET", path, params=params)
+    if not args.get:
+        if args.json:
+            print_json(listed)
+        elif not listed:
+            print(f"session {args.name} has no artifacts")
+        for a in [] if args.json else listed:
+            print(f"turn {a['turn']}  {a['path']}  {a['size']} bytes")
+        return 0
+    versions = [a for a in listed if a["path"] == args.get and args.turn in (None, a["turn"])]
+    if not versions:
+        raise ApiError("artifact_not_found", f"session {args.name} has no artifact "
+                       f"{args.get!r}" + (f" from turn {args.turn}" if args.turn else ""))  # fmt: skip
+    newest = versions[-1]
+    data = api.call("GET", f"{path}/{newest['turn']}/{quote(newest['path'])}")
+    target = args.output or newest["path"].rsplit("/", 1)[-1]
+    if target == "-":
+        _write(data)
+        return 0
+    if os.path.exists(target) and not args.output:
+        raise UsageError(f"{target} exists here; choose where with -o FILE")
+    with open(target, "wb") as f:
+        f.write(data)
+    print(f"wrote {target} ({len(data)} bytes, turn {newest['turn']})", file=sys.stderr)
+    return 0
 
 
 def _wait_latest(api: Client, args: argparse.Namespace) -> int:

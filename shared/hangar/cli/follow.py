@@ -135,12 +135,35 @@ def wait_turn(api: Client, name: str, n: int, *, as_json: bool = False,
     progress.end(turn["summary"])
     if as_json:
         print_json(turn)
-    elif turn["outcome"] == "exited":
-        print(turn["summary"] or "(no summary)")
+    elif turn["outcome"] in ("exited", "needs_input"):
+        print_outcome(name, turn)
+    if turn["outcome"] == "needs_input":
+        return 0
     if turn["outcome"] == "exited":
+        if turn.get("result_error"):
+            raise ApiError("result_error", f"turn {n} of {name} gave no valid result: "
+                           f"{turn['result_error']}")  # fmt: skip
         return 0
     code = turn.get("error_code") or turn["outcome"]
     raise ApiError(code, f"turn {n} of {name} {turn['outcome']}: {turn['summary'] or ''}")
+
+
+def print_outcome(name: str, turn: dict[str, Any]) -> None:
+    """A turn that ended well: its summary, result, artifacts and question (stdout), and what
+    was left out of what it handed back (stderr)."""
+    print(turn["summary"] or "(no summary)")
+    if turn.get("result") is not None:
+        print_json(turn["result"])
+    for artifact in turn.get("artifacts") or []:
+        print(f"artifact: {artifact['path']} ({artifact['size']} bytes; hangar session "
+              f"artifacts {name} --get {artifact['path']})")  # fmt: skip
+    for warning in turn.get("warnings") or []:
+        print(f"hangar: warning: {warning}", file=sys.stderr)
+    if turn["outcome"] == "needs_input":
+        print(f"needs input: {turn['question']}")
+        for i, option in enumerate(turn.get("question_options") or [], 1):
+            print(f"  {i}. {option}")
+        print(f'answer with: hangar session send {name} "ANSWER"')
 
 
 def _follow_log(api: Client, name: str, n: int, progress: Progress) -> None:

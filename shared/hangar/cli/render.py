@@ -6,6 +6,13 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from hangar.harnesses.events import describe_event, one_line
+
+__all__ = [
+    "ago", "describe_event", "describe_phase", "one_line", "print_env", "print_envs",
+    "print_json", "print_sandboxes", "print_session", "print_sessions", "table",
+]  # fmt: skip
+
 
 def ago(ts: str | None, now: datetime | None = None) -> str:
     """``ts`` (ISO 8601) as "just now", "5 min ago", "3 h ago" or "2 d ago"."""
@@ -24,11 +31,6 @@ def ago(ts: str | None, now: datetime | None = None) -> str:
     return ts
 
 
-def one_line(text: str | None, width: int = 60) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
 def table(headers: list[str], rows: list[list[str]]) -> None:
     """Columns as wide as their widest cell (the last one as it is)."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers[:-1])]
@@ -42,26 +44,21 @@ def print_sessions(sessions: list[dict[str, Any]]) -> None:
         print("no sessions")
         return
     table(["NAME", "STATE", "HARNESS", "TURNS", "LAST ACTIVE", "SUMMARY"], [
-        [s["name"], s["state"], s["harness"], str(s.get("turn_count") or 0),
-         ago(s["last_active_at"]), one_line(s.get("summary"))]
+        [s["name"], "needs input" if s.get("needs_input") else s["state"], s["harness"],
+         str(s.get("turn_count") or 0), ago(s["last_active_at"]),
+         one_line(s.get("needs_input") or s.get("summary"))]
         for s in sessions
     ])  # fmt: skip
 
 
-PHASES = {
-    "creating_sandbox": "making a sandbox",
-    "cloning": "cloning the repo",
-    "running_setup": "running the environment's setup",
-    "restoring": "restoring the newest checkpoint",
-    "starting_turn": "starting the agent",
-}
-
-
 def describe_phase(phase: dict[str, Any]) -> str:
-    """One line for a start's phase: ``making a sandbox``, ``cloning the repo (URL)``, ..."""
-    text = PHASES.get(str(phase.get("step")), str(phase.get("step")))
-    detail = one_line(phase.get("detail"), 70)
-    return f"{text} ({detail})" if detail else text
+    """One line for a start's phase (as the API shows it)."""
+    from hangar.models import Phase
+
+    try:
+        return Phase.model_validate(phase).describe()
+    except ValueError:
+        return str(phase.get("step"))
 
 
 def print_session(s: dict[str, Any]) -> None:
@@ -73,6 +70,11 @@ def print_session(s: dict[str, Any]) -> None:
     print(f"  sandbox:  {s['sandbox_id'] or '(none)'}; suspends when unused for: {idle}")
     if s.get("resume_hint"):
         print(f"  resume:   {s['resume_hint']}")
+    if s.get("needs_input"):
+        options = s.get("question_options") or []
+        print(f"  needs input: {one_line(s['needs_input'], 200)}"
+              + (f" (options: {' | '.join(options)})" if options else "")
+              + f"; answer with: hangar session send {s['name']} ANSWER")
     if s.get("phase"):
         print(f"  starting: {describe_phase(s['phase'])}, since {ago(s['phase']['since'])}")
     if s.get("start_error"):
@@ -100,6 +102,14 @@ def print_session(s: dict[str, Any]) -> None:
               f"{one_line(t['message'], 60)}")
         if t.get("summary"):
             print(f"    {one_line(t['summary'], 90)}")
+        if t.get("result") is not None:
+            print(f"    result: {one_line(json.dumps(t['result']), 90)}")
+        if t.get("result_error"):
+            print(f"    result error: {one_line(t['result_error'], 120)}")
+        if t.get("artifacts"):
+            print(f"    artifacts: {one_line(', '.join(a['path'] for a in t['artifacts']), 90)}")
+        for warning in t.get("warnings") or []:
+            print(f"    warning: {one_line(warning, 200)}")
     for c in s.get("checkpoints") or []:
         print(f"  checkpoint {c['id']}: {c['reason']}, {ago(c['ts'])}")
         for warning in c["warnings"]:
@@ -134,70 +144,6 @@ def print_sandboxes(boxes: list[dict[str, Any]]) -> None:
         return
     table(["ID", "CREATED", "SESSION"],
           [[b["id"], ago(b["created_at"]), b.get("session") or "-"] for b in boxes])
-
-
-def describe_event(line: bytes) -> str | None:
-    """A one-line description of a run-log line: for a harness's JSON events, the tool calls,
-    the assistant's text and the model API's retries and errors, ``model API ...`` (None for
-    the rest); other text as it is."""
-    try:
-        event = json.loads(line)
-    except ValueError:
-        text = line.decode(errors="replace").strip()
-        return one_line(text, 100) if text else None
-    if not isinstance(event, dict):
-        return None
-    kind = event.get("type")
-    retry = _retry(event)
-    if retry:
-        return retry
-    if kind == "assistant":  # Claude Code
-        for block in (event.get("message") or {}).get("content") or []:
-            if block.get("type") == "tool_use":
-                return f"tool {block.get('name')}: {one_line(json.dumps(block.get('input')), 80)}"
-            if block.get("type") == "text" and block.get("text"):
-                return one_line(block["text"], 100)
-    if kind == "item.completed":  # Codex
-        item = event.get("item") or {}
-        if item.get("type") == "command_execution":
-            return f"ran: {one_line(item.get('command'), 80)}"
-        if item.get("type") == "agent_message":
-            return one_line(item.get("text"), 100)
-    if kind == "tool_execution_start":  # pi
-        return f"tool {event.get('toolName')}: {one_line(json.dumps(event.get('args')), 80)}"
-    if kind == "message_end" and (event.get("message") or {}).get("role") == "assistant":  # pi
-        content = event["message"].get("content") or []
-        text = " ".join(b.get("text", "") for b in content if isinstance(b, dict))
-        return one_line(text, 100) if text.strip() else None
-    if kind == "message" and event.get("role") == "assistant":  # Antigravity
-        return one_line(str(event.get("content")), 100)
-    return None
-
-
-def _retry(event: dict[str, Any]) -> str | None:
-    """A model API retry or error event, said as ``model API ...`` (None for other events)."""
-    kind = event.get("type")
-    if kind == "system" and event.get("subtype") == "api_retry":  # Claude Code
-        status = f"HTTP {event['error_status']}: " if event.get("error_status") else ""
-        return (f"model API retry {event.get('attempt')}/{event.get('max_retries')} in "
-                f"{_seconds(event.get('retry_delay_ms'))}: {status}{event.get('error')}")
-    if kind == "auto_retry_start":  # pi
-        return (f"model API retry {event.get('attempt')}/{event.get('maxAttempts')} in "
-                f"{_seconds(event.get('delayMs'))}: {event.get('errorMessage')}")
-    if kind == "error" and isinstance(event.get("message"), str):  # Codex
-        return f"model API: {one_line(event['message'], 100)}"
-    if kind == "turn.failed":  # Codex
-        error = event.get("error")
-        message = error.get("message") if isinstance(error, dict) else None
-        return f"model API: the turn failed: {one_line(str(message or 'no reason given'), 100)}"
-    message = event.get("message")
-    if kind == "message_end" and isinstance(message, dict) and message.get("errorMessage"):  # pi
-        return f"model API error: {one_line(str(message['errorMessage']), 100)}"
-    return None
-
-
-def _seconds(ms: object) -> str:
-    return f"{float(ms) / 1000:.1f} s" if isinstance(ms, int | float) else "a moment"
 
 
 def print_json(data: Any) -> None:

@@ -13,6 +13,8 @@ Contract for every backend (checked by :mod:`hangar.testing.sandboxes`):
   the agent's files and which the agent can neither signal, trace nor read. ``exec``,
   ``put_file`` and ``get_file`` run as the agent unless told otherwise. Hangar's files live
   under :data:`HANGAR_DIR`, out of the agent's reach; the agent's HOME is :data:`HOME`.
+  Whatever the agent runs has :data:`HANGAR_BIN` first on its PATH, even when the caller's
+  environment sets PATH.
 - ``host_ports`` of the spec are host loopback ports the sandbox reaches at its own
   ``127.0.0.1:PORT``; no other host loopback port is reachable.
 - ``exec`` runs one command to completion. stdin is streamed in (bytes, a binary file or an
@@ -44,11 +46,19 @@ HOME = "/root"
 HANGAR_DIR = "/hangar"
 """hangar's own folder inside a sandbox: ``runs/`` (detached runs), ``tmp/`` (its scratch space,
 its locks), ``sandbox.json`` (who the agent is and its limits, for the run supervisor)."""
+HANGAR_BIN = f"{HANGAR_DIR}/bin"
+"""hangar's commands for the agent (``hangar-agent``): hangar's to write, first on the PATH of
+everything run as the agent, whatever PATH the caller's environment sets."""
 HANGAR_TMP = f"{HANGAR_DIR}/tmp"
 """hangar's scratch folder inside a sandbox (checkpoint and restore staging): the agent's
 processes cannot see, fill or lock anything in it."""
 
 Stdin = bytes | BinaryIO | Iterable[bytes] | None
+
+
+def first_on_path(folder: str, path: str) -> str:
+    """``path`` with ``folder`` first (and nowhere else)."""
+    return ":".join([folder, *(p for p in path.split(":") if p and p != folder)])
 
 
 class SandboxUser(StrEnum):

@@ -9,6 +9,7 @@
     tmp/            /tmp: shared, sticky
     hangar/         /hangar: hangar's uid's, 0711, holding
         runs/         detached runs (0711: the agent reads the files it must, writes none)
+        bin/          hangar's commands for the agent (hangar-agent), first on its PATH (0755)
         tmp/          hangar's scratch space and locks (0700)
         lib/          the in-sandbox scripts, by digest, with their bytecode (0700)
         sandbox.json  who the agent is and its limits, for the run supervisor
@@ -28,7 +29,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
-from hangar.sandboxes import HANGAR_DIR, HOME, WORKSPACE
+from hangar.sandboxes import HANGAR_BIN, HANGAR_DIR, HOME, WORKSPACE
 from hangar.sandboxes.isolation import INNER_AGENT, Limits, LimitsMode
 
 HARNESS_MOUNT = f"{HANGAR_DIR}/harnesses"
@@ -38,7 +39,7 @@ SANDBOX_JSON = f"{HANGAR_DIR}/sandbox.json"
 LIMITS_DIR = f"{HANGAR_DIR}/limits"
 
 SANDBOX_PATH = (
-    f"{HARNESS_MOUNT}/bin:{HARNESS_MOUNT}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin"
+    f"{HANGAR_BIN}:{HARNESS_MOUNT}/bin:{HARNESS_MOUNT}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin"
 )
 HANGAR_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 DNS = "10.0.2.3"  # slirp4netns's resolver
@@ -82,6 +83,7 @@ def make_folder(folder: Path, hostname: str, hangar_uid: int, agent_uid: int,
         ("tmp", hangar_uid, 0o1777),
         ("hangar", hangar_uid, 0o711),
         ("hangar/runs", hangar_uid, 0o711),
+        ("hangar/bin", hangar_uid, 0o755),
         ("hangar/tmp", hangar_uid, 0o700),
         ("hangar/lib", hangar_uid, 0o700),
         ("hangar/harnesses", hangar_uid, 0o755),

@@ -48,7 +48,8 @@ from hangar.config import Settings
 from hangar.errors import DestroyVetoed, ExecTimeout, HangarError, InvalidInput, InvalidSettings
 from hangar.errors import SandboxError
 from hangar.errors import SandboxNotFound, SandboxUnavailable
-from hangar.sandboxes import HANGAR_DIR, HANGAR_TMP, HOME, ExecResult, PreDestroyHook
+from hangar.sandboxes import HANGAR_BIN, HANGAR_DIR, HANGAR_TMP, HOME, ExecResult, PreDestroyHook
+from hangar.sandboxes import first_on_path
 from hangar.sandboxes import SandboxInfo
 from hangar.sandboxes import SandboxSpec, SandboxUser, Stdin
 from hangar.sandboxes import layout
@@ -305,6 +306,8 @@ class LocalSandboxes:
             full_env.update(record.env)
             default_cwd = HOME
         full_env.update(_check_env(env or {}))
+        if user is SandboxUser.AGENT:
+            full_env["PATH"] = first_on_path(HANGAR_BIN, full_env.get("PATH", SANDBOX_PATH))
         command = _command(record, user) + ["/usr/bin/env", "-C", cwd or default_cwd, "--"]
         command += list(argv)
         out: list[bytes] = []

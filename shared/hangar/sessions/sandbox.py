@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from hangar.config import Settings
 from hangar.errors import CheckpointError, SandboxError, SandboxNotFound
+from hangar.exchange.layout import exchange_dir, install_helper
 from hangar.sessions.conversations import conversation_dirs
 from hangar.harnesses.runs import read_run, read_stderr, run_started, start_run, stop_run
 from hangar.models import Checkpoint, CheckpointReason, Environment, Session
@@ -28,12 +29,6 @@ from hangar.sessions.workspace import clone_argv, repo_dir_for
 SESSION_LABEL = "hangar.session"
 
 
-def exchange_dir(session: Session) -> str:
-    """The session's exchange folder ($HANGAR_IO), relative to HOME: checkpointed as a part of
-    its own, so what the agent hands back never crowds the conversation out of its cap."""
-    return f".hangar/sessions/{session.name}"
-
-
 def checkpoint_target(session: Session) -> CheckpointTarget:
     """What a checkpoint of the session's sandbox covers; the session must have a sandbox."""
     assert session.sandbox_id is not None
@@ -45,6 +40,7 @@ def checkpoint_target(session: Session) -> CheckpointTarget:
         harness=session.harness,
         harness_session=session.harness_session,
         conversation_dirs=conversation_dirs(session),
+        # its own part: what the agent hands back never crowds the conversation out of its cap
         exchange_dir=exchange_dir(session),
     )
 
@@ -108,12 +104,14 @@ class Provisioner:
         self.restorer = restorer
 
     def create(self, session: Session, env: Environment) -> SandboxInfo:
-        """A new sandbox for the session; any other sandbox labelled with it (left by a start
-        that died before recording it) is destroyed first."""
+        """A new sandbox for the session, with ``hangar-agent`` installed; any other sandbox
+        labelled with it (left by a start that died before recording it) is destroyed first."""
         self.destroy_all(session.id)
         ro_paths = [env.repo] if env.repo.startswith("/") else []
-        return self.sandboxes.create(SandboxSpec(labels={SESSION_LABEL: session.id},
+        info = self.sandboxes.create(SandboxSpec(labels={SESSION_LABEL: session.id},
                                                  ro_paths=ro_paths, host_ports=env.host_ports))
+        install_helper(self.sandboxes, info.id)
+        return info
 
     def destroy_all(self, session_id: str, keep: str | None = None) -> list[str]:
         """Destroy, without hooks, every sandbox labelled with the session but ``keep``."""

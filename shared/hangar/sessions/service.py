@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from hangar import agent
 from hangar.blobs import Blobs
@@ -43,6 +43,9 @@ from hangar.errors import (
     SessionNotFound,
     SessionNotRunning,
 )
+from hangar.exchange.artifacts import Listed
+from hangar.exchange.results import result_key, result_of
+from hangar.exchange.schemas import check_schema
 from hangar.harnesses import get_harness
 from hangar.harnesses.runs import stop_run
 from hangar.keys import Keys
@@ -62,6 +65,7 @@ from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.conversations import switch
 from hangar.sessions.environments import Environments, check_name
 from hangar.sessions.forks import Forks
+from hangar.sessions.handbacks import HandBacks
 from hangar.sessions.housekeeping import Housekeeping
 from hangar.sessions.records import Records
 from hangar.sessions.restore import Restorer
@@ -71,6 +75,7 @@ from hangar.sessions.startup import Startup
 from hangar.sessions.suspends import Suspends
 from hangar.sessions.transitions import Transitions
 from hangar.sessions.turns import Turns, run_log_key
+from hangar.sessions.watching import TurnWatch
 from hangar.sessions.workspace import repo_dir_for
 from hangar.ticks import Ticks
 
@@ -119,9 +124,10 @@ class SessionService:
         self._transitions = Transitions(db, settings.claim_lease_seconds)
         self._schedule = Schedule(settings, ticks)
         self._provisioner = Provisioner(settings, sandboxes, self.environments, self.restorer)
+        self.handbacks = HandBacks(settings, db, blobs, keys, sandboxes)
         self._turns = Turns(
             settings, db, blobs, keys, sandboxes, self.environments, self.checkpointer,
-            self._records, self._transitions, self._schedule,
+            self._records, self._transitions, self._schedule, self.handbacks,
         )  # fmt: skip
         self._startup = Startup(
             settings, db, sandboxes, self.environments, self._provisioner, self.restorer,
@@ -143,11 +149,14 @@ class SessionService:
         return self._records.resolve(ref)
 
     def get(self, ref: str) -> SessionDetail:
-        """The session with its turns and checkpoints, as they are."""
+        """The session with its turns (each with its result, wherever it is kept) and
+        checkpoints, as they are."""
         session = self.resolve(ref)
+        turns = [t if t.result_key is None else t.model_copy(update={"result": self.result(t)})
+                 for t in self.db.list_turns(session.id)]  # fmt: skip
         return SessionDetail(
             **session.model_dump(),
-            turns=self.db.list_turns(session.id),
+            turns=turns,
             checkpoints=self.db.list_checkpoints(session.id),
         )
 
@@ -190,13 +199,16 @@ class SessionService:
         model: str | None = None,
         title: str | None = None,
         idle_minutes: float | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> Started:
         """Create a session and ask for its first turn; answers at once (STARTING). Everything
-        is checked before anything is created (name, harness, environment, message)."""
+        is checked before anything is created (name, harness, environment, message, schema).
+        ``output_schema``: the JSON Schema of the turns' results (later sends inherit it)."""
         check_name("session", name)
         get_harness(harness)
         environment = self.environments.require(env)
         _check_message(message)
+        schema = None if output_schema is None else check_schema(output_schema)
         minutes = 30 if idle_minutes is None else _check_idle(idle_minutes)
         session = Session(
             name=name,
@@ -207,25 +219,31 @@ class SessionService:
             repo=environment.repo,
             base_branch=environment.branch,
             idle_minutes=minutes,
+            output_schema=schema,
         )
         intent = StartIntent(kind=StartKind.NEW, turn=1, message=message)
         made = self._startup.create(session, intent)
-        self._turns.ensure(made.id, 1, message)
+        self._turns.ensure(made, 1, message)
         return Started(made, 1)
 
     def send(self, ref: str, message: str, *, harness: str | None = None,
-             model: str | None = None) -> Started:  # fmt: skip
+             model: str | None = None, output_schema: dict[str, Any] | None = None,
+             ) -> Started:  # fmt: skip
         """Ask for the next turn (resuming the session first when it is suspended), on
-        ``harness`` and ``model`` when given (see :func:`conversations.switch`); answers at
-        once. Exactly one of two concurrent sends wins; the other gets SessionBusy."""
+        ``harness`` and ``model`` when given (see :func:`conversations.switch`), its result
+        checked against ``output_schema`` (default: the session's); answers at once. Exactly
+        one of two concurrent sends wins; the other gets SessionBusy. The send is the answer
+        to a question the last turn asked (``needs_input``), cleared once the turn starts."""
         _check_message(message)
         session = self.resolve(ref)
         changes = switch(session, harness, model)
+        if output_schema is not None:
+            changes["output_schema"] = check_schema(output_schema)
         self.environments.require(session.environment)
         n = len(self.db.list_turns(session.id)) + 1
         intent = StartIntent(kind=StartKind.SEND, turn=n, message=message)
         claimed = self._startup.begin(session, intent, **changes)
-        self._turns.ensure(claimed.id, n, message)
+        self._turns.ensure(claimed, n, message)
         return Started(claimed, n)
 
     def open(self, ref: str, *, harness: str | None = None, model: str | None = None) -> Session:
@@ -271,8 +289,17 @@ class SessionService:
         poll: float = 0.5,
     ) -> Turn:
         """Wait for turn ``n`` (default: the latest) to be over, feeding new run-log bytes to
-        ``on_output`` as they come; returns the turn, unfinished if ``timeout`` passed first."""
-        return self._turns.wait(ref, n, timeout=timeout, on_output=on_output, poll=poll)
+        ``on_output`` as they come; returns the turn (with its result), unfinished if
+        ``timeout`` passed first."""
+        turn = self._turns.wait(ref, n, timeout=timeout, on_output=on_output, poll=poll)
+        return turn if turn.result_key is None else turn.model_copy(
+            update={"result": self.result(turn)})  # fmt: skip
+
+    def watch_turn(self, ref: str, n: int | None = None) -> TurnWatch:
+        """A follower of turn ``n`` (default: the latest) that says what happened since its
+        last look (start-up phases, the agent's progress lines, run-log events)."""
+        self.resolve(ref)
+        return TurnWatch(self._turns, self.sandboxes, ref, n)
 
     def interrupt(self, ref: str) -> Started:
         """Stop the session's running turn: its harness is stopped, the turn ends INTERRUPTED
@@ -284,12 +311,30 @@ class SessionService:
                                state=session.state.value)  # fmt: skip
         turn = self._turns.turn(session.id, None)
         if turn.finished_at is None:
-            stop_run(self.sandboxes, session.sandbox_id, turn.run_id)
+            stop_run(self.sandboxes, session.sandbox_id, turn.active_run_id)
         return Started(self._turns.watch(self.db.get_session(session.id)), turn.n)
 
     def log(self, ref: str, n: int | None = None) -> bytes:
         """A turn's run log (default: the latest turn): live while it runs, stored after."""
         return self._turns.log(ref, n)
+
+    def result(self, turn: Turn) -> Any:
+        """A turn's structured result, wherever it is kept (None: it has none)."""
+        return result_of(self.blobs, self.keys, turn)
+
+    # -- artifacts --------------------------------------------------------------------------
+
+    def artifacts(self, ref: str, turn: int | None = None) -> list[Listed]:
+        """The session's stored artifacts (of turn ``turn`` only, if given), by turn."""
+        session = self.resolve(ref)
+        if turn is not None:
+            self._turns.turn(session.id, turn)  # InvalidInput for a turn it does not have
+        return self.handbacks.artifacts.listing(session, self.db.list_turns(session.id), turn)
+
+    def artifact(self, ref: str, turn: int, path: str) -> bytes:
+        """The stored bytes of turn ``turn``'s artifact ``path`` (ArtifactNotFound: none)."""
+        session = self.resolve(ref)
+        return self.handbacks.artifacts.read(session, self._turns.turn(session.id, turn), path)
 
     # -- losing the sandbox: the pre-destroy hook, suspend, archive, delete -----------------
 
@@ -363,8 +408,12 @@ class SessionService:
         self._schedule.cancel_all(session.id)
         self._provisioner.destroy_all(session.id)
         self.checkpointer.drop_all(session.id)
-        for turn in self.db.list_turns(session.id):
+        turns = self.db.list_turns(session.id)
+        for turn in turns:
             self.blobs.delete(run_log_key(session.id, turn.n))
+            if turn.result_key:
+                self.blobs.delete(result_key(session.id, turn.n))
+        self.handbacks.artifacts.delete(session.id, turns)
         self.db.delete_session(session.id)
 
     # -- using the sandbox ------------------------------------------------------------------

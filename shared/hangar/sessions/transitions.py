@@ -8,6 +8,7 @@ transition here, each one compare-and-set on the session record.
               fail_start   │  activate       ready                │
         FAILED ◄───────────┤────────► ACTIVE ──────► IDLE ◄───────┤ (IDLE, SUSPENDED, FAILED)
           │                │           │  claim_finish, finish_turn ▲   │
+          │                │           │  (await_repair: claim let go)  │
           │                └─ turn_not_started ─────────────────────┘   │ claim_suspend
           │                            │ lose_sandbox                    ▼
           │                            ▼                            SUSPENDING
@@ -57,6 +58,7 @@ TRANSITIONS: Mapping[str, tuple[frozenset[S], S | None]] = {
     "fail_start": (frozenset({S.STARTING}), S.FAILED),
     "claim_finish": (frozenset({S.ACTIVE}), S.ACTIVE),
     "finish_turn": (frozenset({S.ACTIVE}), S.IDLE),
+    "await_repair": (frozenset({S.ACTIVE}), None),
     "claim_suspend": (frozenset({S.IDLE}), S.SUSPENDING),
     "suspended": (frozenset({S.SUSPENDING}), S.SUSPENDED),
     "abort_suspend": (frozenset({S.SUSPENDING}), S.IDLE),
@@ -93,7 +95,8 @@ class Transitions:
     # -- the machinery ----------------------------------------------------------------------
 
     def _move(self, session: Session, name: str, *, claim: Claim | None = None,
-              token: str | None = None, **changes: Any) -> Session:  # fmt: skip
+              token: str | None = None, release: bool = False,
+              **changes: Any) -> Session:  # fmt: skip
         """Apply transition ``name`` to ``session`` as read: compare-and-set on its version.
         ``token``: the caller must hold the session's claim."""
         allowed, to = TRANSITIONS[name]
@@ -112,7 +115,8 @@ class Transitions:
             update["state"] = to
         # A transition that claims says so; one that keeps the state keeps the claim; any other
         # change of state ends the claim (the work it covered is done).
-        update["claim"] = claim if claim is not None else session.claim if to is None else None
+        keep = to is None and not release
+        update["claim"] = claim if claim is not None else session.claim if keep else None
         try:
             return self.db.update_session(session.model_copy(update=update))
         except VersionConflict:
@@ -227,6 +231,11 @@ class Transitions:
     def finish_turn(self, session: Session, token: str, **changes: Any) -> Session:
         """ACTIVE to IDLE, by the holder of the finish claim."""
         return self._move(session, "finish_turn", token=token, **changes)
+
+    def await_repair(self, session: Session, token: str) -> Session:
+        """ACTIVE stays, the finish claim let go: the turn's repair run goes on, and the finish
+        that follows it is claimed afresh."""
+        return self._move(session, "await_repair", token=token, release=True)
 
     # -- suspending, archiving, losing the sandbox ---------------------------------------------
 

@@ -8,6 +8,12 @@ first (:meth:`~hangar.sessions.transitions.Transitions.claim_finish`), so exactl
 records the outcome, takes the turn's one ``turn`` checkpoint and moves the session to IDLE; a
 finisher that dies leaves an expired claim that the claim tick takes over.
 
+Before the turn starts, ``$HANGAR_IO`` is readied and the prompt ends with a note on it
+(:mod:`hangar.exchange.layout`); once its run has ended, what it handed back is recorded
+(:mod:`.handbacks`). A turn whose result needs repair gets one repair run in the same
+conversation before it is finished: the finish claim is let go while it runs (the session stays
+ACTIVE, the watch follows the repair run, its timeout stops it), and the next finish records it.
+
 A failed ``turn`` checkpoint does not fail the turn: it is the session's ``checkpoint_error``.
 Run logs are sealed under a fresh data key at ``sessions/<session>/turns/<n>/log``, at most
 MAX_LOG_BYTES of them.
@@ -20,6 +26,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 
 from hangar.blobs import Blobs
@@ -36,16 +43,19 @@ from hangar.errors import (
     SessionBusy,
     VersionConflict,
 )
+from hangar.exchange import layout
 from hangar.harnesses import Harness, TurnSpec, get_harness
-from hangar.harnesses.runs import INTERRUPTED_EXIT, read_run, run_started
+from hangar.harnesses.runs import INTERRUPTED_EXIT, RunStatus, read_run, run_started, stop_run
 from hangar.harnesses.turns import start_turn, turn_result
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal
-from hangar.models import CheckpointReason, Session, SessionState as S, Turn, TurnOutcome, utcnow
+from hangar.models import CheckpointReason, Repair, Session, SessionState as S, Turn, TurnOutcome
+from hangar.models import utcnow
 from hangar.sandboxes import Sandboxes
 from hangar.sessions import conversations
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.environments import Environments
+from hangar.sessions.handbacks import HandBacks, repair_prompt
 from hangar.sessions.records import Records
 from hangar.sessions.sandbox import take_checkpoint
 from hangar.sessions.schedule import Schedule
@@ -77,8 +87,10 @@ class Turns:
         records: Records,
         transitions: Transitions,
         schedule: Schedule,
+        handbacks: HandBacks,
     ) -> None:
         self.settings = settings
+        self.handbacks = handbacks
         self.db = db
         self.blobs = blobs
         self.keys = keys
@@ -91,13 +103,14 @@ class Turns:
 
     # -- asking for a turn ------------------------------------------------------------------
 
-    def ensure(self, session_id: str, n: int, message: str) -> Turn:
+    def ensure(self, session: Session, n: int, message: str) -> Turn:
         """The record of turn ``n`` of a start (made by the request that asked for it, or by
-        the start's first step, whichever comes first)."""
+        the start's first step, whichever comes first), with the session's output schema."""
         try:
-            return self.db.add_turn(Turn(session_id=session_id, n=n, message=message))
+            return self.db.add_turn(Turn(session_id=session.id, n=n, message=message,
+                                         output_schema=session.output_schema))  # fmt: skip
         except AlreadyExists:
-            return self.db.get_turn(session_id, n)
+            return self.db.get_turn(session.id, n)
 
     # -- starting (the last step of a start) -----------------------------------------------
 
@@ -107,16 +120,18 @@ class Turns:
         (nothing is lost). Safe to repeat: a run already started is not started again."""
         assert session.start is not None and session.start.turn is not None
         assert session.sandbox_id is not None and session.start.message is not None
-        turn = self.ensure(session.id, session.start.turn, session.start.message)
+        turn = self.ensure(session, session.start.turn, session.start.message)
         harness = get_harness(session.harness)
         if not run_started(self.sandboxes, session.sandbox_id, turn.run_id):
             earlier = [t for t in self.db.list_turns(session.id) if t.n < turn.n]
             prompt, handoff = conversations.prompt(session, harness, turn, earlier,
                                                    self._source_turns(session))  # fmt: skip
+            prompt = layout.with_note(prompt, session, turn.output_schema)
             chosen = session.harness_session or turn.harness_session or str(uuid.uuid4())
             turn = self._update_turn(turn, harness_session=chosen, handoff=handoff,
                                      harness=harness.name)  # fmt: skip
             try:
+                layout.prepare(self.sandboxes, session)
                 spec = self._spec(session, turn, harness, prompt)
                 start_turn(self.sandboxes, session.sandbox_id, harness, spec, turn.run_id)
             except HangarError as exc:
@@ -147,7 +162,7 @@ class Turns:
             conversation_id=session.harness_session if resuming else None,
             fork_from=session.fork_from if not resuming and harness.can_fork else None,
             new_id=None if resuming else turn.harness_session,
-            env=self.environments.turn_env(env),
+            env={**self.environments.turn_env(env), **layout.turn_env(session)},
         )
 
     def _source_turns(self, session: Session) -> list[Turn]:
@@ -168,7 +183,10 @@ class Turns:
         turn = self.turn(session.id, None)
         if turn.finished_at is None:
             try:
-                status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0, 0)
+                status = read_run(self.sandboxes, session.sandbox_id, turn.active_run_id, 0, 0)
+                if not status.finished and self._repair_overdue(turn):
+                    stop_run(self.sandboxes, session.sandbox_id, turn.active_run_id)
+                    status = read_run(self.sandboxes, session.sandbox_id, turn.active_run_id, 0, 0)
             except SandboxNotFound:
                 return self.lose_sandbox(session, "the sandbox was lost during the turn; the "
                                          "session resumes from its last checkpoint")  # fmt: skip
@@ -177,6 +195,10 @@ class Turns:
             if not status.finished:
                 return session
         return self.finish(session)
+
+    def _repair_overdue(self, turn: Turn) -> bool:
+        limit = timedelta(minutes=self.settings.exchange_repair_timeout_minutes)
+        return turn.repair is not None and utcnow() > turn.repair.started_at + limit
 
     def finish(self, session: Session) -> Session:
         """Claim the turn's end, record its outcome and run log, take its one ``turn``
@@ -200,23 +222,29 @@ class Turns:
         turn = self.turn(session.id, None)
         if turn.finished_at is None:
             try:
-                status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0,
-                                  MAX_LOG_BYTES)  # fmt: skip
+                with self.transitions.keeping(session.id, token):
+                    turn = self._settle(session, turn)
             except SandboxNotFound:
                 return self.lose_sandbox(session, "the sandbox was lost during the turn")
-            assert status.exit_code is not None, "a finish is claimed once the run has ended"
-            turn = self._record_outcome(session, turn, status.data, status.exit_code)
-        ok = turn.outcome is TurnOutcome.EXITED
+            if turn.finished_at is None:  # its repair run goes on: let the claim go
+                active = self.transitions.await_repair(self.db.get_session(session.id), token)
+                self.schedule.watch(session.id)
+                return active
+        good = turn.outcome in (TurnOutcome.EXITED, TurnOutcome.NEEDS_INPUT)
+        asking = turn.outcome is TurnOutcome.NEEDS_INPUT
         try:
             take_checkpoint(self.checkpointer, self.records, session, CheckpointReason.TURN)
-            error = None if ok or turn.outcome is TurnOutcome.INTERRUPTED else turn.summary
+            error = None if good or turn.outcome is TurnOutcome.INTERRUPTED else turn.summary
         except CheckpointError as exc:
             logger.error("checkpoint after turn %d of %s failed: %s", turn.n, session.id, exc)
             error = f"checkpoint after turn {turn.n} failed: {exc.message}"
-        changes: dict[str, object] = {"last_active_at": utcnow(), "error": error,
-                                      "last_summary": turn.summary, "turn_count": turn.n}
+        changes: dict[str, object] = {
+            "last_active_at": utcnow(), "error": error, "last_summary": turn.summary,
+            "turn_count": turn.n, "needs_input": turn.question if asking else None,
+            "question_options": turn.question_options if asking else [],
+        }  # fmt: skip
         current = self.db.get_session(session.id)
-        if ok and turn.harness_session:
+        if good and turn.harness_session:
             ran = turn.harness or current.harness
             changes.update(fork_from=None,
                            conversations=conversations.after_turn(current, turn, ran))  # fmt: skip
@@ -227,6 +255,70 @@ class Turns:
         self.schedule.claim_expiry(idle)
         self.schedule.housekeeping(idle)
         return idle
+
+    def _settle(self, session: Session, turn: Turn) -> Turn:
+        """Carry the unfinished turn whose run has ended as far as it goes: its outcome, what it
+        handed back, its repair run (started, or recorded once ended), then ``finished_at``.
+        Each step is recorded before the next, so a finisher taking over goes on from there."""
+        assert session.sandbox_id is not None
+        if turn.exit_code is None:
+            status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0, MAX_LOG_BYTES)
+            assert status.exit_code is not None, "a finish is claimed once the run has ended"
+            turn = self._record_outcome(session, turn, status.data, status.exit_code)
+        if not turn.collected:
+            turn, why = self.handbacks.read(session, turn)
+            if why is not None:
+                turn = self._start_repair(session, turn, why)
+        if turn.repair is not None and turn.repair.exit_code is None:
+            status = read_run(self.sandboxes, session.sandbox_id, turn.repair.run_id, 0,
+                              MAX_LOG_BYTES)  # fmt: skip
+            if not status.finished:
+                return turn
+            turn = self._record_repair(session, turn, status)
+        return self._update_turn(turn, finished_at=utcnow())
+
+    def _repair_spec(self, session: Session, turn: Turn, harness: Harness) -> TurnSpec:
+        assert turn.repair is not None and turn.output_schema is not None
+        prompt = layout.with_note(repair_prompt(turn.repair.reason, turn.output_schema), session,
+                                  turn.output_schema)  # fmt: skip
+        spec = self._spec(session, turn, harness, prompt)
+        return replace(spec, conversation_id=turn.harness_session, fork_from=None, new_id=None)
+
+    def _start_repair(self, session: Session, turn: Turn, why: str) -> Turn:
+        """Ask the turn's conversation once more for a valid result (recorded first, so that a
+        finisher taking over finds the run rather than starting another)."""
+        assert session.sandbox_id is not None
+        harness = get_harness(turn.harness or session.harness)
+        turn = self._update_turn(turn, repair=Repair(run_id=f"{turn.run_id}-repair", reason=why))
+        assert turn.repair is not None
+        if not run_started(self.sandboxes, session.sandbox_id, turn.repair.run_id):
+            try:
+                start_turn(self.sandboxes, session.sandbox_id, harness,
+                           self._repair_spec(session, turn, harness), turn.repair.run_id)  # fmt: skip
+            except HangarError as exc:
+                repair = turn.repair.model_copy(update={"exit_code": -1})
+                return self._update_turn(turn, repair=repair, result_error=f"{why} (the repair "
+                                         f"turn could not start: {exc.message})")  # fmt: skip
+        return turn
+
+    def _record_repair(self, session: Session, turn: Turn, status: RunStatus) -> Turn:
+        assert session.sandbox_id is not None and turn.repair is not None
+        assert status.exit_code is not None
+        harness = get_harness(turn.harness or session.harness)
+        result = turn_result(self.sandboxes, session.sandbox_id, harness,
+                             self._repair_spec(session, turn, harness), turn.repair.run_id,
+                             status.data, status.exit_code)  # fmt: skip
+        failure = None
+        if status.exit_code == INTERRUPTED_EXIT:
+            failure = "the repair turn was stopped"
+        elif result.error is not None:
+            failure = f"the repair turn failed: {result.error.message}"
+        changes = self.handbacks.read_repaired(session, turn, failure)
+        if turn.log_key:  # the repair's events count toward the turn
+            changes["log_key"] = self._store_log(session.id, turn.n,
+                                                 self.log_of(session, turn) + status.data)  # fmt: skip
+        repair = turn.repair.model_copy(update={"exit_code": status.exit_code})
+        return self._update_turn(turn, repair=repair, repair_usage=result.usage, **changes)
 
     def _record_outcome(self, session: Session, turn: Turn, log: bytes, exit_code: int) -> Turn:
         harness = get_harness(turn.harness or session.harness)
@@ -243,7 +335,7 @@ class Turns:
             summary = "interrupted" + (f"; its last words: {result.summary}"
                                        if result.summary else "")  # fmt: skip
         finished = turn.model_copy(update={
-            "finished_at": utcnow(), "exit_code": exit_code, "outcome": outcome,
+            "exit_code": exit_code, "outcome": outcome,
             "summary": summary, "usage": result.usage,
             "harness_session": result.conversation_id or turn.harness_session,
             "error_code": error.code if error else None, "log_key": log_key,
@@ -252,7 +344,7 @@ class Turns:
         try:
             return self.db.update_turn(finished)
         except VersionConflict:
-            return self.db.get_turn(session.id, turn.n)  # finished by a finisher before us
+            return self.db.get_turn(session.id, turn.n)  # recorded by a finisher before us
 
     def lose_sandbox(self, session: Session, why: str) -> Session:
         """The session's sandbox is gone: its running turn is INTERRUPTED and the session
@@ -342,16 +434,21 @@ class Turns:
         self.blobs.put(run_log_key(session_id, n), seal(data_key, aad, [log[:MAX_LOG_BYTES]]))
         return base64.b64encode(self.keys.wrap(data_key)).decode()
 
+    def log_of(self, session: Session, turn: Turn) -> bytes:
+        """The turn's stored run log (it must have one)."""
+        assert turn.log_key is not None
+        data_key = self.keys.unwrap(base64.b64decode(turn.log_key))
+        aad = run_log_key(session.id, turn.n).encode()
+        with self.blobs.open(run_log_key(session.id, turn.n)) as stream:
+            return b"".join(unseal(data_key, aad, stream))
+
     def log(self, ref: str, n: int | None = None) -> bytes:
         """A turn's run log (default: the latest turn): live while it runs, stored after.
         Reads only: it never finishes a turn."""
         session = self.records.resolve(ref)
         turn = self.turn(session.id, n)
         if turn.log_key:
-            data_key = self.keys.unwrap(base64.b64decode(turn.log_key))
-            aad = run_log_key(session.id, turn.n).encode()
-            with self.blobs.open(run_log_key(session.id, turn.n)) as stream:
-                return b"".join(unseal(data_key, aad, stream))
+            return self.log_of(session, turn)
         if session.sandbox_id and turn.started_at:
             try:
                 return read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0, MAX_LOG_BYTES).data

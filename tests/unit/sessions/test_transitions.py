@@ -27,6 +27,7 @@ CALLS: dict[str, Callable[[Transitions, Session], Session]] = {
     "fail_start": lambda t, s: t.fail_start(s, TOKEN, ERROR),
     "claim_finish": lambda t, s: t.claim_finish(s),
     "finish_turn": lambda t, s: t.finish_turn(s, TOKEN),
+    "await_repair": lambda t, s: t.await_repair(s, TOKEN),
     "claim_suspend": lambda t, s: t.claim_suspend(s),
     "suspended": lambda t, s: t.suspended(s, TOKEN),
     "abort_suspend": lambda t, s: t.abort_suspend(s, TOKEN, "checkpoint failed"),
@@ -37,7 +38,8 @@ CALLS: dict[str, Callable[[Transitions, Session], Session]] = {
     "switch_harness": lambda t, s: t.switch_harness(s, harness="codex", harness_session=None),
 }
 NEEDS_A_CLAIM = {"advance", "activate", "ready", "turn_not_started", "fail_start",
-                 "finish_turn", "suspended", "abort_suspend", "archived"}  # fmt: skip
+                 "finish_turn", "await_repair", "suspended", "abort_suspend",
+                 "archived"}  # fmt: skip
 
 
 def test_every_transition_has_a_call_here() -> None:
@@ -71,7 +73,7 @@ def test_each_transition_is_allowed_from_its_states_and_refused_from_every_other
         assert db.get_session(session.id) == moved
         if to in (S.STARTING, S.SUSPENDING) or name == "claim_finish":
             assert moved.claim is not None and moved.claim.until > utcnow()
-        elif to is not None and to is not state:
+        elif (to is not None and to is not state) or name == "await_repair":
             assert moved.claim is None  # the work the claim covered is over
     else:
         with pytest.raises((SessionBusy, InvalidState)):

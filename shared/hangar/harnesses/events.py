@@ -1,0 +1,78 @@
+"""What a line of a harness's run log says, in one line a person reads: tool calls, the
+assistant's text, and the model API's retries and errors (Claude Code, Codex, pi and
+Antigravity events). The CLI's ``-w`` and MCP's ``wait_for_turn`` show the same lines."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def one_line(text: str | None, width: int = 60) -> str:
+    """``text`` on one line, cut to ``width`` characters with ``...``."""
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def describe_event(line: bytes) -> str | None:
+    """A one-line description of a run-log line: for a harness's JSON events, the tool calls,
+    the assistant's text and the model API's retries and errors, ``model API ...`` (None for
+    the rest); other text as it is."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        text = line.decode(errors="replace").strip()
+        return one_line(text, 100) if text else None
+    if not isinstance(event, dict):
+        return None
+    kind = event.get("type")
+    retry = _retry(event)
+    if retry:
+        return retry
+    if kind == "assistant":  # Claude Code
+        for block in (event.get("message") or {}).get("content") or []:
+            if block.get("type") == "tool_use":
+                return f"tool {block.get('name')}: {one_line(json.dumps(block.get('input')), 80)}"
+            if block.get("type") == "text" and block.get("text"):
+                return one_line(block["text"], 100)
+    if kind == "item.completed":  # Codex
+        item = event.get("item") or {}
+        if item.get("type") == "command_execution":
+            return f"ran: {one_line(item.get('command'), 80)}"
+        if item.get("type") == "agent_message":
+            return one_line(item.get("text"), 100)
+    if kind == "tool_execution_start":  # pi
+        return f"tool {event.get('toolName')}: {one_line(json.dumps(event.get('args')), 80)}"
+    if kind == "message_end" and (event.get("message") or {}).get("role") == "assistant":  # pi
+        content = event["message"].get("content") or []
+        text = " ".join(b.get("text", "") for b in content if isinstance(b, dict))
+        return one_line(text, 100) if text.strip() else None
+    if kind == "message" and event.get("role") == "assistant":  # Antigravity
+        return one_line(str(event.get("content")), 100)
+    return None
+
+
+def _retry(event: dict[str, Any]) -> str | None:
+    """A model API retry or error event, said as ``model API ...`` (None for other events)."""
+    kind = event.get("type")
+    if kind == "system" and event.get("subtype") == "api_retry":  # Claude Code
+        status = f"HTTP {event['error_status']}: " if event.get("error_status") else ""
+        return (f"model API retry {event.get('attempt')}/{event.get('max_retries')} in "
+                f"{_seconds(event.get('retry_delay_ms'))}: {status}{event.get('error')}")
+    if kind == "auto_retry_start":  # pi
+        return (f"model API retry {event.get('attempt')}/{event.get('maxAttempts')} in "
+                f"{_seconds(event.get('delayMs'))}: {event.get('errorMessage')}")
+    if kind == "error" and isinstance(event.get("message"), str):  # Codex
+        return f"model API: {one_line(event['message'], 100)}"
+    if kind == "turn.failed":  # Codex
+        error = event.get("error")
+        message = error.get("message") if isinstance(error, dict) else None
+        return f"model API: the turn failed: {one_line(str(message or 'no reason given'), 100)}"
+    message = event.get("message")
+    if kind == "message_end" and isinstance(message, dict) and message.get("errorMessage"):  # pi
+        return f"model API error: {one_line(str(message['errorMessage']), 100)}"
+    return None
+
+
+def _seconds(ms: object) -> str:
+    return f"{float(ms) / 1000:.1f} s" if isinstance(ms, int | float) else "a moment"

@@ -1,0 +1,144 @@
+"""hangar's MCP server: the tools of :mod:`.tools` with their own input and output schemas,
+and each session's artifacts as resources ``hangar://sessions/<name>/artifacts/<turn>/<path>``.
+
+Built on the SDK's ``MCPServer`` by overriding its four public entry points (``list_tools``,
+``call_tool``, ``list_resources``, ``read_resource``), so the schemas published are exactly the
+pydantic models that check the calls. ``resources/list`` lists the artifacts of the newest
+:data:`LISTED_SESSIONS` sessions; any artifact's URI reads, whoever listed it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import mimetypes
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from mcp import UriTemplate
+from mcp.server.lowlevel.helper_types import ReadResourceContents
+from mcp.server.mcpserver import DEFAULT_RESOURCE_SECURITY, Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError
+from mcp_types import CallToolResult, Resource, ResourceTemplate, TextContent
+from mcp_types import Tool as McpTool
+from pydantic import ValidationError
+
+from hangar import __version__
+from hangar.api.limits import find_nul
+from hangar.errors import HangarError, InvalidInput
+from hangar.exchange.artifacts import is_text
+from hangar.mcp.tools import TOOLS, Tool, error_body
+from hangar.sessions.watching import Note
+
+if TYPE_CHECKING:
+    from hangar.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+ARTIFACT = UriTemplate.parse("hangar://sessions/{name}/artifacts/{turn}/{+path}")
+LISTED_SESSIONS = 50
+
+
+def _result(body: dict[str, Any], *, error: bool = False) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(body))],
+                          structured_content=body, is_error=error)  # fmt: skip
+
+
+class HangarMcp(MCPServer):
+    """The server over one runtime (see the module doc)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        root = logging.getLogger()
+        kept = (root.level, list(root.handlers))
+        super().__init__("hangar", version=__version__, log_level="WARNING")
+        root.setLevel(kept[0])  # the SDK configures the root logger; logging is hangar's
+        root.handlers[:] = kept[1]
+        self.runtime = runtime
+        self.tools = {t.name: t for t in TOOLS}
+
+    async def list_tools(self) -> list[McpTool]:
+        return [McpTool(name=t.name, description=t.description,
+                        input_schema=t.input.model_json_schema(),
+                        output_schema=t.output.model_json_schema()) for t in TOOLS]  # fmt: skip
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context[Any, Any] | None = None) -> CallToolResult:  # fmt: skip
+        tool = self.tools.get(name)
+        if tool is None:
+            return _result({"error": {"code": "not_found", "message": f"no tool {name!r}"}},
+                           error=True)  # fmt: skip
+        try:
+            args = _parse(tool, arguments)
+            out = await tool.run(self.runtime, args, _reporter(context))
+        except HangarError as exc:
+            return _result(error_body(exc), error=True)
+        except Exception:  # a tool's top level: log it, tell the caller nothing more
+            logger.exception("MCP tool %s failed", name)
+            return _result({"error": {"code": "internal", "message": "internal error; see the "
+                                      "log"}}, error=True)  # fmt: skip
+        return _result(out.model_dump(mode="json"))
+
+    async def list_resources(self) -> list[Resource]:
+        import anyio.to_thread
+
+        def listed() -> list[Resource]:
+            sessions, _ = self.runtime.sessions.page(LISTED_SESSIONS)
+            found = []
+            for session in sessions:
+                for a in self.runtime.sessions.artifacts(session.id):
+                    found.append(Resource(uri=a.uri, name=f"{session.name} turn {a.turn}: "
+                                          f"{a.path}", size=a.size, mime_type=_mime(a.path)))  # fmt: skip
+            return found
+
+        return await anyio.to_thread.run_sync(listed)
+
+    async def list_resource_templates(self) -> list[ResourceTemplate]:
+        return [ResourceTemplate(uri_template=str(ARTIFACT), name="artifact",
+                                 description="a file a session's turn handed back")]  # fmt: skip
+
+    async def read_resource(self, uri: Any, context: Context[Any, Any] | None = None
+                            ) -> Iterable[ReadResourceContents]:  # fmt: skip
+        import anyio.to_thread
+
+        params = ARTIFACT.match(str(uri))
+        if (params is None or not str(params["turn"]).isdigit()
+                or DEFAULT_RESOURCE_SECURITY.validate(params) is not None):  # fmt: skip
+            raise ResourceNotFoundError(f"no resource {uri}")
+        name, turn, path = str(params["name"]), int(str(params["turn"])), str(params["path"])
+        try:
+            data = await anyio.to_thread.run_sync(
+                lambda: self.runtime.sessions.artifact(name, turn, path))
+        except HangarError as exc:
+            raise ResourceNotFoundError(f"no resource {uri}: {exc.message}") from None
+        content: str | bytes = data.decode() if is_text(data) else data
+        return [ReadResourceContents(content=content, mime_type=_mime(path))]
+
+
+def _parse(tool: Tool, arguments: dict[str, Any] | None) -> Any:
+    try:
+        args = tool.input.model_validate(arguments or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "arguments"
+        raise InvalidInput(f"invalid arguments: {where}: {first['msg']}", field=where) from None
+    nul = find_nul(args.model_dump())
+    if nul:
+        raise InvalidInput(f"invalid arguments: {nul}: must not contain a NUL byte", field=nul)
+    return args
+
+
+def _reporter(context: Context[Any, Any] | None) -> Any:
+    count = 0
+
+    async def report(note: Note) -> None:
+        nonlocal count
+        count += 1
+        if context is not None:
+            text = f"[{note.pct:g}%] {note.message}" if note.pct is not None else note.message
+            await context.report_progress(count, None, text)
+
+    return report
+
+
+def _mime(path: str) -> str:
+    return mimetypes.guess_type(path)[0] or "application/octet-stream"

@@ -1,0 +1,254 @@
+"""The MCP tools: each one's input and output model and what it does on the session service.
+
+Inputs are pydantic models that forbid unknown fields (their JSON Schema is the tool's
+``inputSchema``); outputs are the REST API's views, so a tool answers the same JSON as the
+matching REST call, as ``structuredContent`` and as text. A tool's error is a result with
+``isError`` and ``{"error": {"code", "message"}}``, with REST's codes (:func:`error_body`).
+Tool functions block; the server runs them in worker threads.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pydantic import BaseModel, Field
+
+from hangar.api import schemas as s
+from hangar.errors import ArtifactTooLarge, HangarError
+from hangar.exchange.artifacts import artifact_uri, is_text
+from hangar.sessions.watching import Note
+
+if TYPE_CHECKING:
+    from hangar.runtime import Runtime
+
+MAX_WAIT = 600
+LOOK_EVERY = 1.0
+"""Seconds between looks at a turn while ``wait_for_turn`` waits."""
+
+Report = Callable[[Note], Awaitable[None]]
+T = TypeVar("T")
+
+
+class Ref(s.Body):
+    ref: str = Field(description="the session's name or id")
+
+
+class NewSessionIn(s.NewSession):
+    pass
+
+
+class ListIn(s.Body):
+    limit: int = Field(50, ge=1, le=500, description="sessions a page")
+    cursor: str | None = Field(None, description="the previous page's next_cursor")
+
+
+class OpenIn(Ref, s.Open):
+    pass
+
+
+class SendIn(Ref, s.SendMessage):
+    pass
+
+
+class KeepIn(Ref, s.Keep):
+    pass
+
+
+class ForkIn(Ref, s.Fork):
+    pass
+
+
+class WaitIn(Ref):
+    timeout_seconds: float = Field(MAX_WAIT, ge=0, le=MAX_WAIT, allow_inf_nan=False,
+                                   description="how long to wait; done false: call again")  # fmt: skip
+
+
+class ArtifactIn(Ref):
+    turn: int = Field(ge=1, le=s.MAX_TURN)
+    path: str = Field(description="its path under out/artifacts")
+
+
+class ForkOut(BaseModel):
+    sessions: list[s.SessionSummary]
+
+
+class ArtifactRef(BaseModel):
+    path: str
+    turn: int
+    uri: str = Field(description="the resource that reads it")
+    size: int
+
+
+class WaitOut(BaseModel):
+    """Where the turn is: ``done`` false means it still runs (call again)."""
+
+    done: bool
+    turn: int
+    outcome: str | None = Field(description="exited, failed, interrupted, timed_out or "
+                                "needs_input")
+    summary: str | None
+    result: Any = Field(description="the structured result, checked against the schema")
+    result_error: str | None
+    artifacts: list[ArtifactRef]
+    question: str | None = Field(description="needs_input: answer with send_to_session")
+    question_options: list[str]
+
+
+class ArtifactOut(BaseModel):
+    path: str
+    turn: int
+    size: int
+    encoding: Literal["utf-8", "base64"]
+    content: str
+
+
+class PatchOut(BaseModel):
+    patch: str = Field(description="git apply it: base to working tree, untracked files too")
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    input: type[s.Body]
+    output: type[BaseModel]
+    run: Callable[[Runtime, Any, Report], Awaitable[BaseModel]]
+
+
+def error_body(exc: HangarError) -> dict[str, Any]:
+    return {"error": {"code": exc.code, "message": exc.message}}
+
+
+async def _thread(func: Callable[[], T]) -> T:
+    import anyio.to_thread
+
+    return await anyio.to_thread.run_sync(func)
+
+
+def _started(runtime: Runtime, started: Any) -> s.StartedView:
+    detail = runtime.sessions.get(started.session.id)
+    return s.StartedView(session=s.SessionView.detail(detail), turn=started.turn)
+
+
+async def new_session(runtime: Runtime, a: NewSessionIn, report: Report) -> BaseModel:
+    return await _thread(lambda: _started(runtime, runtime.sessions.new(
+        a.name, a.message, a.env, harness=a.harness, model=a.model, title=a.title,
+        idle_minutes=a.idle_minutes, output_schema=a.output_schema)))  # fmt: skip
+
+
+async def list_sessions(runtime: Runtime, a: ListIn, report: Report) -> BaseModel:
+    def page() -> s.SessionPage:
+        sessions, after = runtime.sessions.page(a.limit, a.cursor)
+        return s.SessionPage(sessions=[s.SessionSummary.of(x) for x in sessions],
+                             next_cursor=after)  # fmt: skip
+
+    return await _thread(page)
+
+
+async def get_session(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
+    return await _thread(lambda: s.SessionView.detail(runtime.sessions.get(a.ref)))
+
+
+async def open_session(runtime: Runtime, a: OpenIn, report: Report) -> BaseModel:
+    def run() -> s.SessionView:
+        session = runtime.sessions.open(a.ref, harness=a.harness, model=a.model)
+        return s.SessionView.detail(runtime.sessions.get(session.id))
+
+    return await _thread(run)
+
+
+async def send_to_session(runtime: Runtime, a: SendIn, report: Report) -> BaseModel:
+    return await _thread(lambda: _started(runtime, runtime.sessions.send(
+        a.ref, a.message, harness=a.harness, model=a.model,
+        output_schema=a.output_schema)))  # fmt: skip
+
+
+async def keep_session(runtime: Runtime, a: KeepIn, report: Report) -> BaseModel:
+    return await _thread(lambda: s.SessionSummary.of(runtime.sessions.keep(a.ref, a.idle_minutes)))
+
+
+async def suspend_session(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
+    return await _thread(lambda: s.SessionSummary.of(runtime.sessions.suspend(a.ref)))
+
+
+async def fork_session(runtime: Runtime, a: ForkIn, report: Report) -> BaseModel:
+    forks = await _thread(lambda: runtime.sessions.fork(a.ref, a.n))
+    return ForkOut(sessions=[s.SessionSummary.of(f) for f in forks])
+
+
+async def wait_for_turn(runtime: Runtime, a: WaitIn, report: Report) -> BaseModel:
+    """Look at the latest turn every :data:`LOOK_EVERY` seconds until it is over or the
+    timeout, reporting each note as progress."""
+    import anyio
+
+    watch = await _thread(lambda: runtime.sessions.watch_turn(a.ref))
+    deadline = time.monotonic() + a.timeout_seconds
+    while True:
+        look = await _thread(watch.look)
+        for note in look.notes:
+            await report(note)
+        if look.done or time.monotonic() >= deadline:
+            break
+        await anyio.sleep(min(LOOK_EVERY, max(0.0, deadline - time.monotonic())))
+    turn, session = look.turn, look.session
+    if look.done and turn.result_key is not None:
+        turn = turn.model_copy(update={"result": await _thread(lambda: runtime.sessions.result(turn))})
+    return WaitOut(
+        done=look.done, turn=turn.n, outcome=turn.outcome.value if turn.outcome else None,
+        summary=turn.summary, result=turn.result, result_error=turn.result_error,
+        artifacts=[ArtifactRef(path=x.path, turn=turn.n, size=x.size,
+                               uri=artifact_uri(session, turn.n, x.path)) for x in turn.artifacts],
+        question=turn.question, question_options=turn.question_options,
+    )  # fmt: skip
+
+
+async def get_artifact(runtime: Runtime, a: ArtifactIn, report: Report) -> BaseModel:
+    data: bytes = await _thread(lambda: runtime.sessions.artifact(a.ref, a.turn, a.path))
+    cap = runtime.settings.inline_artifact_bytes
+    if len(data) > cap:
+        raise ArtifactTooLarge(
+            f"artifact {a.path!r} of turn {a.turn} is {len(data)} bytes, over the "
+            f"{cap >> 10} KiB an answer holds (HANGAR_EXCHANGE_INLINE_ARTIFACT_KB); download it "
+            f"with GET /api/sessions/{a.ref}/artifacts/{a.turn}/{a.path}",
+            path=a.path, turn=a.turn, size=len(data),
+        )  # fmt: skip
+    text = is_text(data)
+    return ArtifactOut(path=a.path, turn=a.turn, size=len(data),
+                       encoding="utf-8" if text else "base64",
+                       content=data.decode() if text else base64.b64encode(data).decode())  # fmt: skip
+
+
+async def get_session_patch(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
+    data: bytes = await _thread(lambda: runtime.sessions.patch(a.ref))
+    return PatchOut(patch=data.decode(errors="replace"))
+
+
+TOOLS = [
+    Tool("new_session", "Create a session and start its first turn; answers at once "
+         "(STARTING). Follow it with wait_for_turn.", NewSessionIn, s.StartedView, new_session),
+    Tool("list_sessions", "One page of sessions, newest first; next_cursor asks for the next.",
+         ListIn, s.SessionPage, list_sessions),
+    Tool("get_session", "A session with its turns and checkpoints.", Ref, s.SessionView,
+         get_session),
+    Tool("open_session", "Resume a session into a sandbox with its work restored (STARTING "
+         "while it restores).", OpenIn, s.SessionView, open_session),
+    Tool("send_to_session", "Start the next turn (the answer, when the session needs input); "
+         "answers at once. Follow it with wait_for_turn.", SendIn, s.StartedView, send_to_session),
+    Tool("keep_session", "Set how long the session idles before it suspends (0: never).",
+         KeepIn, s.SessionSummary, keep_session),
+    Tool("suspend_session", "Checkpoint the session and release its sandbox.", Ref,
+         s.SessionSummary, suspend_session),
+    Tool("fork_session", "Restore the session's newest checkpoint into n new sessions.",
+         ForkIn, ForkOut, fork_session),
+    Tool("wait_for_turn", "Wait for the session's latest turn to end (up to timeout_seconds, "
+         "at most 600), sending progress notifications; done false means call again.",
+         WaitIn, WaitOut, wait_for_turn),
+    Tool("get_artifact", "A file a turn handed back: text inline, binary as base64, up to "
+         "HANGAR_EXCHANGE_INLINE_ARTIFACT_KB.", ArtifactIn, ArtifactOut, get_artifact),
+    Tool("get_session_patch", "The session's whole change as one patch (base to working "
+         "tree, untracked files included).", Ref, PatchOut, get_session_patch),
+]  # fmt: skip

@@ -1,0 +1,100 @@
+"""Following one turn for a caller that shows progress (MCP's ``wait_for_turn``): each look
+says what happened since the last one, as short notes.
+
+The notes, in order: the start-up phases while the session starts; each line the agent adds to
+``out/progress.jsonl`` (with its pct); and, while it adds none for :data:`QUIET_SECONDS`, the
+latest run-log event (a tool call, the assistant's text, a model API retry). A look also
+finishes the turn when its run has ended, as every wait does. Nothing is kept between calls
+but the cursors in this object: a caller that comes back makes a new one and catches up.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from hangar.errors import SandboxError, SandboxNotFound
+from hangar.exchange.progress import read_progress
+from hangar.harnesses.events import describe_event
+from hangar.harnesses.runs import read_run
+from hangar.models import Session, SessionState as S, Turn
+from hangar.sandboxes import Sandboxes
+from hangar.sessions.turns import Turns
+
+QUIET_SECONDS = 5.0
+MAX_LOG_READ = 256 << 10
+
+
+@dataclass(frozen=True)
+class Note:
+    message: str
+    pct: float | None = None
+
+
+@dataclass(frozen=True)
+class Look:
+    """What one look saw: the new notes, the turn and session as they are, and whether the
+    turn is over (finished, checkpointed, the session no longer ACTIVE)."""
+
+    notes: list[Note]
+    turn: Turn
+    session: Session
+    done: bool
+
+
+class TurnWatch:
+    """Looks at turn ``n`` (None: the latest) of session ``ref``."""
+
+    def __init__(self, turns: Turns, sandboxes: Sandboxes, ref: str, n: int | None = None,
+                 *, quiet: float = QUIET_SECONDS) -> None:  # fmt: skip
+        self.turns = turns
+        self.sandboxes = sandboxes
+        self.ref = ref
+        self.n = n
+        self.quiet = quiet
+        self._phase: tuple[str, str] | None = None
+        self._progress = 0
+        self._log = 0
+        self._last_note = time.monotonic()
+        self._started = False
+        self._flushed = False
+
+    def look(self) -> Look:
+        turn = self.turns.wait(self.ref, self.n, timeout=0)
+        self.n = turn.n
+        session = self.turns.records.resolve(self.ref)
+        notes: list[Note] = []
+        if session.state is S.STARTING and session.phase is not None:
+            key = (session.phase.step.value, session.phase.detail)
+            if key != self._phase:
+                self._phase = key
+                notes.append(Note(session.phase.describe()))
+        running = turn.started_at is not None and turn.finished_at is None
+        if running and session.sandbox_id and session.state is S.ACTIVE:
+            if not self._started:
+                self._started = True
+                notes.append(Note(f"turn {turn.n} is running"))
+            notes += self._agent_notes(session, turn)
+        elif turn.finished_at is not None and not self._flushed and session.sandbox_id:
+            self._flushed = True  # the progress lines it wrote since the last look
+            notes += self._agent_notes(session, turn, events=False)
+        if notes:
+            self._last_note = time.monotonic()
+        done = turn.finished_at is not None and session.state is not S.ACTIVE
+        return Look(notes, turn, session, done)
+
+    def _agent_notes(self, session: Session, turn: Turn, *, events: bool = True) -> list[Note]:
+        assert session.sandbox_id is not None
+        try:
+            lines, self._progress = read_progress(self.sandboxes, session, self._progress)
+            status = read_run(self.sandboxes, session.sandbox_id, turn.active_run_id, self._log,
+                              MAX_LOG_READ)  # fmt: skip
+        except (SandboxError, SandboxNotFound):
+            return []  # the sandbox went away: the next look sees the turn's end
+        self._log = status.cursor
+        if lines:
+            return [Note(p.message, p.pct) for p in lines]
+        if not events or time.monotonic() - self._last_note < self.quiet:
+            return []
+        events = [e for e in map(describe_event, status.data.splitlines()) if e]
+        return [Note(events[-1])] if events else []

@@ -1,0 +1,134 @@
+"""Every MCP tool, driven by the SDK's own client over streamable HTTP against a real
+``hangar serve`` (embedded and cloud backends), whose agent is the Antigravity stand-in: its
+prompt lines ``run: CMD`` run in the sandbox, so a turn can call ``hangar-agent`` as an agent
+would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Server
+from tests.e2e.test_acceptance import IDENTITY
+from tests.mcp.client import Mcp
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
+
+TOOLS = {"new_session", "list_sessions", "get_session", "open_session", "send_to_session",
+         "keep_session", "suspend_session", "fork_session", "wait_for_turn", "get_artifact",
+         "get_session_patch"}  # fmt: skip
+SCHEMA = {"type": "object", "properties": {"tests_added": {"type": "integer"}},
+          "required": ["tests_added"]}  # fmt: skip
+FIRST = "\n".join([
+    "finish the csv fix",
+    "run: hangar-agent progress --pct 40 'reading the code'",
+    "run: echo '# Report' > report.md && hangar-agent artifact report.md",
+    "run: mkdir -p data && printf '\\x00\\x01\\x02' > data/blob.bin && hangar-agent artifact data",
+    "run: hangar-agent result '{\"tests_added\": 3}'",
+    "run: hangar-agent done 'Added three tests.'",
+])  # fmt: skip
+ASK = "\n".join([
+    "rename the columns",
+    "run: hangar-agent question --option 'Keep them' --option 'Rename them' 'Keep the old names?'",
+])  # fmt: skip
+ANSWER = "Keep them\nrun: hangar-agent result '{\"tests_added\": 0}'\nrun: hangar-agent done 'Kept.'"
+
+
+def mcp_of(server: Server) -> Mcp:
+    return Mcp(server.url, (server.data_dir / "admin-token").read_text().strip())
+
+
+def test_mcp_checks_the_token_and_takes_only_posts(standin_server: Server) -> None:
+    url = standin_server.url + "/mcp"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    assert httpx.post(url, json=body).status_code == 401
+    wrong = httpx.post(url, json=body, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "unauthorized"
+    token = {"Authorization": f"Bearer {mcp_of(standin_server).token}"}
+    assert httpx.get(url, headers=token).status_code == 405
+    with pytest.raises(Exception):
+        Mcp(standin_server.url, "nope").tools()
+
+
+def test_every_tool_over_http_through_a_session_that_hands_work_back(
+    standin_server: Server, remote: Path
+) -> None:
+    server, mcp = standin_server, mcp_of(standin_server)
+    tools = mcp.tools()
+    assert set(tools) == TOOLS
+    assert all(t.input_schema["type"] == "object" and t.output_schema for t in tools.values())
+    server.ok("env", "add", "app", "--repo", str(remote), *IDENTITY)
+
+    bad = mcp.call("new_session", name="ex", message="x", env="app", harness="antigravity",
+                   output_schema={"type": "nope"})  # fmt: skip
+    assert bad.is_error and bad.body["error"]["code"] == "invalid_schema"
+    assert bad.text == bad.body
+    assert mcp.ok("list_sessions") == {"sessions": [], "next_cursor": None}  # nothing started
+    unknown = mcp.call("get_session", ref="nope")
+    assert unknown.is_error and unknown.body["error"]["code"] == "session_not_found"
+    extra = mcp.call("get_session", ref="ex", surprise=1)
+    assert extra.is_error and extra.body["error"]["code"] == "invalid_input"
+
+    started = mcp.ok("new_session", name="ex", message=FIRST, env="app", harness="antigravity",
+                     output_schema=SCHEMA)  # fmt: skip
+    assert started["turn"] == 1 and started["session"]["output_schema"] == SCHEMA
+    waited = mcp.call("wait_for_turn", ref="ex", timeout_seconds=120)
+    assert not waited.is_error, waited.body
+    assert len(waited.progress) >= 2, waited.progress
+    assert [p for p, _ in waited.progress] == sorted(p for p, _ in waited.progress)
+    assert any(m == "[40%] reading the code" for _, m in waited.progress), waited.progress
+    out = waited.body
+    assert (out["done"], out["outcome"], out["summary"]) == (True, "exited", "Added three tests.")
+    assert (out["result"], out["result_error"]) == ({"tests_added": 3}, None)
+    assert sorted((a["path"], a["uri"]) for a in out["artifacts"]) == [
+        ("data/blob.bin", "hangar://sessions/ex/artifacts/1/data/blob.bin"),
+        ("report.md", "hangar://sessions/ex/artifacts/1/report.md")]  # fmt: skip
+
+    text = mcp.ok("get_artifact", ref="ex", turn=1, path="report.md")
+    assert text == {"path": "report.md", "turn": 1, "size": 9, "encoding": "utf-8",
+                    "content": "# Report\n"}  # fmt: skip
+    binary = mcp.ok("get_artifact", ref="ex", turn=1, path="data/blob.bin")
+    assert (binary["encoding"], binary["content"]) == ("base64", "AAEC")
+    missing = mcp.call("get_artifact", ref="ex", turn=1, path="nope.txt")
+    assert missing.is_error and missing.body["error"]["code"] == "artifact_not_found"
+    assert set(mcp.resources()) >= {a["uri"] for a in out["artifacts"]}
+    assert mcp.read("hangar://sessions/ex/artifacts/1/report.md") == b"# Report\n"
+    assert mcp.read("hangar://sessions/ex/artifacts/1/data/blob.bin") == b"\x00\x01\x02"
+    with pytest.raises(Exception):
+        mcp.read("hangar://sessions/ex/artifacts/1/../../etc/passwd")
+
+    page = mcp.ok("list_sessions", limit=1)
+    assert [s["name"] for s in page["sessions"]] == ["ex"] and page["next_cursor"] is None
+    detail = mcp.ok("get_session", ref="ex")
+    assert detail["turns"][0]["result"] == {"tests_added": 3}
+    assert "+# Report" in mcp.ok("get_session_patch", ref="ex")["patch"]
+    assert mcp.ok("keep_session", ref="ex", idle_minutes=0)["idle_minutes"] == 0
+
+    conversation = detail["harness_session"]
+    assert mcp.ok("send_to_session", ref="ex", message=ASK)["turn"] == 2
+    asked = mcp.ok("wait_for_turn", ref="ex", timeout_seconds=120)
+    assert (asked["outcome"], asked["question"]) == ("needs_input", "Keep the old names?")
+    assert asked["question_options"] == ["Keep them", "Rename them"]
+    assert (asked["result"], asked["result_error"]) == (None, None)  # no repair for a question
+    waiting = mcp.ok("get_session", ref="ex")
+    assert (waiting["state"], waiting["needs_input"]) == ("idle", "Keep the old names?")
+    assert waiting["question_options"] == ["Keep them", "Rename them"]
+    listed = json.loads(server.ok("session", "list", "--json"))["sessions"][0]
+    assert listed["needs_input"] == "Keep the old names?"
+
+    mcp.ok("send_to_session", ref="ex", message=ANSWER)
+    answered = mcp.ok("wait_for_turn", ref="ex", timeout_seconds=120)
+    assert (answered["outcome"], answered["result"]) == ("exited", {"tests_added": 0})
+    after = mcp.ok("get_session", ref="ex")
+    assert (after["needs_input"], after["question_options"]) == (None, [])
+    assert after["harness_session"] == conversation  # the same conversation answered
+
+    assert mcp.ok("suspend_session", ref="ex")["state"] == "suspended"
+    forks = mcp.ok("fork_session", ref="ex", n=1)["sessions"]
+    assert [f["state"] for f in forks] == ["starting"]
+    reopened = mcp.ok("open_session", ref="ex")
+    assert reopened["state"] in ("starting", "idle")
+    assert mcp.read("hangar://sessions/ex/artifacts/1/report.md") == b"# Report\n"  # outlives
