@@ -96,5 +96,5 @@ class TurnWatch:
             return [Note(p.message, p.pct) for p in lines]
         if not events or time.monotonic() - self._last_note < self.quiet:
             return []
-        events = [e for e in map(describe_event, status.data.splitlines()) if e]
-        return [Note(events[-1])] if events else []
+        said = [e for e in map(describe_event, status.data.splitlines()) if e]
+        return [Note(said[-1])] if said else []
