@@ -5,6 +5,10 @@
 - ``cold_build_api`` / ``cold_build_ticks`` (target 0.5 s, BRIEF §7: a cold function's first
   request): that import plus building the function from cloud settings (the runtime, the app),
   which the first request pays. Building contacts no service, so no emulator is needed.
+- ``cold_first_mcp_api`` (no target of its own; the SDK's import is most of it): the api
+  function's import, its build, and its first MCP request (``tools/list``, through the app in
+  process), which builds the MCP server and starts its session manager. Its token is checked
+  against an embedded database, so that nothing but the MCP path differs from a warm call.
 """
 
 from __future__ import annotations
@@ -46,6 +50,51 @@ def sample(name: str, build: bool, data_dir: Path) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
+_TOKEN = """
+import os
+from pathlib import Path
+from hangar.api.auth import ensure_admin_token
+from hangar.config import Settings
+from hangar.runtime import Runtime
+runtime = Runtime(Settings.from_env(dict(os.environ, HANGAR_DATA_DIR={data!r})))
+ensure_admin_token(runtime.db, Path({data!r}) / "admin-token")
+runtime.close()
+"""
+_MCP_PROBE = """
+import asyncio, os, sys, time
+sys.path.insert(0, {folder!r})
+os.environ.update(HANGAR_DATA_DIR={data!r})
+token = open({data!r} + "/admin-token").read().strip()
+import httpx
+start = time.perf_counter()
+import main
+from hangar import functions
+function = functions.ApiFunction.from_env(os.environ)
+async def first():
+    transport = httpx.ASGITransport(app=function.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+        answer = await client.post("/mcp", json={{"jsonrpc": "2.0", "id": 1,
+            "method": "tools/list", "params": {{}}}}, headers={{"Authorization": "Bearer " + token,
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25"}})
+        assert answer.status_code == 200 and "wait_for_turn" in answer.text, answer.text[:300]
+    took = time.perf_counter() - start
+    await function.aclose()
+    return took
+print(asyncio.run(first()))
+"""
+
+
+def sample_mcp(data_dir: Path) -> float:
+    if not (data_dir / "admin-token").exists():
+        subprocess.run([sys.executable, "-c", _TOKEN.format(data=str(data_dir))], check=True,
+                       cwd=ROOT)  # fmt: skip
+    code = _MCP_PROBE.format(folder=str(ROOT / "functions" / "api"), data=str(data_dir))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def lines(runs: int, data_dir: Path) -> list[dict[str, object]]:
     """One JSON line per measure: median seconds over ``runs`` fresh interpreters."""
     out: list[dict[str, object]] = []
@@ -59,6 +108,9 @@ def lines(runs: int, data_dir: Path) -> list[dict[str, object]]:
                 "runs": runs,
                 "samples": [round(s, 4) for s in samples],
             })  # fmt: skip
+    samples = sorted(sample_mcp(data_dir / "mcp") for _ in range(runs))
+    out.append({"bench": "cold_first_mcp_api", "seconds": round(samples[len(samples) // 2], 4),
+                "runs": runs, "samples": [round(s, 4) for s in samples]})  # fmt: skip
     return out
 
 

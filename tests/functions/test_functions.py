@@ -25,6 +25,8 @@ from emulators.cloud import CloudEmulators
 from hangar.sandboxes.local import LocalSandboxes
 from tests.e2e.conftest import HANGAR, STANDIN, free_port
 from tests.e2e.test_acceptance import until
+from tests.mcp.client import Mcp
+from tests.mcp.test_tools import every_tool
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 
@@ -174,6 +176,12 @@ def test_a_session_runs_through_the_functions_and_suspends_by_a_cloud_tasks_tick
     assert isinstance(turns, list) and [t["n"] for t in turns] == [1, 2]
     d.ok("session", "delete", "work")
     assert d.cli("session", "get", "work").returncode != 0
+
+
+def test_every_mcp_tool_through_the_api_function(deployment: Deployment, remote: Path) -> None:
+    deployment.ok("admin-token")
+    token = (Path(deployment.env["HANGAR_DATA_DIR"]) / "admin-token").read_text().strip()
+    every_tool(Mcp(deployment.api.url, token), deployment.ok, remote)
 
 
 def test_the_api_function_checks_tokens_and_does_not_take_ticks(deployment: Deployment) -> None:

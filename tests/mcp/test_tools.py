@@ -6,6 +6,7 @@ would."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -56,11 +57,16 @@ def test_mcp_checks_the_token_and_takes_only_posts(standin_server: Server) -> No
 def test_every_tool_over_http_through_a_session_that_hands_work_back(
     standin_server: Server, remote: Path
 ) -> None:
-    server, mcp = standin_server, mcp_of(standin_server)
+    every_tool(mcp_of(standin_server), standin_server.ok, remote)
+
+
+def every_tool(mcp: Mcp, ok: Callable[..., str], remote: Path) -> None:
+    """Every tool through one session whose turns hand work back (the stand-in runs the
+    turn's ``run:`` lines); ``ok`` runs the hangar CLI against the same deployment."""
     tools = mcp.tools()
     assert set(tools) == TOOLS
     assert all(t.input_schema["type"] == "object" and t.output_schema for t in tools.values())
-    server.ok("env", "add", "app", "--repo", str(remote), *IDENTITY)
+    ok("env", "add", "app", "--repo", str(remote), *IDENTITY)
 
     bad = mcp.call("new_session", name="ex", message="x", env="app", harness="antigravity",
                    output_schema={"type": "nope"})  # fmt: skip
@@ -116,7 +122,7 @@ def test_every_tool_over_http_through_a_session_that_hands_work_back(
     waiting = mcp.ok("get_session", ref="ex")
     assert (waiting["state"], waiting["needs_input"]) == ("idle", "Keep the old names?")
     assert waiting["question_options"] == ["Keep them", "Rename them"]
-    listed = json.loads(server.ok("session", "list", "--json"))["sessions"][0]
+    listed = json.loads(ok("session", "list", "--json"))["sessions"][0]
     assert listed["needs_input"] == "Keep the old names?"
 
     mcp.ok("send_to_session", ref="ex", message=ANSWER)
