@@ -65,3 +65,21 @@ def test_a_schema_a_result_and_artifacts_from_the_cli(
                      ).json()["error"]["code"] == "invalid_input"  # fmt: skip
     assert httpx.get(f"{server.url}/api/sessions/rep/artifacts/1/x", headers=auth
                      ).status_code == 404  # fmt: skip
+
+
+@pytest.mark.sandbox
+def test_an_environment_that_sets_path_cannot_hide_hangar_agent(
+    server: Server, cli: Cli, remote: Path
+) -> None:
+    assert cli("env", "add", "app", "--repo", str(remote), *identity(),
+               "--var", "PATH=/hangar/harnesses/bin:/usr/bin:/bin")[0] == 0  # fmt: skip
+    turn = 'run: hangar-agent done "$(command -v hangar-agent) $PATH"'
+    code, out, err = cli("session", "new", "p", turn, "--env", "app", "--harness",
+                         "antigravity", "-w")  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines()[0] == ("/hangar/bin/hangar-agent "
+                                   "/hangar/bin:/hangar/harnesses/bin:/usr/bin:/bin")
+    code, out, _ = cli("session", "shell", "p", "--", "sh", "-c", "command -v hangar-agent")
+    assert (code, out) == (0, "/hangar/bin/hangar-agent\n")
+    code, out, _ = cli("session", "shell", "p", "--", "sh", "-c", "echo hi > /hangar/bin/x")
+    assert code != 0  # hangar's folder: the agent cannot add or replace anything there
