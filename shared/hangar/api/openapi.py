@@ -52,6 +52,13 @@ def document(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
         "parameters": _parameters(terminal.PATH, terminal.QUERY),
         "responses": {"101": {"description": "switching to the websocket"}, "default": errors},
     }}  # fmt: skip
+    paths["/mcp"] = {"post": {
+        "summary": "MCP, streamable HTTP (stateless, SSE answers): the session tools and "
+                   "artifacts as resources; see docs/exchange.md. Other methods: 405",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "a JSON-RPC answer, as an SSE stream or JSON"},
+                      "default": errors},
+    }}  # fmt: skip
     paths["/api/openapi.json"] = {"get": {
         "summary": "This document (no token needed)",
         "responses": {"200": {"description": "OpenAPI 3.1",

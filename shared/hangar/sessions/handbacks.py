@@ -25,7 +25,7 @@ from hangar.exchange.handback import Handback, collect
 from hangar.exchange.results import keep_result
 from hangar.exchange.schemas import validate
 from hangar.keys import Keys
-from hangar.models import Session, Turn, TurnOutcome
+from hangar.models import Repair, Session, Turn, TurnOutcome
 from hangar.sandboxes import Sandboxes
 
 
@@ -48,9 +48,9 @@ class HandBacks:
         self.sandboxes = sandboxes
         self.artifacts = Artifacts(settings, blobs, keys, sandboxes)
 
-    def read(self, session: Session, turn: Turn) -> tuple[Turn, str | None]:
-        """Record what the turn (its run ended, its outcome recorded) handed back; returns the
-        turn and, when its result needs the repair run, why."""
+    def read(self, session: Session, turn: Turn) -> Turn:
+        """Record what the turn (its run ended, its outcome recorded) handed back, and, when its
+        result needs the repair run, that run (to start), in the same write."""
         handback = collect(self.sandboxes, session, self.settings)
         earlier = [t for t in self.db.list_turns(session.id) if t.n < turn.n]
         stored, skipped = self.artifacts.store(session, turn.n, handback.artifacts, earlier)
@@ -62,16 +62,15 @@ class HandBacks:
         if good and handback.question:
             changes.update(outcome=TurnOutcome.NEEDS_INPUT, question=handback.question,
                            question_options=handback.options)  # fmt: skip
-        repair = None
         if good and not handback.question:
             value, why = self._checked(handback, turn.output_schema)
             if why is None and value is not None:
                 changes.update(keep_result(self.blobs, self.keys, turn, value))
             elif why is not None and turn.output_schema is not None:
-                repair = why
+                changes["repair"] = Repair(run_id=f"{turn.run_id}-repair", reason=why)
             elif why is not None and handback.result_present:
                 changes["warnings"].append(f"the result was left out: {why}")
-        return self.db.update_turn(turn.model_copy(update=changes)), repair
+        return self.db.update_turn(turn.model_copy(update=changes))
 
     def read_repaired(self, session: Session, turn: Turn, failure: str | None) -> dict[str, Any]:
         """The turn's changes once its repair run has ended (``failure``: why it went wrong)."""

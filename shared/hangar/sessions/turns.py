@@ -49,7 +49,7 @@ from hangar.harnesses.runs import INTERRUPTED_EXIT, RunStatus, read_run, run_sta
 from hangar.harnesses.turns import start_turn, turn_result
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal
-from hangar.models import CheckpointReason, Repair, Session, SessionState as S, Turn, TurnOutcome
+from hangar.models import CheckpointReason, Session, SessionState as S, Turn, TurnOutcome
 from hangar.models import utcnow
 from hangar.sandboxes import Sandboxes
 from hangar.sessions import conversations
@@ -266,9 +266,10 @@ class Turns:
             assert status.exit_code is not None, "a finish is claimed once the run has ended"
             turn = self._record_outcome(session, turn, status.data, status.exit_code)
         if not turn.collected:
-            turn, why = self.handbacks.read(session, turn)
-            if why is not None:
-                turn = self._start_repair(session, turn, why)
+            turn = self.handbacks.read(session, turn)
+        if turn.repair is not None and turn.repair.exit_code is None:
+            if not run_started(self.sandboxes, session.sandbox_id, turn.repair.run_id):
+                turn = self._start_repair(session, turn)
         if turn.repair is not None and turn.repair.exit_code is None:
             status = read_run(self.sandboxes, session.sandbox_id, turn.repair.run_id, 0,
                               MAX_LOG_BYTES)  # fmt: skip
@@ -284,21 +285,19 @@ class Turns:
         spec = self._spec(session, turn, harness, prompt)
         return replace(spec, conversation_id=turn.harness_session, fork_from=None, new_id=None)
 
-    def _start_repair(self, session: Session, turn: Turn, why: str) -> Turn:
-        """Ask the turn's conversation once more for a valid result (recorded first, so that a
-        finisher taking over finds the run rather than starting another)."""
-        assert session.sandbox_id is not None
+    def _start_repair(self, session: Session, turn: Turn) -> Turn:
+        """Start the repair run recorded on the turn (its record came first, with what was
+        handed back, so a finisher taking over starts it if it never ran): the turn's
+        conversation asked once more for a valid result."""
+        assert session.sandbox_id is not None and turn.repair is not None
         harness = get_harness(turn.harness or session.harness)
-        turn = self._update_turn(turn, repair=Repair(run_id=f"{turn.run_id}-repair", reason=why))
-        assert turn.repair is not None
-        if not run_started(self.sandboxes, session.sandbox_id, turn.repair.run_id):
-            try:
-                start_turn(self.sandboxes, session.sandbox_id, harness,
-                           self._repair_spec(session, turn, harness), turn.repair.run_id)  # fmt: skip
-            except HangarError as exc:
-                repair = turn.repair.model_copy(update={"exit_code": -1})
-                return self._update_turn(turn, repair=repair, result_error=f"{why} (the repair "
-                                         f"turn could not start: {exc.message})")  # fmt: skip
+        try:
+            start_turn(self.sandboxes, session.sandbox_id, harness,
+                       self._repair_spec(session, turn, harness), turn.repair.run_id)  # fmt: skip
+        except HangarError as exc:
+            repair = turn.repair.model_copy(update={"exit_code": -1})
+            return self._update_turn(turn, repair=repair, result_error=f"{turn.repair.reason} "
+                                     f"(the repair turn could not start: {exc.message})")  # fmt: skip
         return turn
 
     def _record_repair(self, session: Session, turn: Turn, status: RunStatus) -> Turn:
@@ -314,9 +313,12 @@ class Turns:
         elif result.error is not None:
             failure = f"the repair turn failed: {result.error.message}"
         changes = self.handbacks.read_repaired(session, turn, failure)
-        if turn.log_key:  # the repair's events count toward the turn
-            changes["log_key"] = self._store_log(session.id, turn.n,
-                                                 self.log_of(session, turn) + status.data)  # fmt: skip
+        if turn.log_key:  # the repair's events count toward the turn: after the turn's own,
+            # under the same data key (a finisher that dies after this write leaves a log that
+            # still opens, and the one taking over writes the same bytes again)
+            own = self.log_of(session, turn)[: turn.log_cursor]
+            self._store_log(session.id, turn.n, own + status.data,
+                            self.keys.unwrap(base64.b64decode(turn.log_key)))  # fmt: skip
         repair = turn.repair.model_copy(update={"exit_code": status.exit_code})
         return self._update_turn(turn, repair=repair, repair_usage=result.usage, **changes)
 
@@ -427,8 +429,11 @@ class Turns:
 
     # -- run logs ---------------------------------------------------------------------------
 
-    def _store_log(self, session_id: str, n: int, log: bytes) -> str:
-        data_key = new_data_key()
+    def _store_log(self, session_id: str, n: int, log: bytes,
+                   data_key: bytes | None = None) -> str:  # fmt: skip
+        """Seal and store a turn's run log (under ``data_key``, else a fresh one); returns the
+        key, wrapped."""
+        data_key = data_key or new_data_key()
         aad = run_log_key(session_id, n).encode()
         # Overwrites: a finish taken over from one that died may store the log again.
         self.blobs.put(run_log_key(session_id, n), seal(data_key, aad, [log[:MAX_LOG_BYTES]]))

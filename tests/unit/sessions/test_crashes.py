@@ -161,6 +161,16 @@ def send(rig: Rig, service: SessionService) -> None:
     rig.drive(service, settled(service, S.IDLE, S.FAILED))
 
 
+COUNT = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+
+def send_with_schema(rig: Rig, service: SessionService) -> None:
+    """A turn whose result does not match its schema: a repair run follows (the stand-in
+    writes nothing in it), then the turn records result_error."""
+    service.send("demo", "run: hangar-agent result '{\"n\": \"x\"}'", output_schema=COUNT)
+    rig.drive(service, settled(service, S.IDLE, S.FAILED))
+
+
 def fork(rig: Rig, service: SessionService) -> None:
     service.fork("demo", 1)
     rig.drive(service, lambda: service.resolve("demo-fork-1").state in (S.IDLE, S.FAILED)
@@ -180,6 +190,7 @@ FLOWS: dict[str, tuple[list[Callable[[Rig, SessionService], None]], Callable[[Ri
     # name: (what comes before, unharmed; the flow that crashes)
     "new and its first turn": ([], new_session),
     "a second turn": ([new_session], send),
+    "a turn and its result's repair run": ([new_session], send_with_schema),
     "suspend": ([new_session], suspend),
     "fork": ([new_session], fork),
     "open into a new sandbox": ([new_session, suspend], open_),
@@ -223,6 +234,9 @@ def check_usable(rig: Rig, service: SessionService) -> None:
         assert owner.sandbox_id == info.id, (info, owner.state)
     for other in rig.db.list_sessions():
         assert other.claim is None and other.state is not S.STARTING, other
+        for t in rig.db.list_turns(other.id):  # a schema's turn always ends with a verdict
+            if t.output_schema is not None and t.outcome is TurnOutcome.EXITED:
+                assert (t.result is None) != (t.result_error is None), t
 
 
 @pytest.mark.parametrize("flow", list(FLOWS))
