@@ -13,6 +13,7 @@ import pytest
 
 from tests.cli.conftest import Cli, Server
 from tests.cli.test_cli import identity
+from tests.e2e.test_acceptance import until
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 TURN = ("make the report\n"
@@ -83,3 +84,21 @@ def test_an_environment_that_sets_path_cannot_hide_hangar_agent(
     assert (code, out) == (0, "/hangar/bin/hangar-agent\n")
     code, out, _ = cli("session", "shell", "p", "--", "sh", "-c", "echo hi > /hangar/bin/x")
     assert code != 0  # hangar's folder: the agent cannot add or replace anything there
+
+
+@pytest.mark.sandbox
+def test_a_question_from_a_turn_that_was_interrupted_is_not_carried_on(
+    server: Server, cli: Cli, remote: Path, tmp_path: Path
+) -> None:
+    assert cli("env", "add", "app", "--repo", str(remote), *identity())[0] == 0
+    turn = "run: hangar-agent ask 'Which way?'\nwait-for: /nonexistent/never"
+    assert cli("session", "new", "q", turn, "--env", "app", "--harness", "antigravity")[0] == 0
+    until(lambda: json.loads(cli("session", "get", "q", "--json")[1])["state"] == "active")
+    asked = ["session", "shell", "q", "--", "test", "-f", "/root/.hangar/sessions/q/out/QUESTION.md"]
+    until(lambda: cli(*asked)[0] == 0)  # the question is written; the turn waits on
+    code, out, err = cli("session", "interrupt", "q")
+    assert code == 0 and "interrupted" in out, err
+    code, out, _ = cli("session", "get", "q", "--json")
+    session = json.loads(out)
+    assert (session["needs_input"], session["question_options"]) == (None, [])
+    assert (session["turns"][0]["outcome"], session["turns"][0]["question"]) == ("interrupted", None)
