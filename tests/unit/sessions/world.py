@@ -141,18 +141,20 @@ class World:
 
 
 def make_world(
-    tmp_path: Path, db: SqliteDb, blobs: LocalBlobs, keys: LocalKeys, remote: Path
+    tmp_path: Path, db: SqliteDb, blobs: LocalBlobs, keys: LocalKeys, remote: Path,
+    **settings: Any,
 ) -> Iterator[World]:
-    """A service whose environment ``app`` clones ``remote``; its sandboxes go at the end."""
+    """A service whose environment ``app`` clones ``remote``; its sandboxes go at the end.
+    ``settings`` override the defaults."""
     harnesses = tmp_path / "agy-harness"
     (harnesses / "bin").mkdir(parents=True)
     shutil.copy(STANDIN, harnesses / "bin" / "agy")
     (harnesses / "bin" / "agy").chmod(0o755)
-    settings = Settings.build(data_dir=tmp_path / "data", harness_dir=harnesses,
-                              activity_grace_seconds=0)  # fmt: skip
+    built = Settings.build(data_dir=tmp_path / "data", harness_dir=harnesses,
+                           activity_grace_seconds=0, **settings)  # fmt: skip
     sandboxes = LocalSandboxes(tmp_path / "sandboxes", harnesses)
     ticks = FakeTicks()
-    service = SessionService(settings, db, blobs, keys, sandboxes, ticks)
+    service = SessionService(built, db, blobs, keys, sandboxes, ticks)
     service.environments.add(
         "app", str(remote),
         vars={"GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "A",
