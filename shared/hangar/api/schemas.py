@@ -305,6 +305,10 @@ class SessionPage(BaseModel):
     sessions: list[SessionSummary]
     next_cursor: str | None
 
+    @classmethod
+    def of(cls, sessions: list[Session], next_cursor: str | None) -> SessionPage:
+        return cls(sessions=[SessionSummary.of(x) for x in sessions], next_cursor=next_cursor)
+
 
 class StartedView(BaseModel):
     """What new and send answer at once: the session (STARTING while its sandbox is made) and

@@ -46,7 +46,8 @@ def _summary(runtime: Runtime, session: Session) -> s.SessionSummary:
     return s.SessionSummary.of(session)
 
 
-def _started(runtime: Runtime, started: Started) -> s.StartedView:
+def started_view(runtime: Runtime, started: Started) -> s.StartedView:
+    """What new and send answer (REST and MCP alike)."""
     detail = runtime.sessions.get(started.session.id)
     return s.StartedView(session=s.SessionView.detail(detail), turn=started.turn)
 
@@ -59,7 +60,7 @@ async def create(runtime: Runtime, request: Request) -> Response:
             body.name, body.message, body.env, harness=body.harness, model=body.model,
             title=body.title, idle_minutes=body.idle_minutes, output_schema=body.output_schema,
         )  # fmt: skip
-        return _started(runtime, started)
+        return started_view(runtime, started)
 
     return reply(await run_in_threadpool(run), 202)
 
@@ -68,12 +69,8 @@ async def list_all(runtime: Runtime, request: Request) -> Response:
     limit = _int_query(request, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
     cursor = request.query_params.get("cursor") or None
 
-    def page() -> s.SessionPage:
-        sessions, after = runtime.sessions.page(limit, cursor)
-        return s.SessionPage(sessions=[s.SessionSummary.of(x) for x in sessions],
-                             next_cursor=after)  # fmt: skip
-
-    return reply(await run_in_threadpool(page))
+    return reply(await run_in_threadpool(
+        lambda: s.SessionPage.of(*runtime.sessions.page(limit, cursor))))
 
 
 async def get(runtime: Runtime, request: Request) -> Response:
@@ -100,7 +97,7 @@ async def send(runtime: Runtime, request: Request) -> Response:
     def run() -> s.StartedView:
         started = runtime.sessions.send(ref, body.message, harness=body.harness, model=body.model,
                                         output_schema=body.output_schema)  # fmt: skip
-        return _started(runtime, started)
+        return started_view(runtime, started)
 
     return reply(await run_in_threadpool(run), 202)
 
@@ -108,7 +105,7 @@ async def send(runtime: Runtime, request: Request) -> Response:
 async def interrupt(runtime: Runtime, request: Request) -> Response:
     ref = param(request, "ref")
     started = await run_in_threadpool(runtime.sessions.interrupt, ref)
-    return reply(_started(runtime, started), 202)
+    return reply(started_view(runtime, started), 202)
 
 
 async def wait(runtime: Runtime, request: Request) -> Response:
@@ -160,11 +157,8 @@ async def artifacts(runtime: Runtime, request: Request) -> Response:
 
 async def artifact(runtime: Runtime, request: Request) -> Response:
     ref, path = param(request, "ref"), param(request, "path")
-    raw = param(request, "turn")
-    if not raw.isdigit() or not 1 <= int(raw) <= s.MAX_TURN:
-        raise InvalidInput(f"turn must be a whole number from 1 to {s.MAX_TURN}, not "
-                           f"{raw[:30]!r}", field="turn")  # fmt: skip
-    data = await run_in_threadpool(runtime.sessions.artifact, ref, int(raw), path)
+    n = _whole(param(request, "turn"), "turn", 1, s.MAX_TURN)
+    data = await run_in_threadpool(runtime.sessions.artifact, ref, n, path)
     name = path.rsplit("/", 1)[-1].replace('"', "")
     return Response(data, media_type="application/octet-stream",
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
@@ -179,6 +173,11 @@ def _int_query(request: Request, name: str, low: int, high: int, default: int) -
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
+    return _whole(raw, name, low, high)
+
+
+def _whole(raw: str, name: str, low: int, high: int) -> int:
+    """``raw`` as a whole number from ``low`` to ``high``; InvalidInput naming ``name``."""
     if not raw.isdigit() or not low <= int(raw) <= high:
         raise InvalidInput(f"{name} must be a whole number from {low} to {high}, not {raw[:30]!r}",
                            field=name)  # fmt: skip

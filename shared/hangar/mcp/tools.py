@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from hangar.api import schemas as s
+from hangar.api.sessions import started_view
 from hangar.errors import ArtifactTooLarge, HangarError
 from hangar.exchange.artifacts import artifact_uri, is_text
 from hangar.sessions.watching import Note
@@ -129,24 +130,14 @@ async def _thread(func: Callable[[], T]) -> T:
     return await anyio.to_thread.run_sync(func)
 
 
-def _started(runtime: Runtime, started: Any) -> s.StartedView:
-    detail = runtime.sessions.get(started.session.id)
-    return s.StartedView(session=s.SessionView.detail(detail), turn=started.turn)
-
-
 async def new_session(runtime: Runtime, a: NewSessionIn, report: Report) -> BaseModel:
-    return await _thread(lambda: _started(runtime, runtime.sessions.new(
+    return await _thread(lambda: started_view(runtime, runtime.sessions.new(
         a.name, a.message, a.env, harness=a.harness, model=a.model, title=a.title,
         idle_minutes=a.idle_minutes, output_schema=a.output_schema)))  # fmt: skip
 
 
 async def list_sessions(runtime: Runtime, a: ListIn, report: Report) -> BaseModel:
-    def page() -> s.SessionPage:
-        sessions, after = runtime.sessions.page(a.limit, a.cursor)
-        return s.SessionPage(sessions=[s.SessionSummary.of(x) for x in sessions],
-                             next_cursor=after)  # fmt: skip
-
-    return await _thread(page)
+    return await _thread(lambda: s.SessionPage.of(*runtime.sessions.page(a.limit, a.cursor)))
 
 
 async def get_session(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
@@ -162,7 +153,7 @@ async def open_session(runtime: Runtime, a: OpenIn, report: Report) -> BaseModel
 
 
 async def send_to_session(runtime: Runtime, a: SendIn, report: Report) -> BaseModel:
-    return await _thread(lambda: _started(runtime, runtime.sessions.send(
+    return await _thread(lambda: started_view(runtime, runtime.sessions.send(
         a.ref, a.message, harness=a.harness, model=a.model,
         output_schema=a.output_schema)))  # fmt: skip
 
@@ -194,9 +185,8 @@ async def wait_for_turn(runtime: Runtime, a: WaitIn, report: Report) -> BaseMode
         if look.done or time.monotonic() >= deadline:
             break
         await anyio.sleep(min(LOOK_EVERY, max(0.0, deadline - time.monotonic())))
-    turn, session = look.turn, look.session
-    if look.done and turn.result_key is not None:
-        turn = turn.model_copy(update={"result": await _thread(lambda: runtime.sessions.result(turn))})
+    session = look.session
+    turn = await _thread(lambda: runtime.sessions.with_result(look.turn))
     return WaitOut(
         done=look.done, turn=turn.n, outcome=turn.outcome.value if turn.outcome else None,
         summary=turn.summary, result=turn.result, result_error=turn.result_error,

@@ -152,8 +152,7 @@ class SessionService:
         """The session with its turns (each with its result, wherever it is kept) and
         checkpoints, as they are."""
         session = self.resolve(ref)
-        turns = [t if t.result_key is None else t.model_copy(update={"result": self.result(t)})
-                 for t in self.db.list_turns(session.id)]  # fmt: skip
+        turns = [self.with_result(t) for t in self.db.list_turns(session.id)]
         return SessionDetail(
             **session.model_dump(),
             turns=turns,
@@ -291,9 +290,8 @@ class SessionService:
         """Wait for turn ``n`` (default: the latest) to be over, feeding new run-log bytes to
         ``on_output`` as they come; returns the turn (with its result), unfinished if
         ``timeout`` passed first."""
-        turn = self._turns.wait(ref, n, timeout=timeout, on_output=on_output, poll=poll)
-        return turn if turn.result_key is None else turn.model_copy(
-            update={"result": self.result(turn)})  # fmt: skip
+        return self.with_result(
+            self._turns.wait(ref, n, timeout=timeout, on_output=on_output, poll=poll))
 
     def watch_turn(self, ref: str, n: int | None = None) -> TurnWatch:
         """A follower of turn ``n`` (default: the latest) that says what happened since its
@@ -318,9 +316,12 @@ class SessionService:
         """A turn's run log (default: the latest turn): live while it runs, stored after."""
         return self._turns.log(ref, n)
 
-    def result(self, turn: Turn) -> Any:
-        """A turn's structured result, wherever it is kept (None: it has none)."""
-        return result_of(self.blobs, self.keys, turn)
+    def with_result(self, turn: Turn) -> Turn:
+        """``turn`` with its structured result in ``result``, wherever it is kept (a large one
+        is in blobs)."""
+        if turn.result_key is None:
+            return turn
+        return turn.model_copy(update={"result": result_of(self.blobs, self.keys, turn)})
 
     # -- artifacts --------------------------------------------------------------------------
 
