@@ -78,6 +78,15 @@ class Settings(BaseModel):
     exchange_max_patch_mb: float = Field(
         10, gt=0, description="Patch items, and the largest get_session_patch, in MiB")
     exchange_max_bundle_mb: float = Field(50, gt=0, description="Bundle items, in MiB")
+    exchange_max_context_items: int = Field(
+        50, ge=1, description="Context items on one new or send")
+    exchange_max_context_mb: float = Field(
+        2, gt=0, description="text, file, log, issue and diff items of one turn, in MiB")
+    exchange_upload_part_mb: float = Field(
+        16, gt=0, description="The part size an upload is asked for, in MiB (under "
+        "HANGAR_MAX_BODY_MB)")
+    exchange_upload_expiry_minutes: float = Field(
+        60, gt=0, description="How long an upload waits to be used before it is dropped")
     exchange_max_result_kb: float = Field(
         1024, gt=0, description="The largest out/result.json a turn may hand back, in KiB")
     exchange_max_artifacts: int = Field(
@@ -166,6 +175,14 @@ class Settings(BaseModel):
     @property
     def max_untracked_bytes(self) -> int:
         return int(self.session_max_untracked_mb * 1024 * 1024)
+
+    @property
+    def max_bundle_bytes(self) -> int:
+        return int(self.exchange_max_bundle_mb * 1024 * 1024)
+
+    @property
+    def max_context_bytes(self) -> int:
+        return int(self.exchange_max_context_mb * 1024 * 1024)
 
     @property
     def max_patch_bytes(self) -> int:

@@ -11,7 +11,8 @@ once shipped; messages may.
     │   ├── InvalidName                 invalid_name        400
     │   ├── UnknownHarness              unknown_harness     400
     │   ├── InvalidSettings             invalid_settings    400
-    │   └── InvalidSchema               invalid_schema      400
+    │   ├── InvalidSchema               invalid_schema      400
+    │   └── InvalidContext              invalid_context     400
     ├── Unauthorized                    unauthorized        401
     ├── Forbidden                       forbidden           403
     ├── NotFound                        not_found           404
@@ -21,7 +22,8 @@ once shipped; messages may.
     │   ├── TokenNotFound               token_not_found     404
     │   ├── SandboxNotFound             sandbox_not_found   404
     │   ├── BlobNotFound                blob_not_found      404
-    │   └── ArtifactNotFound            artifact_not_found  404
+    │   ├── ArtifactNotFound            artifact_not_found  404
+    │   └── UploadNotFound              upload_not_found    404
     ├── Conflict                        conflict            409
     │   ├── VersionConflict             version_conflict    409
     │   ├── AlreadyExists               already_exists      409
@@ -37,6 +39,7 @@ once shipped; messages may.
     │   ├── RestoreFailed               restore_failed      500
     │   └── NoUsableCheckpoint          no_usable_checkpoint 500
     ├── ArtifactTooLarge                artifact_too_large  413
+    ├── ContextRejected                 context_rejected    422
     ├── UnsafeArchive                   unsafe_archive      422
     ├── HarnessError                    harness_failed      502
     │   ├── HarnessMissing              harness_missing     502
@@ -116,6 +119,13 @@ class InvalidSchema(InvalidInput):
     code = "invalid_schema"
 
 
+class InvalidContext(InvalidInput):
+    """A context item refused when the request came: its kind, name, encoding or size, a patch
+    that is not a diff, a bundle without a bundle header, an upload that is not complete."""
+
+    code = "invalid_context"
+
+
 class Unauthorized(HangarError):
     """No token, or a token hangar does not know."""
 
@@ -145,6 +155,21 @@ class CheckpointNotFound(NotFound):
 
 class ArtifactNotFound(NotFound):
     code = "artifact_not_found"
+
+
+class UploadNotFound(NotFound):
+    """No upload with that id (it never was, or it expired after an hour, or it was used)."""
+
+    code = "upload_not_found"
+
+
+class ContextRejected(HangarError):
+    """What came with a turn could not be put in place in the sandbox (a patch that does not
+    apply, a bundle whose base is not on the remote or that neither fast-forwards nor starts
+    the branch fresh): the turn fails with git's reason, the tree as it was."""
+
+    code = "context_rejected"
+    status = 422
 
 
 class ArtifactTooLarge(HangarError):

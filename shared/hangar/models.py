@@ -138,6 +138,38 @@ _STEPS = {
 }
 
 
+class ContextKind(StrEnum):
+    """What a context item is (spec 004, In): files for ``$HANGAR_IO/in/<turn>/``, a URL
+    listed in the prompt, a patch applied as uncommitted changes, a bundle of commits."""
+
+    TEXT = "text"
+    FILE = "file"
+    LOG = "log"
+    ISSUE = "issue"
+    DIFF = "diff"
+    URL = "url"
+    PATCH = "patch"
+    BUNDLE = "bundle"
+
+
+class ContextRef(BaseModel):
+    """A context item as accepted: checked, and (but a URL) sealed under a data key of its own
+    at ``blob`` (``sessions/<session>/context/<turn>-<request>/<index>``), so it survives the
+    start-up ticks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: ContextKind
+    name: str | None = Field(default=None, description="its file name under in/<turn>/")
+    url: str | None = None
+    base_commit: str | None = Field(default=None, description="a bundle's base on the remote")
+    size: int = Field(default=0, ge=0)
+    sha256: str | None = None
+    key: str | None = Field(default=None, description="its data key, wrapped (base64)")
+    blob: str | None = Field(default=None, description="where it is stored (its associated "
+                             "data too)")
+
+
 class StartIntent(BaseModel):
     """What a start was asked to do, kept on the session so that any worker can carry it on:
     ``turn`` and ``message`` for new and send (the turn's record exists from the request on),
@@ -153,6 +185,7 @@ class StartIntent(BaseModel):
     source: str | None = None
     run: str | None = None
     attempts: int = 0
+    context: list[ContextRef] = Field(default_factory=list)
 
 
 class StartError(BaseModel):
@@ -294,6 +327,12 @@ class Turn(Record):
         default=None, description="the repair run asked for a missing or invalid result"
     )
     repair_usage: dict[str, int] = Field(default_factory=dict)
+    context: list[ContextRef] = Field(
+        default_factory=list, description="what came with its message (spec 004, In)"
+    )
+    context_base: str | None = Field(
+        default=None, description="the session's new base, when a bundle started it fresh"
+    )
 
     @property
     def active_run_id(self) -> str:

@@ -24,6 +24,7 @@ LIB = "/hangar/lib"
 
 USES: dict[str, tuple[str, ...]] = {
     "checkpoint": ("gitsafe", "paths"),
+    "context": ("gitsafe",),
     "exchange": ("paths",),
     "restore": ("gitsafe", "paths"),
     "run": (),

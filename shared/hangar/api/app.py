@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Route
 
-from hangar.api import envs, openapi, sandboxes, sessions
+from hangar.api import envs, openapi, sandboxes, sessions, uploads
 from hangar.api.auth import authenticate
 from hangar.api.limits import BodyLimit
 from hangar.api.routes import Endpoint, Handler
@@ -34,7 +34,8 @@ from hangar.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
-ENDPOINTS: list[Endpoint] = [*sessions.ENDPOINTS, *envs.ENDPOINTS, *sandboxes.ENDPOINTS]
+ENDPOINTS: list[Endpoint] = [*sessions.ENDPOINTS, *uploads.ENDPOINTS, *envs.ENDPOINTS,
+                             *sandboxes.ENDPOINTS]  # fmt: skip
 """Every HTTP route but the OpenAPI document's, in the order the document lists them."""
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}

@@ -36,6 +36,9 @@ def document(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
             op["parameters"] = parameters
         if e.body is not None:
             op["requestBody"] = {"required": True, "content": {JSON: {"schema": ref(e.body)}}}
+        elif e.raw_body is not None:
+            op["requestBody"] = {"required": True, "content": {
+                e.raw_body: {"schema": {"type": "string", "format": "binary"}}}}
         ok: dict[str, Any] = {"description": "success"}
         if e.response is not None:
             schema: dict[str, Any] = ref(e.response)

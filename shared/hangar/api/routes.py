@@ -58,6 +58,8 @@ class Endpoint:
     status: int = 200
     media: str = JSON
     query: Sequence[Query] = ()
+    raw_body: str | None = None
+    """The media type of a body that is raw bytes rather than a JSON ``body`` model."""
 
 
 async def parse(request: Request, model: type[M]) -> M:

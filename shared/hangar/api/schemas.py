@@ -15,8 +15,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 
+from hangar.exchange.context import ContextItem
+from hangar.exchange.uploads import Upload
 from hangar.harnesses import get_harness
-from hangar.models import Checkpoint, Environment, Session, SessionDetail, Turn
+from hangar.models import Checkpoint, ContextKind, ContextRef, Environment, Session
+from hangar.models import SessionDetail, Turn
 from hangar.redact import redact
 from hangar.sandboxes import SandboxInfo
 from hangar.sessions.environments import loopback_warnings
@@ -46,6 +49,10 @@ SCHEMA_DOC = ("a JSON Schema the turn's result (out/result.json) must match; a m
               "invalid result gets one repair turn, then result_error")
 
 
+CONTEXT_DOC = ("what comes with the message: files for $HANGAR_IO/in/<turn>/, links, a patch "
+               "applied as uncommitted changes, a bundle of commits (see docs/exchange.md)")
+
+
 class Body(BaseModel):
     """A request body: unknown fields are an error, not silently dropped."""
 
@@ -64,6 +71,7 @@ class NewSession(Body):
         description="suspend after this long unused (0: never; default 30; at most a week)",
     )
     output_schema: dict[str, Any] | None = Field(None, description=SCHEMA_DOC)
+    context: list[ContextItem] = Field(default_factory=list, description=CONTEXT_DOC)
 
 
 class SendMessage(Body):
@@ -75,6 +83,7 @@ class SendMessage(Body):
                               "clears it unless given)")
     output_schema: dict[str, Any] | None = Field(None, description=SCHEMA_DOC + "; default: "
                                                  "the session's")
+    context: list[ContextItem] = Field(default_factory=list, description=CONTEXT_DOC)
 
 
 class Open(Body):
@@ -141,6 +150,50 @@ class RepairView(BaseModel):
     exit_code: int | None
 
 
+class ContextView(BaseModel):
+    kind: str
+    name: str | None
+    url: str | None
+    base_commit: str | None
+    size: int
+
+    @classmethod
+    def of(cls, ref: ContextRef) -> ContextView:
+        return cls(kind=ref.kind.value, name=ref.name, url=ref.url, base_commit=ref.base_commit,
+                   size=ref.size)  # fmt: skip
+
+
+class NewUpload(Body):
+    kind: ContextKind = Field(description="the kind of the item it is for (its limit applies)")
+
+
+class CompleteUpload(Body):
+    sha256: str = Field(description="of the whole, all parts in order")
+
+
+class UploadView(BaseModel):
+    upload_id: str
+    kind: str
+    part_mb: float = Field(description="the most one part may carry, in MiB")
+    max_bytes: int = Field(description="the most the whole may carry")
+    expires_at: datetime
+    complete: bool
+    size: int
+    sha256: str | None
+
+    @classmethod
+    def of(cls, u: Upload) -> UploadView:
+        return cls(upload_id=u.id, kind=u.kind.value, part_mb=u.part_bytes / 2**20,
+                   max_bytes=u.max_bytes, expires_at=u.expires_at, complete=u.complete,
+                   size=u.size, sha256=u.sha256)  # fmt: skip
+
+
+class PartView(BaseModel):
+    upload_id: str
+    part: int
+    size: int
+
+
 class TurnView(BaseModel):
     n: int
     message: str
@@ -169,6 +222,7 @@ class TurnView(BaseModel):
     warnings: list[str] = Field(description="what it handed back that was left out, and why")
     repair: RepairView | None = Field(description="the repair run its result needed")
     repair_usage: dict[str, int]
+    context: list[ContextView] = Field(description="what came with its message")
 
     @classmethod
     def of(cls, turn: Turn) -> TurnView:
@@ -191,6 +245,7 @@ class TurnView(BaseModel):
             repair=RepairView(reason=repair.reason, started_at=repair.started_at,
                               exit_code=repair.exit_code) if repair else None,
             repair_usage=turn.repair_usage,
+            context=[ContextView.of(c) for c in turn.context],
         )  # fmt: skip
 
 

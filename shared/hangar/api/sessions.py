@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO, cast
 
-from starlette.concurrency import run_in_threadpool
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -27,6 +27,7 @@ from hangar.api.routes import NDJSON, Endpoint, Query, param, parse, reply, run_
 from hangar.api.streams import ClientGone, Emitter, in_thread
 from hangar.errors import HangarError, InvalidInput
 from hangar.models import Session, SessionState
+from hangar.sessions import pull
 from hangar.sessions.service import Started
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ async def create(runtime: Runtime, request: Request) -> Response:
         started = runtime.sessions.new(
             body.name, body.message, body.env, harness=body.harness, model=body.model,
             title=body.title, idle_minutes=body.idle_minutes, output_schema=body.output_schema,
+            context=body.context,
         )  # fmt: skip
         return started_view(runtime, started)
 
@@ -96,7 +98,8 @@ async def send(runtime: Runtime, request: Request) -> Response:
 
     def run() -> s.StartedView:
         started = runtime.sessions.send(ref, body.message, harness=body.harness, model=body.model,
-                                        output_schema=body.output_schema)  # fmt: skip
+                                        output_schema=body.output_schema,
+                                        context=body.context)  # fmt: skip
         return started_view(runtime, started)
 
     return reply(await run_in_threadpool(run), 202)
@@ -157,7 +160,7 @@ async def artifacts(runtime: Runtime, request: Request) -> Response:
 
 async def artifact(runtime: Runtime, request: Request) -> Response:
     ref, path = param(request, "ref"), param(request, "path")
-    n = _whole(param(request, "turn"), "turn", 1, s.MAX_TURN)
+    n = whole(param(request, "turn"), "turn", 1, s.MAX_TURN)
     data = await run_in_threadpool(runtime.sessions.artifact, ref, n, path)
     name = path.rsplit("/", 1)[-1].replace('"', "")
     return Response(data, media_type="application/octet-stream",
@@ -169,14 +172,21 @@ async def patch(runtime: Runtime, request: Request) -> Response:
     return Response(data, media_type=DIFF)
 
 
+async def pull_(runtime: Runtime, request: Request) -> Response:
+    package = await run_in_threadpool(runtime.sessions.pull, param(request, "ref"))
+    name = f"{package.info.session}-{package.info.checkpoint}.tar"
+    return StreamingResponse(iterate_in_threadpool(package.tar()), media_type=pull.MEDIA,
+                             headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+
 def _int_query(request: Request, name: str, low: int, high: int, default: int) -> int:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
-    return _whole(raw, name, low, high)
+    return whole(raw, name, low, high)
 
 
-def _whole(raw: str, name: str, low: int, high: int) -> int:
+def whole(raw: str, name: str, low: int, high: int) -> int:
     """``raw`` as a whole number from ``low`` to ``high``; InvalidInput naming ``name``."""
     if not raw.isdigit() or not low <= int(raw) <= high:
         raise InvalidInput(f"{name} must be a whole number from {low} to {high}, not {raw[:30]!r}",
@@ -307,6 +317,9 @@ ENDPOINTS = [
              'code} or {"error": {...}}', exec_, s.Exec, media=NDJSON),
     Endpoint("GET", S + "/patch", "Base to working tree, untracked files included: live from "
              "the sandbox, else from the newest checkpoint", patch, media=DIFF),
+    Endpoint("GET", S + "/pull", "The newest checkpoint's commits (a bundle) and uncommitted "
+             "changes (a patch), as a tar of pull.json, repo.bundle and changes.patch: what "
+             "hangar session pull applies locally", pull_, media=pull.MEDIA),
     Endpoint("GET", S + "/artifacts", "The files its turns handed back, stored (new or changed "
              "ones per turn)", artifacts, response=s.ArtifactView, many=True,
              query=[Query("turn", "integer", "only this turn's")]),

@@ -68,6 +68,16 @@ def _schema(p: argparse.ArgumentParser, default: str = "") -> None:
                    "match (the agent is asked for it; shown after the summary)" + default)
 
 
+def _context(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--file", action="append", metavar="PATH", help="a file for the agent, in "
+                   "$HANGAR_IO/in/<turn>/ (repeatable)")  # fmt: skip
+    p.add_argument("--text", action="append", metavar="TEXT", help="a text for the agent, in "
+                   "$HANGAR_IO/in/<turn>/ (repeatable)")  # fmt: skip
+    p.add_argument("--from-local", action="store_true", help="send this checkout's unpushed "
+                   "commits (a bundle) and its uncommitted changes with untracked files (a "
+                   "patch); the agent's branch gets both before the turn")  # fmt: skip
+
+
 def _wait(p: argparse.ArgumentParser) -> None:
     p.add_argument("-w", "--wait", action="store_true",
                    help="wait for the turn, showing its progress; then print its summary")
@@ -136,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--idle", type=float, metavar="MIN",
                      help="suspend after MIN minutes unused (0: never; default 30)")  # fmt: skip
     _schema(new)
+    _context(new)
     _wait(new)
     _json(new)
     listing = cmd.add_parser("list", help="list sessions, newest first")
@@ -151,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("message")
     _switch(send)
     _schema(send, "; default: the session's")
+    _context(send)
     _wait(send)
     _json(send)
     open_ = cmd.add_parser("open", help="resume the session into a sandbox")
@@ -176,6 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     patch = cmd.add_parser("patch", help="print the patch: base to working tree, untracked "
                            "files included")  # fmt: skip
     patch.add_argument("name")
+    pull = cmd.add_parser("pull", help="fetch the session's commits into local branch "
+                          "hangar/NAME, even if never pushed (run in your checkout)")  # fmt: skip
+    pull.add_argument("name")
+    pull.add_argument("--checkout", action="store_true", help="switch to hangar/NAME and apply "
+                      "the session's uncommitted changes (never over your untracked files)")
+    pull.add_argument("--force", action="store_true", help="move hangar/NAME even if it has "
+                      "commits of its own")  # fmt: skip
     arts = cmd.add_parser("artifacts", help="list the files the session's turns handed back, "
                           "or download one")  # fmt: skip
     arts.add_argument("name")

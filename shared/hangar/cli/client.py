@@ -55,6 +55,17 @@ class Client:
             return response.json()
         return response.content
 
+    def put_bytes(self, path: str, data: bytes) -> Any:
+        """PUT raw bytes; JSON out."""
+        try:
+            response = self.http.put(path, content=data,
+                                     headers={"Content-Type": "application/octet-stream"})
+        except httpx.HTTPError as exc:
+            raise self._unreachable(exc) from None
+        if response.status_code >= 400:
+            raise self._error(response)
+        return response.json()
+
     def lines(
         self,
         method: str,

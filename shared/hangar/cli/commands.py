@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from hangar.cli import UsageError
 from hangar.cli.client import ApiError, Client, session_path
+from hangar.cli.exchange import context_items, pull
 from hangar.cli.follow import ensure_running, follow_start, wait_turn
 from hangar.cli.render import describe_event, print_env, print_envs, print_json
 from hangar.cli.render import print_sandboxes, print_session, print_sessions
@@ -161,12 +162,13 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     if a == "new":
         body = {"name": args.name, "message": args.message, "env": args.env,
                 "harness": args.harness, "model": args.model, "title": args.title,
-                "idle_minutes": args.idle, "output_schema": _schema(args.schema)}  # fmt: skip
+                "idle_minutes": args.idle, "output_schema": _schema(args.schema),
+                "context": context_items(api, args)}  # fmt: skip
         started = api.call("POST", "/api/sessions", body)
         return _started(api, args, args.name, started)
     if a == "send":
         body = {"message": args.message, "harness": args.harness, "model": args.model,
-                "output_schema": _schema(args.schema)}  # fmt: skip
+                "output_schema": _schema(args.schema), "context": context_items(api, args)}  # fmt: skip
         started = api.call("POST", f"{path}/send", body)
         return _started(api, args, args.name, started)
     if a == "list":
@@ -207,6 +209,8 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     if a == "patch":
         _write(api.call("GET", f"{path}/patch"))
         return 0
+    if a == "pull":
+        return pull(api, args)
     if a == "log":
         data = api.call("GET", f"{path}/log", params={"turn": args.turn} if args.turn else None)
         if args.raw:

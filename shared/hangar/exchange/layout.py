@@ -19,6 +19,7 @@ folder, which comes first on PATH for everything the agent runs.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from hangar import agent
 from hangar.errors import SandboxError
@@ -74,9 +75,11 @@ def prepare(sandboxes: Sandboxes, session: Session) -> None:
                            f"{result.stderr.decode(errors='replace').strip()[-300:]}")  # fmt: skip
 
 
-def prompt_note(session: Session, schema: dict[str, object] | None) -> str:
+def prompt_note(session: Session, schema: dict[str, object] | None,
+                extra: Sequence[str] = ()) -> str:  # fmt: skip
     """The lines a turn's prompt ends with: where $HANGAR_IO is and how to hand work back, and
-    with ``schema``, the result asked for. Wrapped in one element, as harnesses wrap the
+    with ``schema``, the result asked for; then ``extra`` (what came with the turn). Wrapped
+    in one element, as harnesses wrap the
     context they add, so it reads as instructions rather than as the person's message."""
     lines = [
         f"hangar: your exchange folder is $HANGAR_IO ({io_path(session)}). Use the "
@@ -91,8 +94,10 @@ def prompt_note(session: Session, schema: dict[str, object] | None) -> str:
         lines.append("This turn needs a structured result: save it with `hangar-agent result` "
                      "(it lands in $HANGAR_IO/out/result.json) as JSON valid against this "
                      "JSON Schema: " + json.dumps(schema, separators=(",", ":")))  # fmt: skip
+    lines += extra
     return "<hangar-exchange>\n" + "\n".join(lines) + "\n</hangar-exchange>"
 
 
-def with_note(prompt: str, session: Session, schema: dict[str, object] | None) -> str:
-    return f"{prompt}\n\n{prompt_note(session, schema)}"
+def with_note(prompt: str, session: Session, schema: dict[str, object] | None,
+              extra: Sequence[str] = ()) -> str:  # fmt: skip
+    return f"{prompt}\n\n{prompt_note(session, schema, extra)}"

@@ -133,7 +133,8 @@ async def _thread(func: Callable[[], T]) -> T:
 async def new_session(runtime: Runtime, a: NewSessionIn, report: Report) -> BaseModel:
     return await _thread(lambda: started_view(runtime, runtime.sessions.new(
         a.name, a.message, a.env, harness=a.harness, model=a.model, title=a.title,
-        idle_minutes=a.idle_minutes, output_schema=a.output_schema)))  # fmt: skip
+        idle_minutes=a.idle_minutes, output_schema=a.output_schema,
+        context=a.context)))  # fmt: skip
 
 
 async def list_sessions(runtime: Runtime, a: ListIn, report: Report) -> BaseModel:
@@ -155,7 +156,7 @@ async def open_session(runtime: Runtime, a: OpenIn, report: Report) -> BaseModel
 async def send_to_session(runtime: Runtime, a: SendIn, report: Report) -> BaseModel:
     return await _thread(lambda: started_view(runtime, runtime.sessions.send(
         a.ref, a.message, harness=a.harness, model=a.model,
-        output_schema=a.output_schema)))  # fmt: skip
+        output_schema=a.output_schema, context=a.context)))  # fmt: skip
 
 
 async def keep_session(runtime: Runtime, a: KeepIn, report: Report) -> BaseModel:
@@ -219,15 +220,16 @@ async def get_session_patch(runtime: Runtime, a: Ref, report: Report) -> BaseMod
 
 TOOLS = [
     Tool("new_session", "Create a session and start its first turn; answers at once "
-         "(STARTING). Follow it with wait_for_turn.", NewSessionIn, s.StartedView, new_session),
+         "(STARTING). context: files, links, a patch of local changes, a bundle of local "
+         "commits. Follow it with wait_for_turn.", NewSessionIn, s.StartedView, new_session),
     Tool("list_sessions", "One page of sessions, newest first; next_cursor asks for the next.",
          ListIn, s.SessionPage, list_sessions),
     Tool("get_session", "A session with its turns and checkpoints.", Ref, s.SessionView,
          get_session),
     Tool("open_session", "Resume a session into a sandbox with its work restored (STARTING "
          "while it restores).", OpenIn, s.SessionView, open_session),
-    Tool("send_to_session", "Start the next turn (the answer, when the session needs input); "
-         "answers at once. Follow it with wait_for_turn.", SendIn, s.StartedView, send_to_session),
+    Tool("send_to_session", "Start the next turn (the answer, when the session needs input), "
+         "with context as for new_session; answers at once. Follow it with wait_for_turn.", SendIn, s.StartedView, send_to_session),
     Tool("keep_session", "Set how long the session idles before it suspends (0: never).",
          KeepIn, s.SessionSummary, keep_session),
     Tool("suspend_session", "Checkpoint the session and release its sandbox.", Ref,

@@ -25,7 +25,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, BinaryIO
@@ -44,6 +44,8 @@ from hangar.errors import (
     SessionNotRunning,
 )
 from hangar.exchange.artifacts import Listed
+from hangar.exchange.context import Accepted, ContextItem, ContextStore
+from hangar.exchange.uploads import Uploads
 from hangar.exchange.results import result_key, result_of
 from hangar.exchange.schemas import check_schema
 from hangar.harnesses import get_harness
@@ -67,6 +69,8 @@ from hangar.sessions.environments import Environments, check_name
 from hangar.sessions.forks import Forks
 from hangar.sessions.handbacks import HandBacks
 from hangar.sessions.housekeeping import Housekeeping
+from hangar.sessions import pull
+from hangar.sessions.pull import PullAnswer
 from hangar.sessions.records import Records
 from hangar.sessions.restore import Restorer
 from hangar.sessions.sandbox import SESSION_LABEL, Provisioner, sandbox_alive, take_checkpoint
@@ -125,9 +129,11 @@ class SessionService:
         self._schedule = Schedule(settings, ticks)
         self._provisioner = Provisioner(settings, sandboxes, self.environments, self.restorer)
         self.handbacks = HandBacks(settings, db, blobs, keys, sandboxes)
+        self.uploads = Uploads(settings, blobs, keys)
+        self.context = ContextStore(settings, blobs, keys, self.uploads)
         self._turns = Turns(
             settings, db, blobs, keys, sandboxes, self.environments, self.checkpointer,
-            self._records, self._transitions, self._schedule, self.handbacks,
+            self._records, self._transitions, self._schedule, self.handbacks, self.context,
         )  # fmt: skip
         self._startup = Startup(
             settings, db, sandboxes, self.environments, self._provisioner, self.restorer,
@@ -199,10 +205,13 @@ class SessionService:
         title: str | None = None,
         idle_minutes: float | None = None,
         output_schema: dict[str, Any] | None = None,
+        context: Sequence[ContextItem] = (),
     ) -> Started:
         """Create a session and ask for its first turn; answers at once (STARTING). Everything
-        is checked before anything is created (name, harness, environment, message, schema).
-        ``output_schema``: the JSON Schema of the turns' results (later sends inherit it)."""
+        is checked before anything is created (name, harness, environment, message, schema,
+        context). ``output_schema``: the JSON Schema of the turns' results (later sends
+        inherit it); ``context``: what comes with the message (:mod:`hangar.exchange.context`),
+        sealed before this answers."""
         check_name("session", name)
         get_harness(harness)
         environment = self.environments.require(env)
@@ -220,17 +229,21 @@ class SessionService:
             idle_minutes=minutes,
             output_schema=schema,
         )
-        intent = StartIntent(kind=StartKind.NEW, turn=1, message=message)
-        made = self._startup.create(session, intent)
-        self._turns.ensure(made, 1, message)
+        accepted = self.context.accept(session.id, 1, context)
+        intent = StartIntent(kind=StartKind.NEW, turn=1, message=message, context=accepted.refs)
+        with self._releasing(accepted):
+            made = self._startup.create(session, intent)
+        self._turns.ensure(made, 1, message, accepted.refs)
+        self.context.settle(accepted)
         return Started(made, 1)
 
     def send(self, ref: str, message: str, *, harness: str | None = None,
              model: str | None = None, output_schema: dict[str, Any] | None = None,
-             ) -> Started:  # fmt: skip
+             context: Sequence[ContextItem] = ()) -> Started:  # fmt: skip
         """Ask for the next turn (resuming the session first when it is suspended), on
         ``harness`` and ``model`` when given (see :func:`conversations.switch`), its result
-        checked against ``output_schema`` (default: the session's); answers at once. Exactly
+        checked against ``output_schema`` (default: the session's), with ``context`` (as for
+        :meth:`new`); answers at once. Exactly
         one of two concurrent sends wins; the other gets SessionBusy. The send is the answer
         to a question the last turn asked (``needs_input``), cleared once the turn starts."""
         _check_message(message)
@@ -240,10 +253,22 @@ class SessionService:
             changes["output_schema"] = check_schema(output_schema)
         self.environments.require(session.environment)
         n = len(self.db.list_turns(session.id)) + 1
-        intent = StartIntent(kind=StartKind.SEND, turn=n, message=message)
-        claimed = self._startup.begin(session, intent, **changes)
-        self._turns.ensure(claimed, n, message)
+        accepted = self.context.accept(session.id, n, context)
+        intent = StartIntent(kind=StartKind.SEND, turn=n, message=message, context=accepted.refs)
+        with self._releasing(accepted):
+            claimed = self._startup.begin(session, intent, **changes)
+        self._turns.ensure(claimed, n, message, accepted.refs)
+        self.context.settle(accepted)
         return Started(claimed, n)
+
+    @contextlib.contextmanager
+    def _releasing(self, accepted: Accepted) -> Iterator[None]:
+        """Remove what a request sealed if the block fails (a busy session, a name taken)."""
+        try:
+            yield
+        except BaseException:
+            self.context.release(accepted)
+            raise
 
     def open(self, ref: str, *, harness: str | None = None, model: str | None = None) -> Session:
         """Make sure the session has a sandbox with its work restored, its next turn on
@@ -415,6 +440,7 @@ class SessionService:
             if turn.result_key:
                 self.blobs.delete(result_key(session.id, turn.n))
         self.handbacks.artifacts.delete(session.id, turns)
+        self.context.delete_all(session.id)
         self.db.delete_session(session.id)
 
     # -- using the sandbox ------------------------------------------------------------------
@@ -447,6 +473,12 @@ class SessionService:
             if checkpoint.part("session.patch"):
                 return b"".join(self.checkpointer.parts.read(checkpoint, "session.patch"))
         raise NotFound(f"session {session.name} has no patch to show", session=session.name)
+
+    def pull(self, ref: str) -> PullAnswer:
+        """The newest checkpoint's commits and uncommitted changes, as ``hangar session pull``
+        takes them (:mod:`hangar.sessions.pull`). Reads only; no git runs here."""
+        session = self.resolve(ref)
+        return pull.package(self.checkpointer, session, self.db.list_checkpoints(session.id))
 
     def exec(
         self,

@@ -25,7 +25,7 @@ import base64
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
@@ -43,13 +43,15 @@ from hangar.errors import (
     SessionBusy,
     VersionConflict,
 )
-from hangar.exchange import layout
+from hangar.exchange import intake, layout
+from hangar.exchange.context import ContextStore
 from hangar.harnesses import Harness, TurnSpec, get_harness
 from hangar.harnesses.runs import INTERRUPTED_EXIT, RunStatus, read_run, run_started, stop_run
 from hangar.harnesses.turns import start_turn, turn_result
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal
-from hangar.models import CheckpointReason, Session, SessionState as S, Turn, TurnOutcome
+from hangar.models import CheckpointReason, ContextRef, Session, SessionState as S, Turn
+from hangar.models import TurnOutcome
 from hangar.models import utcnow
 from hangar.sandboxes import Sandboxes
 from hangar.sessions import conversations
@@ -88,9 +90,11 @@ class Turns:
         transitions: Transitions,
         schedule: Schedule,
         handbacks: HandBacks,
+        context: ContextStore,
     ) -> None:
         self.settings = settings
         self.handbacks = handbacks
+        self.context = context
         self.db = db
         self.blobs = blobs
         self.keys = keys
@@ -103,12 +107,15 @@ class Turns:
 
     # -- asking for a turn ------------------------------------------------------------------
 
-    def ensure(self, session: Session, n: int, message: str) -> Turn:
+    def ensure(self, session: Session, n: int, message: str,
+               context: Sequence[ContextRef] = ()) -> Turn:  # fmt: skip
         """The record of turn ``n`` of a start (made by the request that asked for it, or by
-        the start's first step, whichever comes first), with the session's output schema."""
+        the start's first step, whichever comes first), with the session's output schema and
+        the context that came with the message."""
         try:
             return self.db.add_turn(Turn(session_id=session.id, n=n, message=message,
-                                         output_schema=session.output_schema))  # fmt: skip
+                                         output_schema=session.output_schema,
+                                         context=list(context)))  # fmt: skip
         except AlreadyExists:
             return self.db.get_turn(session.id, n)
 
@@ -120,18 +127,24 @@ class Turns:
         (nothing is lost). Safe to repeat: a run already started is not started again."""
         assert session.start is not None and session.start.turn is not None
         assert session.sandbox_id is not None and session.start.message is not None
-        turn = self.ensure(session, session.start.turn, session.start.message)
+        turn = self.ensure(session, session.start.turn, session.start.message,
+                           session.start.context)  # fmt: skip
         harness = get_harness(session.harness)
         if not run_started(self.sandboxes, session.sandbox_id, turn.run_id):
             earlier = [t for t in self.db.list_turns(session.id) if t.n < turn.n]
             prompt, handoff = conversations.prompt(session, harness, turn, earlier,
                                                    self._source_turns(session))  # fmt: skip
-            prompt = layout.with_note(prompt, session, turn.output_schema)
+            prompt = layout.with_note(prompt, session, turn.output_schema,
+                                      intake.prompt_lines(session, turn.n, turn.context))
             chosen = session.harness_session or turn.harness_session or str(uuid.uuid4())
             turn = self._update_turn(turn, harness_session=chosen, handoff=handoff,
                                      harness=harness.name)  # fmt: skip
             try:
                 layout.prepare(self.sandboxes, session)
+                base = intake.deliver(self.sandboxes, self.context, session, turn,
+                                      repo_dir_for(session.repo or ""))  # fmt: skip
+                if base is not None:  # a bundle started the branch fresh on its own base
+                    turn = self._update_turn(turn, context_base=base)
                 spec = self._spec(session, turn, harness, prompt)
                 start_turn(self.sandboxes, session.sandbox_id, harness, spec, turn.run_id)
             except HangarError as exc:
@@ -141,11 +154,13 @@ class Turns:
                 self.schedule.claim_expiry(idle)
                 self.schedule.housekeeping(idle)  # its sandbox still idles and expires
                 return idle
-        self._update_turn(turn, started_at=turn.started_at or utcnow())
+        turn = self._update_turn(turn, started_at=turn.started_at or utcnow())
+        rebased = {"base_commit": turn.context_base} if turn.context_base else {}
         ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
         self.schedule.watch(session.id)  # first: a turn running must always be watched
         active = self.transitions.activate(session, token, last_active_at=utcnow(),
-                                           sandbox_expires_at=utcnow() + ttl)  # fmt: skip
+                                           sandbox_expires_at=utcnow() + ttl,
+                                           **rebased)  # fmt: skip
         self.schedule.claim_expiry(active)
         return active
 
