@@ -79,13 +79,14 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        """Run ``hangar ARGS`` as a user would; returns the finished process."""
+    def cli(self, *args: str, timeout: float = 300,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """Run ``hangar ARGS`` as a user would (in ``cwd``); returns the finished process."""
         return subprocess.run([HANGAR, *args], env=self.env(), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+                              timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)  # fmt: skip
 
-    def ok(self, *args: str, timeout: float = 300) -> str:
-        done = self.cli(*args, timeout=timeout)
+    def ok(self, *args: str, timeout: float = 300, cwd: Path | None = None) -> str:
+        done = self.cli(*args, timeout=timeout, cwd=cwd)
         assert done.returncode == 0, f"hangar {' '.join(args)}: {done.stderr}\n{done.stdout}"
         return done.stdout
 

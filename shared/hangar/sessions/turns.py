@@ -9,7 +9,9 @@ records the outcome, takes the turn's one ``turn`` checkpoint and moves the sess
 finisher that dies leaves an expired claim that the claim tick takes over.
 
 Before the turn starts, ``$HANGAR_IO`` is readied and the prompt ends with a note on it
-(:mod:`hangar.exchange.layout`); once its run has ended, what it handed back is recorded
+(:mod:`hangar.exchange.layout`), and the context that came with the message is put in place
+(:mod:`hangar.exchange.intake`: files in ``in/<turn>/``, a bundle and a patch in the repo; a
+refusal fails the turn as ``context_rejected``); once its run has ended, what it handed back is recorded
 (:mod:`.handbacks`). A turn whose result needs repair gets one repair run in the same
 conversation before it is finished: the finish claim is let go while it runs (the session stays
 ACTIVE, the watch follows the repair run, its timeout stops it), and the next finish records it.

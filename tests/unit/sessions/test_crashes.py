@@ -18,6 +18,7 @@ import pytest
 from hangar.blobs.local import LocalBlobs
 from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
+from hangar.exchange.context import ContextItem
 from hangar.keys.local import LocalKeys
 from hangar.models import SessionState as S, TurnOutcome, utcnow
 from hangar.sandboxes.local import LocalSandboxes
@@ -171,6 +172,18 @@ def send_with_schema(rig: Rig, service: SessionService) -> None:
     rig.drive(service, settled(service, S.IDLE, S.FAILED))
 
 
+CONTEXT_PATCH = ("diff --git a/ctx.txt b/ctx.txt\nnew file mode 100644\n--- /dev/null\n"
+                 "+++ b/ctx.txt\n@@ -0,0 +1 @@\n+from the laptop\n")  # fmt: skip
+
+
+def send_with_context(rig: Rig, service: SessionService) -> None:
+    """A turn with a file and a patch: sealed at the request, put in place before the run."""
+    service.send("demo", "run: cat \"$HANGAR_IO/in/2/note.txt\" ctx.txt > seen.txt",
+                 context=[ContextItem(kind="file", name="note.txt", content="a note\n"),
+                          ContextItem(kind="patch", content=CONTEXT_PATCH)])  # fmt: skip
+    rig.drive(service, settled(service, S.IDLE, S.FAILED))
+
+
 def fork(rig: Rig, service: SessionService) -> None:
     service.fork("demo", 1)
     rig.drive(service, lambda: service.resolve("demo-fork-1").state in (S.IDLE, S.FAILED)
@@ -191,6 +204,7 @@ FLOWS: dict[str, tuple[list[Callable[[Rig, SessionService], None]], Callable[[Ri
     "new and its first turn": ([], new_session),
     "a second turn": ([new_session], send),
     "a turn and its result's repair run": ([new_session], send_with_schema),
+    "a turn with a file and a patch": ([new_session], send_with_context),
     "suspend": ([new_session], suspend),
     "fork": ([new_session], fork),
     "open into a new sandbox": ([new_session, suspend], open_),
@@ -232,6 +246,11 @@ def check_usable(rig: Rig, service: SessionService) -> None:
     for info in rig.sandboxes.list():  # no sandbox left behind: each is its session's own
         owner = rig.db.get_session(info.labels["hangar.session"])
         assert owner.sandbox_id == info.id, (info, owner.state)
+    for t in rig.db.list_turns(session.id):  # context is put in place once, whatever died
+        assert t.error_code != "context_rejected", t
+        if t.context and t.outcome is TurnOutcome.EXITED:
+            seen = rig.sandboxes.exec(sandbox, ["cat", "/workspace/app/seen.txt"]).stdout
+            assert seen == b"a note\nfrom the laptop\n", seen
     for other in rig.db.list_sessions():
         assert other.claim is None and other.state is not S.STARTING, other
         for t in rig.db.list_turns(other.id):  # a schema's turn always ends with a verdict
