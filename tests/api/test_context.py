@@ -36,6 +36,14 @@ def laptop(tmp_path: Path, remote: Path, name: str = "laptop") -> Path:
     return path
 
 
+def commit(repo: Path, name: str, text: str, message: str) -> str:
+    """Commit file ``name`` with ``text`` in ``repo``; returns the commit."""
+    (repo / name).write_text(text)
+    git(repo, "add", name)
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
 def start(api: TestClient, name: str, message: str, context: list[dict[str, Any]],
           harness: str = "antigravity") -> Any:  # fmt: skip
     return api.post("/api/sessions", json={"name": name, "message": message, "env": "app",
@@ -57,9 +65,7 @@ def test_a_file_a_patch_and_a_bundle_reach_the_agent_and_come_back_in_pull(
 ) -> None:
     add_env(api, remote)
     user = laptop(tmp_path, remote)
-    (user / "local.txt").write_text("committed on the laptop\n")
-    git(user, "add", "local.txt")
-    git(user, "commit", "-q", "-m", "laptop: unpushed work")
+    commit(user, "local.txt", "committed on the laptop\n", "laptop: unpushed work")
     (user / "README.md").write_text("# app\nedited on the laptop\n")
     (user / "notes.txt").write_text("untracked on the laptop\n")
     work = from_local(user)
@@ -202,13 +208,8 @@ def test_a_bundle_whose_base_is_not_on_the_remote_fails_the_turn_tree_unchanged(
 ) -> None:
     add_env(api, remote)
     user = laptop(tmp_path, remote)
-    (user / "a.txt").write_text("a\n")
-    git(user, "add", "a.txt")
-    git(user, "commit", "-q", "-m", "local only")
-    local_base = git(user, "rev-parse", "HEAD")
-    (user / "b.txt").write_text("b\n")
-    git(user, "add", "b.txt")
-    git(user, "commit", "-q", "-m", "on top")
+    local_base = commit(user, "a.txt", "a\n", "local only")
+    commit(user, "b.txt", "b\n", "on top")
     bundle = tmp_path / "x.bundle"
     git(user, "bundle", "create", "-q", str(bundle), "HEAD", "--not", local_base)
 

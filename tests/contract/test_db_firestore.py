@@ -297,6 +297,7 @@ def test_a_transaction_still_aborted_after_its_last_attempt_is_a_version_conflic
 ) -> None:
     # One attempt each, and both read before either commits: the emulator aborts one of them.
     monkeypatch.setattr(firestore_module, "MAX_ATTEMPTS", 1)
+    monkeypatch.setattr(firestore_module, "DUE_ROUNDS", 1)
     fdb.set_due(make_due("idle:ses-1", 1))
     barrier = threading.Barrier(2, timeout=_THREAD_TIMEOUT)
     read = FirestoreDb._read
@@ -329,6 +330,33 @@ def test_a_transaction_still_aborted_after_its_last_attempt_is_a_version_conflic
         assert stored == winner
     else:  # nothing was written by either
         assert stored.version == 1
+
+
+def test_a_contended_due_time_is_set_again_rather_than_failing_the_caller(
+    fdb: FirestoreDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As above, one aborts in its first transaction; its next round (no barrier) goes through.
+    monkeypatch.setattr(firestore_module, "MAX_ATTEMPTS", 1)
+    fdb.set_due(make_due("idle:ses-1", 1))
+    barrier = threading.Barrier(2, timeout=_THREAD_TIMEOUT)
+    first = threading.local()
+    read = FirestoreDb._read
+
+    def read_then_wait(self: FirestoreDb, tx: Any, *refs: Any) -> Any:
+        found = read(self, tx, *refs)
+        if not getattr(first, "done", False):
+            first.done = True
+            barrier.wait()
+        return found
+
+    monkeypatch.setattr(FirestoreDb, "_read", read_then_wait)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda m: fdb.set_due(make_due("idle:ses-1", m)), (2, 3),
+                                timeout=_THREAD_TIMEOUT))  # fmt: skip
+    monkeypatch.undo()
+    assert sorted(r.version for r in results) == [2, 3]
+    stored = fdb.get_due("idle:ses-1")
+    assert stored is not None and stored.version == 3
 
 
 def test_a_rename_moves_the_name_lock_in_the_same_transaction(

@@ -17,6 +17,7 @@ from typing import Any
 
 from hangar.cli import UsageError
 from hangar.cli.client import Client, session_path
+from hangar.exchange import is_text
 from hangar.cli.localgit import PullPackage, apply_pull, from_local
 from hangar.sessions.pull import read_package
 
@@ -51,20 +52,10 @@ def context_items(api: Client, args: argparse.Namespace) -> list[dict[str, Any]]
 def _item(api: Client, kind: str, data: bytes, **fields: Any) -> dict[str, Any]:
     if len(data) > INLINE_BYTES:
         return {"kind": kind, "upload_id": upload(api, kind, data), **fields}
-    if kind in ("file", "patch") and _text(data):
+    if kind in ("file", "patch") and is_text(data):
         return {"kind": kind, "content": data.decode(), **fields}
     return {"kind": kind, "content": base64.b64encode(data).decode(), "encoding": "base64",
             **fields}  # fmt: skip
-
-
-def _text(data: bytes) -> bool:
-    if b"\0" in data:
-        return False
-    try:
-        data.decode()
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def upload(api: Client, kind: str, data: bytes) -> str:

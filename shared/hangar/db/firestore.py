@@ -40,8 +40,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import random
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from types import SimpleNamespace
@@ -71,6 +73,8 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT_SECONDS: Final = 30.0
 MAX_ATTEMPTS: Final = 5
 """Runs of a transaction that Firestore keeps aborting for contention, before VersionConflict."""
+DUE_ROUNDS: Final = 4
+"""Transactions (of MAX_ATTEMPTS each) a contended due-time upsert gets before it gives up."""
 MAX_RECORD_BYTES: Final = 1_000_000
 """The largest record stored, as JSON: Firestore keeps at most 1 MiB per document, its name and
 indexed fields included."""
@@ -624,7 +628,17 @@ class FirestoreDb:
             tx.set(ref, _fields(stored, doc, key=stored.key, due_at=utc(stored.due_at)))
             return stored
 
-        return self._transact("set a due-time", body)
+        # A due-time is a hint many workers move at once (a turn's watch, a session's idle
+        # check): under contention, back off and run the transaction again, rather than fail
+        # the request that only wanted to say "look again then".
+        for attempt in range(1, DUE_ROUNDS + 1):
+            try:
+                return self._transact("set a due-time", body)
+            except VersionConflict:
+                if attempt == DUE_ROUNDS:
+                    raise
+                time.sleep(random.uniform(0.02, 0.1) * attempt)
+        raise AssertionError("unreachable")
 
     def get_due(self, key: str) -> TickDue | None:
         """The due-time with this key, or None."""

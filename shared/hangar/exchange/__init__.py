@@ -8,3 +8,15 @@ against the turn's JSON Schema, :mod:`.schemas`), a question, progress lines
 from the folder is untrusted input: an in-sandbox script of hangar's reads it without following
 links and within caps, and this package parses its answer defensively.
 """
+
+
+def is_text(data: bytes) -> bool:
+    """Whether ``data`` reads as UTF-8 text (no NUL byte): what is redacted and shown inline,
+    and what the CLI sends as text rather than base64."""
+    if b"\0" in data:
+        return False
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True

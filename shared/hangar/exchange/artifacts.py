@@ -20,6 +20,7 @@ from hangar import agent
 from hangar.blobs import Blobs
 from hangar.config import Settings
 from hangar.errors import ArtifactNotFound, InvalidInput
+from hangar.exchange import is_text
 from hangar.exchange.handback import Found
 from hangar.exchange.layout import io_path
 from hangar.keys import Keys
@@ -47,17 +48,6 @@ class Listed:
     turn: int
     size: int
     uri: str
-
-
-def is_text(data: bytes) -> bool:
-    """Whether ``data`` reads as UTF-8 text (what is redacted and shown inline)."""
-    if b"\0" in data:
-        return False
-    try:
-        data.decode()
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 class Artifacts:

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from hangar import __version__
 from hangar.api.limits import find_nul
 from hangar.errors import HangarError, InvalidInput
-from hangar.exchange.artifacts import is_text
+from hangar.exchange import is_text
 from hangar.mcp.tools import TOOLS, Tool, error_body
 from hangar.sessions.watching import Note
 

@@ -20,7 +20,8 @@ from pydantic import BaseModel, Field
 from hangar.api import schemas as s
 from hangar.api.sessions import started_view
 from hangar.errors import ArtifactTooLarge, HangarError
-from hangar.exchange.artifacts import artifact_uri, is_text
+from hangar.exchange import is_text
+from hangar.exchange.artifacts import artifact_uri
 from hangar.sessions.watching import Note
 
 if TYPE_CHECKING:
