@@ -88,9 +88,12 @@ def test_local_work_goes_in_with_from_local_and_comes_back_by_patch_and_pull(
     token = (server.data_dir / "admin-token").read_text().strip()
     mcp = Mcp(server.url, token)
     log = base64.b64encode(b"FAILED test_csv.py::test_columns\n").decode()
+    more = ("diff --git a/more.txt b/more.txt\nnew file mode 100644\n--- /dev/null\n"
+            "+++ b/more.txt\n@@ -0,0 +1 @@\n+more from the laptop\n")  # fmt: skip
     mcp.ok("send_to_session", ref="ctx", message="MORE-CONTEXT: here is the CI log",
            context=[{"kind": "log", "name": "ci.log", "content": log, "encoding": "base64"},
-                    {"kind": "url", "url": "https://ci.example.com/runs/42"}])  # fmt: skip
+                    {"kind": "url", "url": "https://ci.example.com/runs/42"},
+                    {"kind": "patch", "content": more}])  # fmt: skip
     waited = mcp.ok("wait_for_turn", ref="ctx", timeout_seconds=300)
     assert (waited["done"], waited["outcome"]) == (True, "exited"), waited
     prompts = repr(stub.requests("anthropic")[-1]["body"])
@@ -105,6 +108,7 @@ def test_local_work_goes_in_with_from_local_and_comes_back_by_patch_and_pull(
     assert (fresh / "notes.txt").read_text() == "untracked on the laptop\n"
     assert (fresh / "agent.txt").read_text() == "the agent was here\n"
     assert (fresh / "seen-ci.log").read_text() == "FAILED test_csv.py::test_columns\n"
+    assert (fresh / "more.txt").read_text() == "more from the laptop\n"  # MCP's patch
     assert (fresh / "README.md").read_text() == "# app\nedited on the laptop\npatched\n"
 
     # session pull onto a clean clone: the commits on hangar/ctx, the current branch untouched.

@@ -155,10 +155,11 @@ def test_a_session_runs_through_the_functions_and_suspends_by_a_cloud_tasks_tick
          "GIT_AUTHOR_EMAIL=a@example.com", "--var", "GIT_COMMITTER_NAME=A", "--var",
          "GIT_COMMITTER_EMAIL=a@example.com")  # fmt: skip
     out = d.ok("session", "new", "work", "write notes", "--env", "app", "--harness",
-               "antigravity", "--idle", "0.02", "-w")  # fmt: skip
+               "antigravity", "--idle", "0", "-w")  # fmt: skip
     assert out.strip()
     first = d.session("work")
     assert first["state"] == "idle" and first["sandbox_id"]
+    d.ok("session", "keep", "work", "--idle", "0.02")  # from now on: suspend when unused
 
     # Nobody calls the api now: only a tick, posted by Cloud Tasks to the ticks function,
     # can suspend the session.
