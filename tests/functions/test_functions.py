@@ -170,6 +170,7 @@ def test_a_session_runs_through_the_functions_and_suspends_by_a_cloud_tasks_tick
     assert isinstance(checkpoints, list) and checkpoints[-1]["reason"] == "suspend"
     assert d.sandboxes.list() == []
 
+    d.ok("session", "keep", "work", "--idle", "0")  # so the resumed session stays up to look at
     d.ok("session", "send", "work", "again", "-w")
     resumed = d.session("work")
     assert resumed["sandbox_id"] and resumed["sandbox_id"] != first["sandbox_id"]
