@@ -14,6 +14,7 @@ Contract for every backend (checked by :mod:`hangar.testing.blobs`):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import BinaryIO, Protocol
@@ -45,6 +46,25 @@ def check_key(key: str) -> str:
     if not key or any(p in ("", ".", "..") for p in parts) or "\x00" in key:
         raise InvalidInput(f"invalid blob key {key!r}", key=key)
     return key
+
+
+class Tally:
+    """Counts and hashes (SHA-256) the chunks that pass through :meth:`through`: what a sealed
+    object records about its plaintext when stored, and checks when read back."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._digest = hashlib.sha256()
+
+    def through(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            self._digest.update(chunk)
+            self.size += len(chunk)
+            yield chunk
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
 
 
 def iter_chunks(stream: BinaryIO, size: int = 1 << 20) -> Iterator[bytes]:

@@ -27,16 +27,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import re
 import secrets
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hangar.blobs import Blobs
+from hangar.blobs import Blobs, Tally
 from hangar.config import Settings
 from hangar.errors import DecryptionFailed, InvalidContext
 from hangar.exchange.uploads import Upload, Uploads, item_limit
@@ -170,12 +169,10 @@ class ContextStore:
         assert ref.key is not None and ref.blob is not None
         key = ref.blob
         data_key = self.keys.unwrap(base64.b64decode(ref.key))
-        digest = hashlib.sha256()
+        tally = Tally()
         with self.blobs.open(key) as stream:
-            for chunk in unseal(data_key, key.encode(), stream):
-                digest.update(chunk)
-                yield chunk
-        if digest.hexdigest() != ref.sha256:
+            yield from tally.through(unseal(data_key, key.encode(), stream))
+        if tally.sha256 != ref.sha256:
             raise DecryptionFailed(f"context item {key} does not match its hash")
 
     def read_all(self, ref: ContextRef) -> bytes:
@@ -236,21 +233,16 @@ class ContextStore:
         if c.ref.kind is K.URL:
             return c.ref
         data_key = new_data_key()
-        digest = hashlib.sha256()
-        size = 0
-
-        def plain() -> Iterator[bytes]:
-            nonlocal size
-            chunks = [c.data] if c.data is not None else self.uploads.read(c.upload)  # type: ignore[arg-type]
-            for chunk in chunks:
-                digest.update(chunk)
-                size += len(chunk)
-                yield chunk
-
-        self.blobs.put(key, seal(data_key, key.encode(), plain()))
+        if c.data is not None:
+            chunks: Iterable[bytes] = [c.data]
+        else:
+            assert c.upload is not None
+            chunks = self.uploads.read(c.upload)
+        tally = Tally()
+        self.blobs.put(key, seal(data_key, key.encode(), tally.through(chunks)))
         wrapped = base64.b64encode(self.keys.wrap(data_key)).decode()
-        return c.ref.model_copy(update={"key": wrapped, "sha256": digest.hexdigest(),
-                                        "size": size, "blob": key})  # fmt: skip
+        return c.ref.model_copy(update={"key": wrapped, "sha256": tally.sha256,
+                                        "size": tally.size, "blob": key})  # fmt: skip
 
 
 def _decode(item: ContextItem, refuse: Refuse) -> bytes:

@@ -53,9 +53,9 @@ def in_dir(session: Session, n: int) -> str:
 def deliver(sandboxes: Sandboxes, store: ContextStore, session: Session, turn: Turn,
             repo_dir: str) -> str | None:  # fmt: skip
     """Put turn ``turn``'s context in place in the session's sandbox (its repo at
-    ``repo_dir``). Returns the session's new
-    base commit when a bundle started the branch fresh, else None. ContextRejected when the
-    bundle or patch cannot be taken; SandboxError when the sandbox fails."""
+    ``repo_dir``). Returns the session's new base commit when a bundle started the branch
+    fresh, else None. ContextRejected when the bundle or patch cannot be taken; SandboxError
+    when the sandbox fails."""
     assert session.sandbox_id is not None
     for ref in turn.context:
         if ref.kind in FILE_KINDS:

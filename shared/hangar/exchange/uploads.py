@@ -19,7 +19,6 @@ copies its bytes under the turn's context key, and the upload is then deleted.
 from __future__ import annotations
 
 import base64
-import hashlib
 import math
 import re
 import secrets
@@ -28,7 +27,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hangar.blobs import Blobs
+from hangar.blobs import Blobs, Tally
 from hangar.config import Settings
 from hangar.errors import BlobNotFound, InvalidContext, InvalidInput, PayloadTooLarge
 from hangar.errors import UploadNotFound
@@ -158,18 +157,18 @@ class Uploads:
             raise InvalidContext(f"upload {upload_id}: parts missing: "
                                  f"{', '.join(map(str, missing[:10])) or 'all'}",
                                  field="parts")  # fmt: skip
-        digest, size = hashlib.sha256(), 0
-        for chunk in self._parts(upload, count):
-            digest.update(chunk)
-            size += len(chunk)
+        tally = Tally()
+        for _ in tally.through(self._parts(upload, count)):
+            pass
+        size = tally.size
         if size > upload.max_bytes:
             raise InvalidContext(f"upload {upload_id}: {size} bytes, over the {upload.kind.value} "
                                  f"limit of {upload.max_bytes} bytes", field="size")  # fmt: skip
-        if digest.hexdigest() != sha256.strip().lower():
-            raise InvalidContext(f"upload {upload_id}: the parts' sha256 is {digest.hexdigest()}, "
+        if tally.sha256 != sha256.strip().lower():
+            raise InvalidContext(f"upload {upload_id}: the parts' sha256 is {tally.sha256}, "
                                  f"not {sha256.strip()[:64]}", field="sha256")  # fmt: skip
         done = upload.model_copy(update={"complete": True, "parts": count, "size": size,
-                                         "sha256": digest.hexdigest()})  # fmt: skip
+                                         "sha256": tally.sha256})  # fmt: skip
         self._save(done)
         return done
 
@@ -186,11 +185,9 @@ class Uploads:
 
     def read(self, upload: Upload) -> Iterator[bytes]:
         """Yield a complete upload's bytes; InvalidContext when they no longer match."""
-        digest = hashlib.sha256()
-        for chunk in self._parts(upload, upload.parts):
-            digest.update(chunk)
-            yield chunk
-        if digest.hexdigest() != upload.sha256:
+        tally = Tally()
+        yield from tally.through(self._parts(upload, upload.parts))
+        if tally.sha256 != upload.sha256:
             raise InvalidContext(f"upload {upload.id} changed after it was completed")
 
     def head(self, upload: Upload) -> bytes:

@@ -8,11 +8,10 @@ the session, the checkpoint and the part, so a part copied to another place fail
 from __future__ import annotations
 
 import base64
-import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from hangar.blobs import Blobs
+from hangar.blobs import Blobs, Tally
 from hangar.errors import DecryptionFailed
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, part_aad, seal, unseal
@@ -60,20 +59,11 @@ class CheckpointParts:
         chunks: Iterable[bytes],
     ) -> StoredPart:
         """Seal and store one part (create-only). Returns its sizes and plaintext hash."""
-        digest = hashlib.sha256()
-        size = 0
-
-        def plain() -> Iterator[bytes]:
-            nonlocal size
-            for chunk in chunks:
-                digest.update(chunk)
-                size += len(chunk)
-                yield chunk
-
+        tally = Tally()
         key = part_key(session_id, checkpoint_id, name)
         aad = part_aad(session_id, checkpoint_id, name)
-        stored = self.blobs.put(key, seal(data_key, aad, plain()), if_absent=True)
-        return StoredPart(key=key, size=size, stored_size=stored, sha256=digest.hexdigest())
+        stored = self.blobs.put(key, seal(data_key, aad, tally.through(chunks)), if_absent=True)
+        return StoredPart(key=key, size=tally.size, stored_size=stored, sha256=tally.sha256)
 
     def read(self, checkpoint: Checkpoint, name: str, data_key: bytes | None = None) -> Iterator[bytes]:
         """Yield a part's plaintext. Raises BlobNotFound if it is missing and DecryptionFailed if
@@ -84,12 +74,10 @@ class CheckpointParts:
             raise DecryptionFailed(f"checkpoint {checkpoint.id} has no part {name!r}")
         key = data_key if data_key is not None else self.data_key(checkpoint)
         aad = part_aad(checkpoint.session_id, checkpoint.id, name)
-        digest = hashlib.sha256()
+        tally = Tally()
         with self.blobs.open(part_key(checkpoint.session_id, checkpoint.id, name)) as stream:
-            for chunk in unseal(key, aad, stream):
-                digest.update(chunk)
-                yield chunk
-        if digest.hexdigest() != part.sha256:
+            yield from tally.through(unseal(key, aad, stream))
+        if tally.sha256 != part.sha256:
             raise DecryptionFailed(f"checkpoint {checkpoint.id}: part {name} does not match its hash")
 
     def delete(self, checkpoint: Checkpoint) -> None:

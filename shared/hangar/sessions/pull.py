@@ -17,12 +17,10 @@ unsealed. The client (:mod:`hangar.cli.localgit`) fetches the bundle into ``hang
 
 from __future__ import annotations
 
-import io
-import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, BinaryIO, Literal
 
 from pydantic import BaseModel
 
@@ -65,6 +63,8 @@ class PullAnswer:
 
     def tar(self) -> Iterator[bytes]:
         """The package as a tar stream (:data:`MEDIA`), members as they unseal."""
+        import tarfile  # here, not at import: the api function's cold start never needs it
+
         info = self.info.model_dump_json().encode()
         members = [Member("pull.json", len(info), lambda: iter([info])), *self.members]
         for member in members:
@@ -120,12 +120,14 @@ def _member(checkpointer: Checkpointer, checkpoint: Checkpoint, part: str, name:
     return Member(name, recorded.size, lambda: checkpointer.parts.read(checkpoint, part))
 
 
-def read_package(stream: io.BufferedIOBase | io.RawIOBase | object) -> tuple[PullInfo, dict[str, bytes]]:
+def read_package(stream: BinaryIO) -> tuple[PullInfo, dict[str, bytes]]:
     """The client's side: ``pull.json`` and the members' bytes from a tar stream (members it
     does not know are ignored; nothing is written to disk)."""
+    import tarfile
+
     info: PullInfo | None = None
     found: dict[str, bytes] = {}
-    with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
         for member in tar:
             if not member.isfile() or member.name not in ("pull.json", "repo.bundle",
                                                           "changes.patch"):  # fmt: skip
