@@ -54,7 +54,7 @@ def deliver(sandboxes: Sandboxes, store: ContextStore, session: Session, turn: T
             repo_dir: str) -> str | None:  # fmt: skip
     """Put turn ``turn``'s context in place in the session's sandbox (its repo at
     ``repo_dir``). Returns the session's new base commit when a bundle started the branch
-    fresh, else None. ContextRejected when the bundle or patch cannot be taken; SandboxError
+    fresh (the bundle's own base_commit, as checked at the request), else None. ContextRejected when the bundle or patch cannot be taken; SandboxError
     when the sandbox fails."""
     assert session.sandbox_id is not None
     for ref in turn.context:
@@ -86,7 +86,14 @@ def deliver(sandboxes: Sandboxes, store: ContextStore, session: Session, turn: T
         raise SandboxError("putting the turn's context in place gave no answer") from None
     if not answer.ok:
         raise ContextRejected((answer.reason or "rejected")[:2000])
-    return answer.base
+    if answer.base is None:
+        return None
+    # The answer came from a process the agent can reach, and the base goes to hangar's own
+    # git (checkpoints): only the base_commit checked at the request is ever taken.
+    bundle = next((ref for ref in git if ref.kind is K.BUNDLE), None)
+    if bundle is None or answer.base != bundle.base_commit:
+        raise SandboxError("putting the turn's context in place answered a base it was not sent")
+    return bundle.base_commit
 
 
 def prompt_lines(session: Session, n: int, refs: Sequence[ContextRef]) -> list[str]:
