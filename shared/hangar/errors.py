@@ -31,6 +31,7 @@ once shipped; messages may.
     │   ├── InvalidState                invalid_state       409
     │   ├── SessionBusy                 session_busy        409
     │   ├── SessionNotRunning           session_not_running 409
+    │   ├── NoConversation              no_conversation     409
     │   └── DestroyVetoed               destroy_vetoed      409
     ├── SandboxError                    sandbox_error       502
     │   ├── SandboxUnavailable          sandbox_unavailable 503
@@ -230,6 +231,13 @@ class SessionNotRunning(Conflict):
     """The session has no sandbox to run a command or open a terminal in: open it first."""
 
     code = "session_not_running"
+
+
+class NoConversation(Conflict):
+    """The session's harness has no conversation yet (no turn has named one), so there is
+    nothing to resume interactively: send it a message first."""
+
+    code = "no_conversation"
 
 
 class EnvironmentInUse(Conflict):

@@ -19,8 +19,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-NAME_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
-"""Session and environment names: lowercase slugs, what people type."""
+NAME_MAX = 64
+"""The longest session or environment name, in characters."""
+
+NAME_PATTERN = re.compile(rf"^[a-z0-9](?:[a-z0-9-]{{0,{NAME_MAX - 2}}}[a-z0-9])?$")
+"""Session and environment names: lowercase slugs of 1 to NAME_MAX, what people type."""
 
 
 def utcnow() -> datetime:
@@ -449,13 +452,20 @@ class Environment(Record):
 
 
 class Token(Record):
-    """An API token. Only the SHA-256 of the secret is kept."""
+    """An API token. Only the SHA-256 of the secret is kept. One with ``expires_at`` is not
+    valid from then on (terminal tickets: :mod:`hangar.api.tickets`); records made before the
+    field existed have none and never expire."""
 
     id: str = Field(default_factory=lambda: new_id("tok"))
     secret_hash: str
     scopes: list[str] = Field(default_factory=list)
     label: str = ""
     created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime | None = None
+
+    def expired(self, now: datetime) -> bool:
+        """Whether the token is past its ``expires_at`` at ``now``."""
+        return self.expires_at is not None and now >= self.expires_at
 
 
 class TickDue(Record):

@@ -94,6 +94,13 @@ def open_session(api: TestClient, name: str) -> dict[str, Any]:
     return settle(api, name)
 
 
+def ticket(api: TestClient, name: str) -> str:
+    """A new terminal ticket for session ``name``."""
+    response = api.post(f"/api/sessions/{name}/terminal-ticket")
+    assert response.status_code == 201, response.text
+    return str(response.json()["ticket"])
+
+
 def wait_turn(api: TestClient, name: str, n: int, limit: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:

@@ -17,6 +17,7 @@ from hangar.api.app import create_app
 from hangar.api.auth import ensure_admin_token
 from hangar.api.limits import BodyLimit
 from hangar.config import Settings
+from hangar.models import SessionState
 from hangar.runtime import Runtime
 from hangar.testing.db import make_session
 from tests.api.conftest import add_env, new_session, wait_turn
@@ -48,6 +49,55 @@ def test_120_sessions_come_in_pages_of_50_with_no_duplicates_or_gaps(
         cursor = page["next_cursor"]
     assert sizes == [50, 50, 20] and seen == expected
     assert len(api.get("/api/sessions").json()["sessions"]) == 50  # the default page
+
+
+def test_sessions_filtered_by_state_and_prefix_come_in_pages_with_no_duplicates_or_gaps(
+    api: TestClient, runtime: Runtime
+) -> None:
+    def state(i: int) -> SessionState:
+        return [SessionState.IDLE, SessionState.SUSPENDED, SessionState.FAILED][i % 5 % 3]
+
+    made = [runtime.db.create_session(make_session(f"{'web' if i % 3 else 'api'}-{i:03d}",
+                                                   minute=i // 4, state=state(i)))
+            for i in range(120)]  # fmt: skip (four share each created_at: ties by id)
+    newest = sorted(made, key=lambda s: (s.created_at, s.id), reverse=True)
+    for params, count in (({"state": "idle"}, 48), ({"prefix": "web-"}, 80),
+                          ({"state": "idle", "prefix": "web"}, 32),
+                          ({"state": "suspended", "prefix": "api-00"}, 2), ({"prefix": "Web"}, 0)):
+        expected = [s.name for s in newest if s.name.startswith(params.get("prefix", ""))
+                    and s.state.value == params.get("state", s.state.value)]  # fmt: skip
+        assert len(expected) == count, params
+        seen: list[str] = []
+        cursor = ""
+        while True:
+            page = api.get("/api/sessions", params={**params, "limit": 20, "cursor": cursor})
+            assert page.status_code == 200, page.text
+            seen += [s["name"] for s in page.json()["sessions"]]
+            if (cursor := page.json()["next_cursor"]) is None:
+                break
+        assert seen == expected, params
+    default = api.get("/api/sessions", params={"prefix": "web-", "state": ""}).json()
+    assert len(default["sessions"]) == 50  # an empty state is no filter; the default page
+    spec = api.get("/api/openapi.json").json()
+    listed = {p["name"]: p for p in spec["paths"]["/api/sessions"]["get"]["parameters"]}
+    assert {"limit", "cursor", "state", "prefix"} <= set(listed)
+    assert "suspended" in listed["state"]["description"]
+
+
+def test_an_unknown_state_or_a_prefix_no_name_can_start_with_is_invalid_input(
+    api: TestClient, runtime: Runtime
+) -> None:
+    runtime.db.create_session(make_session("alpha", state=SessionState.IDLE))
+    before = api.get("/api/sessions").json()
+    for bad in ("sleeping", "IDLE", "idle ", "%00"):
+        error = refused(api.get("/api/sessions", params={"state": bad}))
+        assert error["field"] == "state" and error["allowed"] == [s.value for s in SessionState]
+        assert "starting, active, idle, suspending, suspended, archived, failed" in error["message"]
+    for bad in ("al\x00", "a" * 65):
+        error = refused(api.get("/api/sessions", params={"prefix": bad, "state": "idle"}))
+        assert error["field"] == "prefix"
+    assert api.get("/api/sessions", params={"prefix": "a" * 64}).json()["sessions"] == []
+    assert api.get("/api/sessions").json() == before
 
 
 def test_a_bad_page_size_or_cursor_is_invalid_input(api: TestClient) -> None:

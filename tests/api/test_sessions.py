@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
 from hangar.runtime import Runtime
-from tests.api.conftest import add_env, new_session, settle, wait_turn
+from tests.api.conftest import add_env, new_session, settle, ticket, wait_turn
 
 pytestmark = pytest.mark.sandbox
 
@@ -155,9 +156,11 @@ def test_the_terminal_is_a_shell_in_the_repo_that_reports_its_exit(
     add_env(api, remote)
     new_session(api, "demo", "hi")
     wait_turn(api, "demo", 1)
-    path = "/api/sessions/demo/terminal?rows=40&cols=123"
-    with api.websocket_connect(path) as ws:
-        ws.send_bytes(b"echo marker-$((6*7)); pwd; stty size; echo $TERM; exit 5\n")
+    bare = TestClient(api.app)  # no bearer token: the ticket alone opens it
+    path = f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}&rows=40&cols=123"
+    with bare.websocket_connect(path) as ws:
+        ws.send_bytes(b"echo marker-$((6*7)); pwd; stty size; echo $TERM; "
+                      b"echo secret-${API_TOKEN:-none}; exit 5\n")  # fmt: skip
         seen = b""
         with pytest.raises(WebSocketDisconnect) as closed:
             while True:
@@ -165,18 +168,56 @@ def test_the_terminal_is_a_shell_in_the_repo_that_reports_its_exit(
     assert (closed.value.code, closed.value.reason) == (1000, "exit 5")
     assert b"marker-42" in seen and b"/workspace/app" in seen
     assert b"40 123" in seen and b"xterm-256color" in seen
+    assert b"secret-none" in seen  # a shell gets the environment's variables, not its secrets
+    with pytest.raises(WebSocketDenialResponse) as reused:
+        with bare.websocket_connect(path):
+            pass
+    assert reused.value.status_code == 401
+    assert "used already" in reused.value.json()["error"]["message"]
 
 
-def test_the_terminal_refuses_bad_tokens_and_unknown_sessions_with_json(
+def test_the_terminal_refuses_bad_tickets_and_the_ticket_endpoint_unknown_sessions_with_json(
     api: TestClient,
 ) -> None:
     bare = TestClient(api.app)
     with pytest.raises(WebSocketDenialResponse) as refused:
-        with bare.websocket_connect("/api/sessions/demo/terminal?token=nope"):
+        with bare.websocket_connect("/api/sessions/demo/terminal?ticket=nope"):
             pass
     assert refused.value.status_code == 401
     assert refused.value.json()["error"]["code"] == "unauthorized"
-    with pytest.raises(WebSocketDenialResponse) as missing:
-        with api.websocket_connect("/api/sessions/nope/terminal"):
-            pass
-    assert missing.value.json()["error"]["code"] == "session_not_found"
+    missing = api.post("/api/sessions/nope/terminal-ticket")
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "session_not_found")
+
+
+def test_a_running_turns_progress_reads_from_a_cursor_and_its_log_renders_as_lines(
+    api: TestClient, runtime: Runtime, remote: Path
+) -> None:
+    add_env(api, remote)
+    new_session(api, "demo", "run: hangar-agent progress --pct 25 'reading the code' && "
+                "hangar-agent progress 'writing tests'\nwait-for: /tmp/go")
+    session = settle(api, "demo")
+    deadline = time.monotonic() + 60
+    while (said := api.get("/api/sessions/demo/progress").json())["lines"] == []:
+        assert time.monotonic() < deadline, "no progress lines"
+    assert said["lines"][0] == {"message": "reading the code", "pct": 25}
+    if len(said["lines"]) == 1:  # the second line came after the first read
+        while not (more := api.get("/api/sessions/demo/progress",
+                                   params={"cursor": said["cursor"]}).json())["lines"]:
+            assert time.monotonic() < deadline, "no second progress line"
+        said = {"lines": said["lines"] + more["lines"], "cursor": more["cursor"]}
+    assert said["lines"][1] == {"message": "writing tests", "pct": None}
+    again = api.get("/api/sessions/demo/progress", params={"cursor": said["cursor"]}).json()
+    assert again == {"lines": [], "cursor": said["cursor"]}  # nothing new after the cursor
+    refused = api.get("/api/sessions/demo/progress", params={"cursor": "-1"})
+    assert (refused.status_code, refused.json()["error"]["field"]) == (400, "cursor")
+
+    runtime.sandboxes.exec(session["sandbox_id"], ["touch", "/tmp/go"])
+    wait_turn(api, "demo", 1)
+    raw = api.get("/api/sessions/demo/log").content
+    lines = api.get("/api/sessions/demo/log", params={"format": "lines"}).text
+    assert raw.count(b"\n") > lines.count("\n") > 0 and "{" not in lines  # one line per event
+    assert lines.splitlines()[-1].startswith("Seen 0 earlier messages")
+    followed = api.get("/api/sessions/demo/log", params={"format": "lines", "follow": "1"})
+    assert followed.text == lines
+    bad = api.get("/api/sessions/demo/log", params={"format": "html"})
+    assert (bad.status_code, bad.json()["error"]["field"]) == (400, "format")

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from hangar.cli import STATES
 from hangar.db.sqlite import SqliteDb
+from hangar.models import SessionState
 from hangar.testing.db import make_session
 from tests.cli.conftest import Cli, Server
 from tests.conftest import GIT_IDENTITY
@@ -310,3 +312,32 @@ def test_session_list_pages_with_limit_and_all_with_columns_that_fit(
     assert page["sessions"][1]["summary"] == "summary 6"
     code, _, err = cli("session", "list", "--limit", "0")
     assert code == 2 and "1-500" in err
+
+
+def test_session_list_keeps_only_the_state_and_the_name_prefix_asked_for_on_every_page(
+    server: Server, cli: Cli
+) -> None:
+    db = SqliteDb.from_url(f"sqlite://{server.data_dir}/hangar.db")
+    try:
+        for i in range(9):
+            state = SessionState.IDLE if i % 3 else SessionState.FAILED
+            db.create_session(make_session(f"{'web' if i < 6 else 'api'}-{i}", i, state=state))
+    finally:
+        db.close()
+
+    def names(*argv: str) -> list[str]:
+        code, out, err = cli("session", "list", "--json", *argv)
+        assert code == 0, err
+        return [s["name"] for s in json.loads(out)["sessions"]]
+
+    assert names("--state", "idle") == ["api-8", "api-7", "web-5", "web-4", "web-2", "web-1"]
+    idle_web = ["web-5", "web-4", "web-2", "web-1"]
+    assert names("--prefix", "web-", "--state", "idle", "--limit", "3") == idle_web[:3]
+    assert names("--prefix", "web", "--state", "idle", "--all") == idle_web
+    assert names("--prefix", "api-", "--state", "failed") == ["api-6"]
+    assert names("--prefix", "Web") == []
+    code, _, err = cli("session", "list", "--state", "sleeping")
+    assert code == 2 and "idle" in one_error_line(err, "usage")
+    code, _, err = cli("session", "list", "--prefix", "x" * 65)
+    assert code == 1 and "prefix" in one_error_line(err, "invalid_input")
+    assert STATES == tuple(state.value for state in SessionState)

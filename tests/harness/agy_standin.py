@@ -10,6 +10,9 @@ the init event out; AGY_STANDIN_HANG_ON=TEXT makes a prompt holding TEXT wait (u
 before it is answered; a prompt line ``run: CMD`` runs CMD with bash in the working folder (a tool
 call, as far as tests care); a line ``wait-for: PATH`` waits (up to a minute) until PATH exists.
 hangar's ``<hangar-exchange>`` note is context, not part of the task, as the model stub reads it.
+Without ``-p`` it is interactive (the terminal's agent mode), as far as tests care: it prints
+its arguments, the conversation's message count, ``$HANGAR_IO`` and whether the environment's
+``API_TOKEN`` secret came, then echoes lines until one is ``/exit`` (or input ends), exiting 0.
 """
 
 import argparse
@@ -25,7 +28,7 @@ import uuid
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="agy")
-    parser.add_argument("-p", dest="prompt", required=True)
+    parser.add_argument("-p", dest="prompt")
     parser.add_argument("--output-format", default="text")
     parser.add_argument("--conversation")
     parser.add_argument("--model")
@@ -35,6 +38,8 @@ def main() -> int:
         return int(os.environ["AGY_STANDIN_EXIT"])
     folder = os.path.expanduser("~/.gemini/antigravity-cli/conversations")
     os.makedirs(folder, exist_ok=True)
+    if args.prompt is None:
+        return interactive(folder, args.conversation)
     conversation = args.conversation
     if not conversation or not os.path.exists(os.path.join(folder, conversation + ".db")):
         conversation = str(uuid.uuid4())  # the real CLI does this silently too
@@ -67,6 +72,22 @@ def main() -> int:
     db.commit()
     emit({"type": "message", "role": "assistant", "content": reply})
     emit({"type": "result", "result": reply, "usage": {"input_tokens": 10, "output_tokens": 5}})
+    return 0
+
+
+def interactive(folder: str, conversation: str) -> int:
+    path = os.path.join(folder, (conversation or "none") + ".db")
+    seen = 0
+    if conversation and os.path.exists(path):
+        seen = sqlite3.connect(path).execute("SELECT count(*) FROM messages").fetchone()[0]
+    print("agy interactive argv=%s" % json.dumps(sys.argv[1:]))
+    print("agy interactive seen=%d io=%s secret=%s" % (
+        seen, os.environ.get("HANGAR_IO", "-"), "yes" if os.environ.get("API_TOKEN") else "no"))
+    sys.stdout.flush()
+    for line in sys.stdin:
+        if line.strip() == "/exit":
+            break
+        print("agy heard: " + line.strip(), flush=True)
     return 0
 
 

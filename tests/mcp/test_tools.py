@@ -108,6 +108,9 @@ def every_tool(mcp: Mcp, ok: Callable[..., str], remote: Path) -> None:
 
     page = mcp.ok("list_sessions", limit=1)
     assert [s["name"] for s in page["sessions"]] == ["ex"] and page["next_cursor"] is None
+    assert [s["name"] for s in mcp.ok("list_sessions", state="idle", prefix="e")["sessions"]] == ["ex"]
+    assert mcp.ok("list_sessions", prefix="x")["sessions"] == []
+    assert mcp.call("list_sessions", state="sleeping").is_error
     detail = mcp.ok("get_session", ref="ex")
     assert detail["turns"][0]["result"] == {"tests_added": 3}
     assert "+# Report" in mcp.ok("get_session_patch", ref="ex")["patch"]

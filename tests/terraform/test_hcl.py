@@ -283,3 +283,21 @@ def test_the_sandbox_pool_speedups_are_opt_in() -> None:
 
 def test_the_dev_environment_outputs_the_bucket_and_both_urls() -> None:
     assert {"session_bucket", "api_url", "ticks_url"} <= set(_blocks(DEV, "output"))
+
+
+def test_every_composite_index_the_firestore_backend_queries_need_is_declared() -> None:
+    declared = {
+        (body["collection"], tuple((f["field_path"], f["order"]) for f in body["fields"]))
+        for rtype, _, body in _resources(MODULES / "firestore")
+        if rtype == "google_firestore_index"
+    }
+    asc, desc = "ASCENDING", "DESCENDING"
+    needed = {
+        # equality fields, then order-by fields, then range fields (db/firestore.py)
+        ("sessions", (("state", asc), ("created_at", desc))),  # by state, newest first
+        ("sessions", (("created_at", desc), ("name", desc))),  # by name prefix
+        ("sessions", (("state", asc), ("created_at", desc), ("name", desc))),  # both
+        ("turns", (("session_id", asc), ("n", asc))),
+        ("checkpoints", (("session_id", asc), ("ts", asc))),
+    }
+    assert needed <= declared, sorted(needed - declared)

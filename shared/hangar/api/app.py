@@ -26,7 +26,7 @@ from hangar.api import envs, openapi, sandboxes, sessions, uploads
 from hangar.api.auth import authenticate
 from hangar.api.limits import BodyLimit
 from hangar.api.routes import Endpoint, Handler
-from hangar.api.terminal import terminal_route
+from hangar.api.terminal import ENDPOINTS as TERMINAL_ENDPOINTS, terminal_route
 from hangar.api.ticks import tick_route
 from hangar.errors import HangarError
 from hangar.mcp.endpoint import PATH as MCP_PATH, McpEndpoint
@@ -34,8 +34,8 @@ from hangar.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
-ENDPOINTS: list[Endpoint] = [*sessions.ENDPOINTS, *uploads.ENDPOINTS, *envs.ENDPOINTS,
-                             *sandboxes.ENDPOINTS]  # fmt: skip
+ENDPOINTS: list[Endpoint] = [*sessions.ENDPOINTS, *TERMINAL_ENDPOINTS, *uploads.ENDPOINTS,
+                             *envs.ENDPOINTS, *sandboxes.ENDPOINTS]  # fmt: skip
 """Every HTTP route but the OpenAPI document's, in the order the document lists them."""
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}

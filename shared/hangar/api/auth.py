@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hangar.db import Db
 from hangar.errors import Forbidden, TokenNotFound, Unauthorized
-from hangar.models import Token
+from hangar.models import Token, utcnow
 
 ADMIN = "admin"
 TOKEN_FILE = "admin-token"
@@ -25,7 +25,8 @@ def secret_hash(secret: str) -> str:
 
 def authenticate(db: Db, header: str | None, *, scope: str = ADMIN) -> Token:
     """The token an ``Authorization: Bearer SECRET`` header names. Unauthorized without a
-    known token; Forbidden when the token lacks ``scope``."""
+    known token, or with one past its ``expires_at``; Forbidden when the token lacks ``scope``
+    (a terminal ticket, say: it has only ``terminal:<session>``)."""
     kind, _, secret = (header or "").partition(" ")
     secret = secret.strip()
     if kind.lower() != "bearer" or not secret:
@@ -34,6 +35,8 @@ def authenticate(db: Db, header: str | None, *, scope: str = ADMIN) -> Token:
         token = db.find_token(secret_hash(secret))
     except TokenNotFound:
         raise Unauthorized("the bearer token is not valid") from None
+    if token.expired(utcnow()):
+        raise Unauthorized("the bearer token has expired")
     if scope not in token.scopes:
         raise Forbidden(f"this token lacks the {scope!r} scope", scope=scope)
     return token

@@ -51,7 +51,7 @@ def document(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
         paths.setdefault(_documented(e.path), {})[e.method.lower()] = op
     paths[terminal.PATH] = {"get": {
         "summary": terminal.SUMMARY,
-        "security": [{"bearer": []}],
+        "security": [],  # the ticket in the query is the credential, never the bearer token
         "parameters": _parameters(terminal.PATH, terminal.QUERY),
         "responses": {"101": {"description": "switching to the websocket"}, "default": errors},
     }}  # fmt: skip

@@ -19,7 +19,7 @@ from hangar.exchange.context import ContextItem
 from hangar.exchange.uploads import Upload
 from hangar.harnesses import get_harness
 from hangar.models import Checkpoint, ContextKind, ContextRef, Environment, Session
-from hangar.models import SessionDetail, Turn
+from hangar.models import SessionDetail, Turn, utcnow
 from hangar.redact import redact
 from hangar.sandboxes import SandboxInfo
 from hangar.sessions.environments import loopback_warnings
@@ -256,6 +256,18 @@ class ArtifactView(BaseModel):
     uri: str = Field(description="the MCP resource that reads it")
 
 
+class ProgressLineView(BaseModel):
+    message: str = Field(description="redacted, at most 500 characters")
+    pct: float | None = Field(description="0 to 100, when the agent said")
+
+
+class ProgressView(BaseModel):
+    """The running turn's progress lines after a cursor; ask again from ``cursor``."""
+
+    lines: list[ProgressLineView]
+    cursor: int
+
+
 class CheckpointView(BaseModel):
     id: str
     ts: datetime
@@ -308,6 +320,8 @@ class SessionSummary(BaseModel):
     resume_hint: str | None = Field(description="what to type in the terminal to carry on")
     summary: str | None = Field(description="the last turn's summary (redacted in lists)")
     turn_count: int | None = Field(description="how many turns it has")
+    open_terminals: int = Field(description="shells and terminals open on it now (each keeps "
+                                "it from suspending for idleness)")
 
     @classmethod
     def fields_of(cls, s: Session, summary: str | None) -> dict[str, object]:
@@ -323,6 +337,7 @@ class SessionSummary(BaseModel):
             start_error=s.start_error.model_dump(mode="json") if s.start_error else None,
             checkpoint_error=s.checkpoint_error, restored_from=s.restored_from,
             turn_count=s.turn_count,
+            open_terminals=sum(1 for expiry in s.shells.values() if expiry > utcnow()),
             restore_skipped=[k.model_dump() for k in s.restore_skipped],
             resume_hint=hint, summary=summary,
         )  # fmt: skip
@@ -371,6 +386,14 @@ class StartedView(BaseModel):
 
     session: SessionView
     turn: int
+
+
+class TerminalTicketView(BaseModel):
+    """A ticket for one terminal of one session: pass it as ``?ticket=`` to the terminal's
+    websocket. It opens one terminal, once."""
+
+    ticket: str = Field(description="the secret; shown only here")
+    expires_at: datetime = Field(description="unused by then, it is no longer valid")
 
 
 class EnvironmentView(BaseModel):

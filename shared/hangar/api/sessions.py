@@ -26,7 +26,8 @@ from hangar.api import schemas as s
 from hangar.api.routes import NDJSON, Endpoint, Query, param, parse, reply, run_waiting
 from hangar.api.streams import ClientGone, Emitter, in_thread
 from hangar.errors import HangarError, InvalidInput
-from hangar.models import Session, SessionState
+from hangar.harnesses.events import EventLines
+from hangar.models import NAME_MAX, Session, SessionState
 from hangar.sessions import pull
 from hangar.sessions.service import Started
 
@@ -70,9 +71,27 @@ async def create(runtime: Runtime, request: Request) -> Response:
 async def list_all(runtime: Runtime, request: Request) -> Response:
     limit = _int_query(request, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
     cursor = request.query_params.get("cursor") or None
+    state = _state_query(request)
+    prefix = request.query_params.get("prefix") or None  # checked by the service
 
-    return reply(await run_in_threadpool(
-        lambda: s.SessionPage.of(*runtime.sessions.page(limit, cursor))))
+    return reply(await run_in_threadpool(lambda: s.SessionPage.of(
+        *runtime.sessions.page(limit, cursor, state=state, prefix=prefix))))
+
+
+STATES = tuple(state.value for state in SessionState)
+
+
+def _state_query(request: Request) -> SessionState | None:
+    """The ``state`` query parameter (absent or empty: None); InvalidInput naming the field
+    and listing the states otherwise."""
+    raw = request.query_params.get("state") or None
+    if raw is None:
+        return None
+    try:
+        return SessionState(raw)
+    except ValueError:
+        raise InvalidInput(f"state must be one of {', '.join(STATES)}, not {raw[:30]!r}",
+                           field="state", allowed=list(STATES)) from None  # fmt: skip
 
 
 async def get(runtime: Runtime, request: Request) -> Response:
@@ -167,6 +186,14 @@ async def artifact(runtime: Runtime, request: Request) -> Response:
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
 
 
+async def progress(runtime: Runtime, request: Request) -> Response:
+    cursor = _int_query(request, "cursor", 0, 2**53, 0)
+    lines, after = await run_in_threadpool(runtime.sessions.progress, param(request, "ref"),
+                                           cursor)  # fmt: skip
+    return reply(s.ProgressView(lines=[s.ProgressLineView(message=p.message, pct=p.pct)
+                                       for p in lines], cursor=after))  # fmt: skip
+
+
 async def patch(runtime: Runtime, request: Request) -> Response:
     data = await run_in_threadpool(runtime.sessions.patch, param(request, "ref"))
     return Response(data, media_type=DIFF)
@@ -201,22 +228,37 @@ def _turn_query(request: Request) -> int | None:
     return _int_query(request, "turn", 1, s.MAX_TURN, 1)
 
 
+LOG_FORMATS = ("raw", "lines")
+
+
 async def log(runtime: Runtime, request: Request) -> Response:
     ref, n = param(request, "ref"), _turn_query(request)
     follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+    form = request.query_params.get("format") or "raw"
+    if form not in LOG_FORMATS:
+        raise InvalidInput(f"format must be one of {', '.join(LOG_FORMATS)}", field="format")
+    lines = EventLines() if form == "lines" else None
     if not follow:
-        return Response(await run_in_threadpool(runtime.sessions.log, ref, n), media_type=TEXT)
+        data = await run_in_threadpool(runtime.sessions.log, ref, n)
+        if lines is not None:
+            data = lines.feed(data) + lines.close()
+        return Response(data, media_type=TEXT)
     # Unknown sessions and turns are plain errors, before the stream starts.
     turn = await run_in_threadpool(lambda: runtime.sessions.wait(ref, n, timeout=0))
     return StreamingResponse(
-        in_thread(lambda emit: _follow(runtime.sessions, ref, turn.n, emit), "log"),
+        in_thread(lambda emit: _follow(runtime.sessions, ref, turn.n, emit, lines), "log"),
         media_type=TEXT,
     )
 
 
-def _follow(service: SessionService, ref: str, n: int, emit: Emitter) -> None:
-    """Emit turn ``n``'s run log as it grows, then the rest of it once the turn is over."""
+def _follow(service: SessionService, ref: str, n: int, emit: Emitter,
+            lines: EventLines | None = None) -> None:  # fmt: skip
+    """Emit turn ``n``'s run log as it grows, then the rest of it once the turn is over;
+    rendered by ``lines`` when given."""
     sent = 0
+
+    def out(data: bytes) -> None:
+        emit(lines.feed(data) if lines is not None else data)
     while True:
         seen = 0  # every wait reads the live log from its start: skip what was sent
 
@@ -224,14 +266,16 @@ def _follow(service: SessionService, ref: str, n: int, emit: Emitter) -> None:
             nonlocal seen, sent
             start, seen = seen, seen + len(chunk)
             if seen > sent:
-                emit(chunk[max(0, sent - start) :])
+                out(chunk[max(0, sent - start) :])
                 sent = seen
 
         turn = service.wait(ref, n, timeout=FOLLOW_SLICE, on_output=feed)
         if turn.finished_at is not None:
             break
         emit.check()  # ClientGone once the reader has left
-    emit(service.log(ref, n)[sent:])
+    out(service.log(ref, n)[sent:])
+    if lines is not None:
+        emit(lines.close())
 
 
 class _Frames:
@@ -283,11 +327,15 @@ ENDPOINTS = [
              "once, the session STARTING (its phase says where) and the turn's number", create,
              s.NewSession, s.StartedView, status=202),
     Endpoint("GET", "/api/sessions", "One page of sessions, newest first (no turns or "
-             "checkpoints); next_cursor asks for the next page", list_all,
+             "checkpoints), only those state and prefix keep when given; next_cursor asks for "
+             "the next page (give it the same filters)", list_all,
              response=s.SessionPage, query=[
                  Query("limit", "integer", f"sessions a page (1-{MAX_PAGE}, default "
                        f"{DEFAULT_PAGE})"),
                  Query("cursor", "string", "the previous page's next_cursor"),
+                 Query("state", "string", f"only sessions in this state: {', '.join(STATES)}"),
+                 Query("prefix", "string", "only sessions whose name starts with this "
+                       f"(case-sensitive; at most {NAME_MAX} characters, no NUL)"),
              ]),
     Endpoint("GET", S, "A session with its turns and checkpoints", get,
              response=s.SessionView),
@@ -325,9 +373,17 @@ ENDPOINTS = [
              query=[Query("turn", "integer", "only this turn's")]),
     Endpoint("GET", S + "/artifacts/{turn}/{path:path}", "Download one artifact of a turn",
              artifact, media="application/octet-stream"),
+    Endpoint("GET", S + "/progress", "The progress lines the running turn wrote "
+             "(hangar-agent progress) after cursor, and the cursor to ask from next", progress,
+             response=s.ProgressView,
+             query=[Query("cursor", "integer", "the previous answer's cursor (default 0: from "
+                          "the turn's first line)")]),
     Endpoint("GET", S + "/log", "A turn's run log, also after its sandbox is gone", log,
              media=TEXT, query=[
                  Query("turn", "integer", "the turn (default: the latest)"),
                  Query("follow", "boolean", "stream the log as it grows until the turn ends"),
+                 Query("format", "string", "raw (default: the harness's JSON lines as they are) "
+                       "or lines (each event said in one line for people: tool calls, the "
+                       "assistant's text, model API retries)"),
              ]),
 ]  # fmt: skip

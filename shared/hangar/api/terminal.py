@@ -1,18 +1,36 @@
-"""The interactive terminal: a websocket to a shell in the session's repo folder.
+"""The interactive terminal: a websocket to a shell, or to the agent, in the session's repo
+folder.
 
-``GET /api/sessions/{ref}/terminal`` upgrades to a websocket (the session is resumed first if
-it has no sandbox). The shell is ``bash -i`` under ``script`` (util-linux), which gives it a
-pseudo terminal inside the sandbox, sized by the ``rows`` and ``cols`` query parameters, with
-``TERM`` from ``term``. Frames:
+A terminal opens with a ticket, never with the bearer token (a browser would put it in a URL):
+
+1. ``POST /api/sessions/{ref}/terminal-ticket`` (the admin bearer token, as every route;
+   ``session_not_found`` otherwise) answers ``{ticket, expires_at}``: a secret valid for
+   :data:`~hangar.api.tickets.TICKET_SECONDS` seconds, for one terminal of that session only
+   (:mod:`hangar.api.tickets`).
+2. ``GET /api/sessions/{ref}/terminal?ticket=TICKET`` upgrades to a websocket. The ticket is
+   the only way in (no ``Authorization`` header, no ``?token=``) and it is used up by this
+   first attempt, even if the upgrade then fails for another reason. A missing, unknown, used,
+   expired or other session's ticket is refused before accepting: 401 ``unauthorized``.
+
+``mode=shell`` (the default) runs ``bash -i``, with the environment's variables; ``mode=agent``
+runs the session's harness resuming its conversation interactively (``claude --resume ID``,
+``codex resume ID``, ``pi --session ID``, ``agy --conversation ID``, with the session's
+model), with everything a turn gets: the environment's variables and secrets (in the process
+environment, never on a command line), ``$HANGAR_IO`` and the harness's settings
+(:meth:`~hangar.sessions.service.SessionService.agent_command`); before its first turn has
+named a conversation that is 409 ``no_conversation``. Either runs under ``script`` (util-linux),
+which gives it a pseudo terminal inside the sandbox, sized by the ``rows`` and ``cols`` query
+parameters, with ``TERM`` from ``term``, as the agent, in the repo folder. A session without a
+sandbox is 409 ``session_not_running`` (open it first). Frames:
 
 - client to server: binary (or text) frames are keystrokes, passed through unchanged;
 - server to client: binary frames are the terminal's output;
-- when the shell ends the server closes with code 1000 and the reason ``exit N``; when it could
-  not run, with 1011 and the reason ``CODE: MESSAGE``. Closing the socket ends the shell.
+- when the program ends the server closes with code 1000 and the reason ``exit N``; when it
+  could not run, with 1011 and the reason ``CODE: MESSAGE``. Closing the socket ends it.
 
-The token comes in the ``Authorization`` header or, for clients that cannot set headers, as
-``?token=``. A refused upgrade is an HTTP error with the usual JSON body (401, 403, 404). An
-open terminal holds a shell lease, so the session counts as in use while it lasts.
+A refused upgrade is an HTTP error with the usual JSON body (401, 404, 409, 400) where the
+server can send one, else a close before accepting with code 4000 + the status. An open
+terminal holds a shell lease, so the session counts as in use while it lasts.
 """
 
 from __future__ import annotations
@@ -20,22 +38,25 @@ from __future__ import annotations
 import logging
 import queue
 import re
+import shlex
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, BinaryIO, cast
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from hangar.api.auth import authenticate
-from hangar.api.routes import Query
+from hangar.api import tickets
+from hangar.api.routes import Endpoint, Query, param, reply
+from hangar.api.schemas import TerminalTicketView
 from hangar.api.streams import ClientGone
-from hangar.errors import HangarError, InvalidInput
+from hangar.errors import HangarError, InvalidInput, Unauthorized
 
 if TYPE_CHECKING:
     from hangar.runtime import Runtime
@@ -43,31 +64,71 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PATH = "/api/sessions/{ref}/terminal"
+TICKET_PATH = "/api/sessions/{ref}/terminal-ticket"
 SUMMARY = (
-    "WebSocket: an interactive shell in the session's repo folder; binary frames both ways, "
-    'closed with the reason "exit N" when the shell ends'
+    "WebSocket: an interactive shell, or the agent, in the session's repo folder, opened with "
+    "a ticket from POST .../terminal-ticket (no bearer token); binary frames both ways, closed "
+    'with the reason "exit N" when it ends'
 )
 QUERY = [
-    Query("token", "string", "the bearer token, for clients that cannot send headers"),
+    Query("ticket", "string", "a ticket from POST .../terminal-ticket: required, used up by "
+          "this request"),
+    Query("mode", "string", "shell (default: bash) or agent (the harness resuming the "
+          "session's conversation)"),
     Query("rows", "integer", "the terminal's height"),
     Query("cols", "integer", "the terminal's width"),
     Query("term", "string", "TERM for the shell (default xterm-256color)"),
 ]
+MODES = ("shell", "agent")
+SHELL = ["bash", "-i"]
 _TERM = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
 
 
-def shell_argv(rows: str | None, cols: str | None, term: str | None) -> list[str]:
-    """The shell's command line; InvalidInput for a size or TERM that is not plain."""
+def pty_setup(rows: str | None, cols: str | None, term: str | None) -> str:
+    """The shell words that set the pseudo terminal's TERM and size up; InvalidInput for a
+    size or TERM that is not plain."""
     term = term or "xterm-256color"
     if not _TERM.match(term):
         raise InvalidInput(f"term {term!r} is not a terminal type", field="term")
-    inner = f"export TERM={term}; "
+    setup = f"export TERM={term}; "
     if rows or cols:
         if not (rows or "").isdigit() or not (cols or "").isdigit():
             raise InvalidInput("rows and cols must both be numbers", field="rows")
-        inner += f"stty rows {int(rows or 0)} cols {int(cols or 0)} 2>/dev/null; "
-    # -e: script exits with the shell's status; -f: output is flushed as it comes.
-    return ["script", "-qefc", inner + "exec bash -i", "/dev/null"]
+        setup += f"stty rows {int(rows or 0)} cols {int(cols or 0)} 2>/dev/null; "
+    return setup
+
+
+def terminal_argv(command: list[str], setup: str) -> list[str]:
+    """``command`` under ``script``, in a pseudo terminal set up by ``setup`` (see
+    :func:`pty_setup`). It all goes on a command line: never a secret in ``command``."""
+    # -e: script exits with the command's status; -f: output is flushed as it comes.
+    return ["script", "-qefc", setup + "exec " + shlex.join(command), "/dev/null"]
+
+
+def _mode(raw: str | None) -> str:
+    mode = raw or "shell"
+    if mode not in MODES:
+        raise InvalidInput(f"mode must be shell or agent, not {mode[:30]!r}", field="mode")
+    return mode
+
+
+async def ticket(runtime: Runtime, request: Request) -> Response:
+    """``POST .../terminal-ticket``: a new ticket for the session's terminal."""
+    ref = param(request, "ref")
+
+    def make() -> TerminalTicketView:
+        made = tickets.issue(runtime.db, runtime.sessions.resolve(ref))
+        return TerminalTicketView(ticket=made.secret, expires_at=made.expires_at)
+
+    return reply(await run_in_threadpool(make), 201)
+
+
+ENDPOINTS = [
+    Endpoint("POST", TICKET_PATH, "A ticket for one terminal of the session (the websocket "
+             f"at {PATH}?ticket=...): valid {tickets.TICKET_SECONDS} seconds, for one use",
+             ticket, response=TerminalTicketView, status=201),
+]
+"""The terminal's HTTP route (the websocket is :func:`terminal_route`)."""
 
 
 def _reason(text: str) -> str:
@@ -102,16 +163,28 @@ async def _deny(ws: WebSocket, exc: HangarError) -> None:
 def terminal_route(runtime: Runtime) -> WebSocketRoute:
     service = runtime.sessions
 
+    def admit(ref: str, q: Mapping[str, str]) -> tuple[str, list[str], dict[str, str] | None]:
+        """The session's id, the command and its extra environment, once the ticket is used up
+        and everything checked; a HangarError to deny the upgrade with otherwise."""
+        if "ticket" not in q and "token" in q:
+            raise Unauthorized("?token= is not accepted here: get a ticket with POST "
+                               "/api/sessions/{ref}/terminal-ticket and pass ?ticket=")  # fmt: skip
+        ticketed = tickets.redeem(runtime.db, q.get("ticket"))  # first: used up whatever next
+        session = service.resolve(ref)
+        if session.id != ticketed:
+            raise Unauthorized("this terminal ticket is for another session")
+        mode = _mode(q.get("mode"))
+        setup = pty_setup(q.get("rows"), q.get("cols"), q.get("term"))
+        if mode == "agent":
+            invocation = service.agent_command(session.id)  # no_conversation, not running: 409
+            return session.id, terminal_argv(invocation.argv, setup), invocation.env
+        service.require_running(session.id)  # session_not_running: 409
+        return session.id, terminal_argv(SHELL, setup), None
+
     async def terminal(ws: WebSocket) -> None:
         ref = str(ws.path_params["ref"])
-        header = ws.headers.get("authorization")
-        if header is None and "token" in ws.query_params:
-            header = f"Bearer {ws.query_params['token']}"
         try:
-            await run_in_threadpool(authenticate, runtime.db, header)
-            q = ws.query_params
-            argv = shell_argv(q.get("rows"), q.get("cols"), q.get("term"))
-            await run_in_threadpool(service.require_running, ref)  # session_not_running: 409
+            session_id, argv, env = await run_in_threadpool(admit, ref, dict(ws.query_params))
         except HangarError as exc:
             await _deny(ws, exc)
             return
@@ -128,7 +201,8 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
 
         def run() -> None:
             try:
-                code = service.exec(ref, argv, stdin=stdin(), stdout=screen, stderr=screen)
+                code = service.exec(session_id, argv, stdin=stdin(), stdout=screen,
+                                    stderr=screen, env=env)  # fmt: skip
                 close.append((1000, f"exit {code}"))
             except ClientGone:
                 close.append((1000, "client gone"))

@@ -22,6 +22,9 @@ from typing import NoReturn
 from hangar import __version__
 
 HARNESSES = ("claude", "codex", "pi", "antigravity")
+STATES = ("starting", "active", "idle", "suspending", "suspended", "archived", "failed")
+"""The values of ``hangar.models.SessionState`` (a test keeps them the same), spelled out: this
+module imports only the standard library."""
 
 
 class UsageError(Exception):
@@ -153,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--limit", type=_count(1, 500), default=50, metavar="N",
                          help="at most N (1-500, default 50)")  # fmt: skip
     listing.add_argument("--all", action="store_true", help="every session, page by page")
+    listing.add_argument("--state", choices=STATES, help="only sessions in this state")
+    listing.add_argument("--prefix", help="only sessions whose name starts with PREFIX "
+                         "(case-sensitive)")  # fmt: skip
     _json(listing)
     get = cmd.add_parser("get", help="show a session with its turns and checkpoints")
     get.add_argument("name")
@@ -205,8 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
     arts.add_argument("-o", "--output", metavar="FILE", help="with --get: write here (default: "
                       "its name in this folder; - for stdout)")  # fmt: skip
     _json(arts)
-    shell = cmd.add_parser("shell", usage="hangar session shell NAME [-- CMD...]",
+    shell = cmd.add_parser("shell", usage="hangar session shell NAME [--agent | -- CMD...]",
                            help="run CMD in the session's repo folder, or open a terminal there")
+    shell.add_argument("--agent", action="store_true", help="the terminal runs the session's "
+                       "agent, resuming its conversation, instead of a shell")  # fmt: skip
     shell.add_argument("name")
     shell.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD")
     log = cmd.add_parser("log", help="a turn's run log, one line per event (default: the "

@@ -227,12 +227,15 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     if a == "interrupt":
         return _interrupt(api, args)
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv  # a == "shell"
+    agent = args.agent or argv == ["--agent"]  # after NAME it lands among CMD's words
+    if agent and argv not in ([], ["--agent"]):
+        raise UsageError("session shell: --agent opens the agent's terminal; it takes no CMD")
     ensure_running(api, args.name)
-    if argv:
+    if argv and not agent:
         return _exec(api, args.name, argv)
     from hangar.cli.terminal import terminal
 
-    return terminal(api, args.name)
+    return terminal(api, args.name, mode="agent" if agent else "shell")
 
 
 def _schema(path: str | None) -> Any:
@@ -312,12 +315,15 @@ def _interrupt(api: Client, args: argparse.Namespace) -> int:
 
 
 def _list_sessions(api: Client, args: argparse.Namespace) -> int:
-    """One page (``--limit``), or every page (``--all``), newest first."""
+    """One page (``--limit``), or every page (``--all``), newest first; only ``--state`` and
+    names starting with ``--prefix`` when given (the server filters, every page alike)."""
     sessions: list[dict[str, Any]] = []
     cursor: str | None = None
+    filters = {k: v for k, v in (("state", args.state), ("prefix", args.prefix)) if v}
     while True:
         limit = 500 if args.all else args.limit
-        page = api.call("GET", "/api/sessions", params={"limit": limit, "cursor": cursor or ""})
+        page = api.call("GET", "/api/sessions",
+                        params={**filters, "limit": limit, "cursor": cursor or ""})  # fmt: skip
         sessions += page["sessions"]
         cursor = page["next_cursor"]
         if not (args.all and cursor):

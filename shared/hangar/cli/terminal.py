@@ -1,8 +1,11 @@
-"""``hangar session shell NAME``: an interactive terminal over the API's websocket.
+"""``hangar session shell NAME [--agent]``: an interactive terminal over the API's websocket.
 
-The local terminal goes into raw mode (restored on the way out), keystrokes go up as binary
-frames and output comes down the same way; the exit status is the shell's, from the close
-reason (``exit N``).
+It asks for a ticket first (``POST .../terminal-ticket``, with the bearer token), then opens
+the websocket with ``?ticket=`` (the token never goes in the URL) and ``mode=shell`` or, with
+``--agent``, ``mode=agent`` (the session's harness resuming its conversation). The local
+terminal goes into raw mode (restored on the way out), keystrokes go up as binary frames and
+output comes down the same way; the exit status is the program's, from the close reason
+(``exit N``).
 """
 
 from __future__ import annotations
@@ -19,23 +22,25 @@ from urllib.parse import urlencode
 from hangar.cli.client import ApiError, Client, session_path
 
 
-def terminal(api: Client, name: str) -> int:
+def terminal(api: Client, name: str, mode: str = "shell") -> int:
+    """Open session ``name``'s terminal (``mode`` shell or agent) on this one; its exit
+    status. ApiError when the server refuses it or cannot be reached."""
     from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
     from websockets.sync.client import connect
 
     fd_in, fd_out = sys.stdin.fileno(), sys.stdout.fileno()
-    query = {"term": os.environ.get("TERM") or "xterm-256color"}
+    query = {"mode": mode, "term": os.environ.get("TERM") or "xterm-256color"}
     if os.isatty(fd_out):
         size = os.get_terminal_size(fd_out)
         query.update(rows=str(size.lines), cols=str(size.columns))
-    url = api.url.replace("http", "ws", 1) + session_path(name, "terminal") + "?" + urlencode(query)
-    headers = {"Authorization": f"Bearer {api.token}"} if api.token else {}
+    where = api.url.replace("http", "ws", 1) + session_path(name, "terminal")
+    query["ticket"] = api.call("POST", session_path(name, "terminal-ticket"))["ticket"]
     try:
-        ws = connect(url, additional_headers=headers, open_timeout=600)
+        ws = connect(where + "?" + urlencode(query), open_timeout=600)
     except InvalidStatus as exc:
-        raise _refused(api, exc.response.status_code, bytes(exc.response.body or b"")) from None
+        raise _refused(exc.response.status_code, bytes(exc.response.body or b"")) from None
     except (OSError, WebSocketException) as exc:
-        raise ApiError("unreachable", f"cannot open a terminal at {url}: {exc}") from None
+        raise ApiError("unreachable", f"cannot open a terminal at {where}: {exc}") from None
     saved = termios.tcgetattr(fd_in) if os.isatty(fd_in) else None
     done = threading.Event()
 
@@ -73,13 +78,11 @@ def terminal(api: Client, name: str) -> int:
     raise ApiError(code or "closed", message or "the terminal closed without an exit status")
 
 
-def _refused(api: Client, status: int, body: bytes) -> ApiError:
+def _refused(status: int, body: bytes) -> ApiError:
     try:
         error = json.loads(body)["error"]
         code, message = str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
         code, message = "http_error", f"HTTP {status}"
-    if code == "unauthorized" and not api.token and api.token_hint:
-        message = api.token_hint
     return ApiError(code, message, status)
 

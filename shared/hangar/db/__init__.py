@@ -56,11 +56,25 @@ class Db(Protocol):
         """Up to ``limit`` sessions made from environment ``name``, newest first."""
         ...
 
-    def page_sessions(self, limit: int, after: tuple[datetime, str] | None = None) -> list[Session]:
+    def page_sessions(
+        self,
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+        *,
+        state: SessionState | None = None,
+        prefix: str | None = None,
+    ) -> list[Session]:
         """One page of sessions, newest first by (``created_at``, ``id``), at most ``limit``,
         all strictly after the cursor ``after`` (the last session of the previous page's
         ``(created_at, id)``): paging through this way sees each session once, none twice,
-        whatever is created meanwhile (new ones come before the first page)."""
+        whatever is created meanwhile (new ones come before the first page).
+
+        ``state`` keeps only the sessions in that state; ``prefix`` only those whose name
+        starts with it (compared exactly: case-sensitive, character for character; None or
+        ``""`` keeps every name); both together keep what both keep. The order and the cursor
+        stay the same, so paging with the same filters sees each matching session once (one
+        whose state changes meanwhile may come or go). Served from an index, never by reading
+        every session: a prefix is the range ``prefix <= name < records.prefix_end(prefix)``."""
         ...
 
     def update_session(self, session: Session) -> Session:
@@ -128,6 +142,13 @@ class Db(Protocol):
 
     def list_tokens(self) -> list[Token]:
         """Oldest first."""
+        ...
+
+    def take_token(self, secret_hash: str) -> Token:
+        """Find the token whose secret hashes to this and delete it, in one transaction, and
+        return it: a single-use secret (a terminal ticket). Of several callers taking one
+        token at once exactly one gets it; every other one, like any caller after it, gets
+        TokenNotFound."""
         ...
 
     def delete_token(self, token_id: str) -> None: ...

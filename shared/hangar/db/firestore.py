@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import ValidationError
 
-from hangar.db.records import micros, prepare, utc
+from hangar.db.records import micros, prefix_end, prepare, utc
 from hangar.errors import (
     AlreadyExists, BackendError, CheckpointNotFound, EnvironmentNotFound, HangarError,
     InvalidInput, InvalidSettings, NameTaken, NotFound, SessionNotFound, TokenNotFound,
@@ -74,7 +74,8 @@ DEFAULT_TIMEOUT_SECONDS: Final = 30.0
 MAX_ATTEMPTS: Final = 5
 """Runs of a transaction that Firestore keeps aborting for contention, before VersionConflict."""
 DUE_ROUNDS: Final = 4
-"""Transactions (of MAX_ATTEMPTS each) a contended due-time upsert gets before it gives up."""
+"""Transactions (of MAX_ATTEMPTS each) a contended due-time upsert, or token take, gets before
+it gives up."""
 MAX_RECORD_BYTES: Final = 1_000_000
 """The largest record stored, as JSON: Firestore keeps at most 1 MiB per document, its name and
 indexed fields included."""
@@ -235,6 +236,19 @@ class FirestoreDb:
             result: T = transactional(body)(transaction)
             return result
 
+    def _transact_contended(self, action: str, body: Callable[[Transaction], T]) -> T:
+        """:meth:`_transact`, run again after a short back-off (up to :data:`DUE_ROUNDS`
+        times) while it ends in VersionConflict: for a transaction whose every run is correct
+        on its own (it re-reads what it decides on), so contention should not fail it."""
+        for attempt in range(1, DUE_ROUNDS + 1):
+            try:
+                return self._transact(action, body)
+            except VersionConflict:
+                if attempt == DUE_ROUNDS:
+                    raise
+                time.sleep(random.uniform(0.02, 0.1) * attempt)
+        raise AssertionError("unreachable")
+
     def _read(self, tx: Transaction, *refs: DocumentReference) -> list[Snapshot]:
         """Snapshots of ``refs`` in the transaction, in their order (one request)."""
         found = {snap.reference.path: snap for snap in tx.get_all(list(refs), **self._calls)}
@@ -379,19 +393,75 @@ class FirestoreDb:
         found = self._query(Session, query.limit(limit), "find an environment's sessions")
         return sorted(found, key=lambda s: (s.created_at, s.id), reverse=True)
 
-    def page_sessions(self, limit: int, after: tuple[datetime, str] | None = None) -> list[Session]:
+    def page_sessions(
+        self,
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+        *,
+        state: SessionState | None = None,
+        prefix: str | None = None,
+    ) -> list[Session]:
         """One page, newest first by (``created_at``, document id = ``id``), strictly after
-        ``after``."""
+        ``after``; only ``state`` and names starting with ``prefix`` when given. One query,
+        or with a prefix up to three (see :meth:`_page_named`)."""
         if limit <= 0:
             return []
-        # index: automatic single-field (created_at), read backwards; ties by document name
-        query = self._col("sessions").order_by("created_at", direction="DESCENDING")
+        matching: Query | CollectionReference = self._col("sessions")
+        if state is not None:
+            matching = matching.where(filter=_filter("state", "==", SessionState(state).value))
+        if prefix:
+            return self._page_named(matching, limit, after, prefix)
+        # index: automatic single-field (created_at) read backwards, or with a state sessions
+        # (state ASC, created_at DESC), declared in terraform; ties by document name
+        query = matching.order_by("created_at", direction="DESCENDING")
         query = query.order_by("__name__", direction="DESCENDING")
         if after is not None:
             query = query.start_after({"created_at": utc(after[0]),
                                        "__name__": self._ref("sessions", after[1])})  # fmt: skip
         # only the record's JSON comes back (the indexed copies of its fields are not needed)
         return self._query(Session, query.limit(limit).select(["doc"]), "page sessions")
+
+    def _page_named(self, matching: Query | CollectionReference, limit: int,
+                    after: tuple[datetime, str] | None, prefix: str) -> list[Session]:  # fmt: skip
+        """A page of the sessions ``matching`` finds whose name starts with ``prefix``.
+
+        The prefix is a range on ``name`` and the cursor one on ``created_at`` (Firestore's
+        ranges on several fields). Firestore orders the results by every range's field before
+        the document name, so ties in ``created_at`` come by name, not by id: the sessions
+        made at the cursor's instant and at the page's last one are read whole, by equality
+        on ``created_at`` (a handful at most: times are to the microsecond; the second read
+        only when the page ends inside such a tie), and the page is put in the port's order
+        here."""
+        named = matching.where(filter=_filter("name", ">=", prefix))
+        if (end := prefix_end(prefix)) is not None:
+            named = named.where(filter=_filter("name", "<", end))
+        page: list[Session] = []
+        if after is not None:
+            page = [s for s in self._made_at(matching, after[0], prefix)
+                    if _doc_id(s.id) < _doc_id(after[1])]  # fmt: skip
+            named = named.where(filter=_filter("created_at", "<", utc(after[0])))
+        # index: sessions (created_at DESC, name DESC), with a state (state ASC, created_at
+        # DESC, name DESC), declared in terraform: equality, then order, then range fields
+        query = named.order_by("created_at", direction="DESCENDING")
+        query = query.order_by("name", direction="DESCENDING").limit(limit + 1)
+        older = self._query(Session, query.select(["doc"]), "page sessions")
+        cut = limit - len(page)  # the page's share of ``older``
+        if 0 < cut < len(older) and older[cut].created_at == older[cut - 1].created_at:
+            last = older[cut].created_at
+            older = [s for s in older if s.created_at != last]
+            older += self._made_at(matching, last, prefix)
+        page += older
+        page.sort(key=lambda s: (s.created_at, _doc_id(s.id)), reverse=True)
+        return page[:limit]
+
+    def _made_at(self, matching: Query | CollectionReference, at: datetime,
+                 prefix: str) -> list[Session]:  # fmt: skip
+        """Every session ``matching`` finds that was made at ``at`` exactly and whose name
+        starts with ``prefix`` (checked here: the instant holds a handful at most)."""
+        # index: automatic single-field (created_at), merged with state's when there is one
+        query = matching.where(filter=_filter("created_at", "==", utc(at))).select(["doc"])
+        found = self._query(Session, query, "page sessions")
+        return [s for s in found if s.name.startswith(prefix)]
 
     def update_session(self, session: Session) -> Session:
         """Compare-and-set on ``session.version``: SessionNotFound, VersionConflict (checked
@@ -608,6 +678,28 @@ class FirestoreDb:
         # index: automatic single-field (created_at)
         return self._query(Token, self._col("tokens").order_by("created_at"), "list tokens")
 
+    def take_token(self, secret_hash: str) -> Token:
+        """Read the secret's lock and the token it names, then delete both, in one
+        transaction; TokenNotFound if there is no lock. Of several takers exactly one
+        commits: the others' transactions run again (after a back-off when contended) and
+        find no lock."""
+        lock = self._ref("token_hashes", secret_hash)
+
+        def body(tx: Transaction) -> Token:
+            (owner,) = self._read(tx, lock)
+            if not owner.exists:
+                raise TokenNotFound("no token has this secret")  # the hash stays out of it
+            ref = self._ref("tokens", owner.get("token_id"))
+            (current,) = self._read(tx, ref)
+            if not current.exists:
+                raise TokenNotFound("no token has this secret")
+            token = _load(Token, current)
+            tx.delete(lock)
+            tx.delete(ref)
+            return token
+
+        return self._transact_contended("take a token", body)
+
     def delete_token(self, token_id: str) -> None:
         """Delete the token and its secret's lock in one transaction. Idempotent."""
         ref = self._ref("tokens", token_id)
@@ -631,14 +723,7 @@ class FirestoreDb:
         # A due-time is a hint many workers move at once (a turn's watch, a session's idle
         # check): under contention, back off and run the transaction again, rather than fail
         # the request that only wanted to say "look again then".
-        for attempt in range(1, DUE_ROUNDS + 1):
-            try:
-                return self._transact("set a due-time", body)
-            except VersionConflict:
-                if attempt == DUE_ROUNDS:
-                    raise
-                time.sleep(random.uniform(0.02, 0.1) * attempt)
-        raise AssertionError("unreachable")
+        return self._transact_contended("set a due-time", body)
 
     def get_due(self, key: str) -> TickDue | None:
         """The due-time with this key, or None."""

@@ -1,6 +1,6 @@
 """What every db backend does to a record on its way in and out: times as aware UTC and as
-microseconds since the epoch (the precision every backend keeps), and the stored copy of a
-record with its new version."""
+microseconds since the epoch (the precision every backend keeps), the stored copy of a record
+with its new version, and the range of text a prefix is (for queries by name prefix)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ R = TypeVar("R", bound=Record)
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
+_LAST_CHAR: Final = chr(0x10FFFF)
+_SURROGATES: Final = (0xD800, 0xDFFF)
 
 
 def utc(ts: datetime) -> datetime:
@@ -26,6 +28,22 @@ def utc(ts: datetime) -> datetime:
 def micros(ts: datetime) -> int:
     """Microseconds since the epoch; a naive datetime counts as UTC."""
     return (utc(ts) - _EPOCH) // _MICROSECOND
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The first string after every string that starts with ``prefix``, in code point order
+    (which is UTF-8 byte order: how SQLite and Firestore compare text), so that ``prefix <= s <
+    prefix_end(prefix)`` holds exactly when ``s`` starts with ``prefix``; None when no string
+    comes after them all (an empty prefix, or one of U+10FFFF only: ``prefix <= s`` is the
+    whole test then). Exact, unlike the usual ``prefix + "\\uf8ff"``, which misses names with
+    characters above U+F8FF after the prefix."""
+    kept = prefix.rstrip(_LAST_CHAR)
+    if not kept:
+        return None
+    after = ord(kept[-1]) + 1
+    if _SURROGATES[0] <= after <= _SURROGATES[1]:  # no text holds these: skip past them
+        after = _SURROGATES[1] + 1
+    return kept[:-1] + chr(after)
 
 
 def prepare(

@@ -32,7 +32,7 @@ from typing import Final, TypeVar
 
 from pydantic import ValidationError
 
-from hangar.db.records import micros, prepare
+from hangar.db.records import micros, prefix_end, prepare
 from hangar.errors import (
     AlreadyExists, BackendError, CheckpointNotFound, EnvironmentNotFound, HangarError,
     InvalidInput, InvalidSettings, NameTaken, NotFound, SessionNotFound, TokenNotFound,
@@ -394,15 +394,34 @@ class SqliteDb:
                " ORDER BY created_at DESC, rowid DESC LIMIT ?")  # fmt: skip
         return self._all(Session, sql, [name, max(limit, 0)])
 
-    def page_sessions(self, limit: int, after: tuple[datetime, str] | None = None) -> list[Session]:
-        """One page, newest first by (``created_at``, ``id``), strictly after ``after``."""
+    def page_sessions(
+        self,
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+        *,
+        state: SessionState | None = None,
+        prefix: str | None = None,
+    ) -> list[Session]:
+        """One page, newest first by (``created_at``, ``id``), strictly after ``after``; only
+        ``state`` and names starting with ``prefix`` when given: a search of the state's index
+        or a range of the name's unique one (text compares as its UTF-8 bytes: exactly)."""
         if limit <= 0:
             return []
-        sql, params = "SELECT doc FROM sessions", list[object]()
+        where, params = list[str](), list[object]()
+        if state is not None:
+            where.append("state = ?")
+            params.append(SessionState(state).value)
+        if prefix:
+            where.append("name >= ?")
+            params.append(prefix)
+            if (end := prefix_end(prefix)) is not None:
+                where.append("name < ?")
+                params.append(end)
         if after is not None:
             at = micros(after[0])
-            sql += " WHERE created_at < ? OR (created_at = ? AND id < ?)"
+            where.append("(created_at < ? OR (created_at = ? AND id < ?))")
             params += [at, at, after[1]]
+        sql = "SELECT doc FROM sessions" + (" WHERE " + " AND ".join(where) if where else "")
         params.append(limit)
         return self._all(Session, sql + " ORDER BY created_at DESC, id DESC LIMIT ?", params)
 
@@ -583,6 +602,18 @@ class SqliteDb:
     def list_tokens(self) -> list[Token]:
         """Oldest first by ``created_at`` (ties in insertion order)."""
         return self._all(Token, "SELECT doc FROM tokens ORDER BY created_at, rowid")
+
+    def take_token(self, secret_hash: str) -> Token:
+        """Find and delete the token in one write transaction (which holds the write lock
+        from its first read, so two takers cannot both find it); TokenNotFound if none."""
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT id, doc FROM tokens WHERE secret_hash = ?", (secret_hash,)
+            ).fetchone()
+            if row is None:
+                raise TokenNotFound("no token has this secret")  # the hash stays out of it
+            conn.execute("DELETE FROM tokens WHERE id = ?", (row[0],))
+        return _load(Token, row[1])
 
     def delete_token(self, token_id: str) -> None:
         """Idempotent."""

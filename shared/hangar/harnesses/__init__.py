@@ -3,7 +3,8 @@
 An adapter knows its CLI's command line (first turn, resumed turn, fork), its non-interactive
 permission flags (the sandbox is the boundary), the conversation folders under HOME that a
 checkpoint must carry (and nothing else of HOME), how to read the turn's outcome from the CLI's
-JSON output, and the command a person types to resume interactively. Adapters are pure: they
+JSON output, and the command a person runs to resume interactively (:meth:`Harness.interactive`,
+the terminal's ``mode=agent``; :meth:`Harness.resume_hint` for people). Adapters are pure: they
 build commands and parse output; running them detached in a sandbox is :mod:`.runs`.
 
 Every adapter checks its turn after the fact (:meth:`Harness.outcome`): a missing CLI, a
@@ -22,6 +23,7 @@ from hangar.errors import (
     ConversationMismatch,
     HarnessError,
     HarnessMissing,
+    InvalidInput,
     NoConversationId,
     UnknownHarness,
 )
@@ -90,9 +92,24 @@ class Harness(Protocol):
         """Read the turn's outcome from the CLI's output and check it (see the module doc)."""
         ...
 
+    def interactive(self, spec: TurnSpec) -> Invocation:
+        """The command that carries on conversation ``spec.conversation_id`` interactively in
+        a terminal (``spec.prompt`` is not used), with the model and endpoint settings a turn
+        of ``spec`` would get: a person answers the CLI's own prompts there. InvalidInput
+        without a conversation id; HarnessError for a request it cannot honour."""
+        ...
+
     def resume_hint(self, conversation_id: str) -> str:
         """What a person types in the sandbox's terminal to carry on interactively."""
         ...
+
+
+def conversation_of(harness: Harness, spec: TurnSpec) -> str:
+    """The conversation an interactive resume carries on; InvalidInput when ``spec`` has none."""
+    if not spec.conversation_id:
+        raise InvalidInput(f"an interactive {harness.name} resume needs a conversation id "
+                           "(TurnSpec.conversation_id)", harness=harness.name)  # fmt: skip
+    return spec.conversation_id
 
 
 def json_lines(data: bytes) -> Iterator[dict[str, Any]]:

@@ -9,6 +9,7 @@ a closing ``{"type": "result", "result": TEXT, "usage": {...}}``. Conversations 
 ``~/.gemini/antigravity-cli/conversations/<id>.db``. An unknown id silently starts a new
 conversation: the post-turn check sees the init event's id differ from the one asked for and
 records a failed turn. It has no fork: a fork hands off (:mod:`hangar.harnesses.handoff`).
+Interactively (the terminal's agent mode) it is assumed to be ``agy --conversation ID``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from hangar.harnesses import (
     TurnResult,
     TurnSpec,
     check,
+    conversation_of,
     json_lines,
     result_event,
     text_of,
@@ -43,6 +45,12 @@ class Antigravity:
             argv += ["--model", spec.model]
         if spec.conversation_id:
             argv += ["--conversation", spec.conversation_id]
+        return Invocation(argv=argv)
+
+    def interactive(self, spec: TurnSpec) -> Invocation:
+        argv = [self.binary, "--conversation", conversation_of(self, spec)]
+        if spec.model:
+            argv += ["--model", spec.model]
         return Invocation(argv=argv)
 
     def home_files(self, spec: TurnSpec) -> dict[str, str]:

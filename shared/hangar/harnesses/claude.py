@@ -5,9 +5,13 @@ A first turn names its conversation with ``--session-id UUID`` (hangar picks it)
 ``--session-id NEW``. Permission prompts are off (``--dangerously-skip-permissions``, which as
 root needs ``IS_SANDBOX=1``): the sandbox is the boundary. Conversations live in
 ``~/.claude/projects/<cwd slug>/<uuid>.jsonl``; credentials live elsewhere in ``~/.claude``.
+Interactively (the terminal's agent mode) it is ``claude --resume UUID``, permission prompts on:
+a person answers them.
 """
 
 from __future__ import annotations
+
+import json
 
 from hangar.errors import InvalidInput
 from hangar.harnesses import (
@@ -15,10 +19,17 @@ from hangar.harnesses import (
     TurnResult,
     TurnSpec,
     check,
+    conversation_of,
     json_lines,
     result_event,
     text_of,
 )
+
+_ENV = {
+    "IS_SANDBOX": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_AUTOUPDATER": "1",
+}
 
 
 class ClaudeCode:
@@ -39,12 +50,23 @@ class ClaudeCode:
             argv += ["--resume", spec.fork_from, "--fork-session", "--session-id", self._id(spec)]
         else:
             argv += ["--session-id", self._id(spec)]
-        env = {
-            "IS_SANDBOX": "1",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_AUTOUPDATER": "1",
-        }
-        return Invocation(argv=argv, env=env)
+        return Invocation(argv=argv, env=dict(_ENV))
+
+    def interactive(self, spec: TurnSpec) -> Invocation:
+        argv = [self.binary, "--resume", conversation_of(self, spec)]
+        if spec.model:
+            argv += ["--model", spec.model]
+        # A sandbox's HOME is new to Claude Code, so its interactive mode would first run the
+        # first-start onboarding, whose connectivity check calls Anthropic's own host (refused
+        # in a sandbox that can reach only its model endpoint), then ask to trust the folder.
+        # IS_DEMO skips both in this release (and hides the account's e-mail and organization);
+        # the sandbox is the boundary, as for turns. Without the onboarding, an API key in the
+        # environment is not approved for interactive use: a key helper that prints it is (the
+        # command line names the variable, never its value).
+        if "ANTHROPIC_API_KEY" in spec.env:
+            helper = {"apiKeyHelper": "printenv ANTHROPIC_API_KEY"}
+            argv += ["--settings", json.dumps(helper)]
+        return Invocation(argv=argv, env={**_ENV, "IS_DEMO": "1"})
 
     @staticmethod
     def _id(spec: TurnSpec) -> str:

@@ -8,7 +8,9 @@ Responses wire API works with custom endpoints: when the turn's environment has
 ``OPENAI_BASE_URL``, a ``hangar`` provider pointing at it (key from ``OPENAI_API_KEY``) is set
 with ``-c`` overrides, so no config file is written; such a turn needs a model (HarnessError
 without one: Codex's default is one of OpenAI's own, and it would do nothing there). Conversations live in
-``~/.codex/sessions/YYYY/MM/DD/rollout-*-<id>.jsonl``.
+``~/.codex/sessions/YYYY/MM/DD/rollout-*-<id>.jsonl``. Interactively (the terminal's agent mode)
+it is ``codex resume ID`` with the same model and provider, approvals on (a person answers
+them) and Codex's own sandbox off (``--sandbox danger-full-access``: it cannot nest in hangar's).
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from __future__ import annotations
 import json
 
 from hangar.errors import HarnessError
-from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, int_fields, json_lines
+from hangar.harnesses import (
+    Invocation,
+    TurnResult,
+    TurnSpec,
+    check,
+    conversation_of,
+    int_fields,
+    json_lines,
+)
 
 
 class Codex:
@@ -29,8 +39,22 @@ class Codex:
     def command(self, spec: TurnSpec) -> Invocation:
         argv = [self.binary, "exec", "--json", "--skip-git-repo-check"]
         argv.append("--dangerously-bypass-approvals-and-sandbox")
-        if spec.model:
-            argv += ["--model", spec.model]
+        argv += self._model(spec)
+        if spec.conversation_id:
+            argv += ["resume", spec.conversation_id]
+        elif spec.fork_from:
+            argv += ["fork", spec.fork_from]
+        argv += ["--", spec.prompt]
+        return Invocation(argv=argv)
+
+    def interactive(self, spec: TurnSpec) -> Invocation:
+        conversation = conversation_of(self, spec)
+        argv = [self.binary, "resume", "--sandbox", "danger-full-access", *self._model(spec)]
+        return Invocation(argv=[*argv, "--", conversation])
+
+    def _model(self, spec: TurnSpec) -> list[str]:
+        """The model's options, and a ``hangar`` provider for a custom endpoint."""
+        argv = ["--model", spec.model] if spec.model else []
         base_url = spec.env.get("OPENAI_BASE_URL")
         if base_url and not spec.model:
             # Codex's default model is one of OpenAI's own: on another endpoint its requests
@@ -46,12 +70,7 @@ class Codex:
             }
             inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in provider.items())
             argv += ["-c", 'model_provider="hangar"', "-c", f"model_providers.hangar={{{inline}}}"]
-        if spec.conversation_id:
-            argv += ["resume", spec.conversation_id]
-        elif spec.fork_from:
-            argv += ["fork", spec.fork_from]
-        argv += ["--", spec.prompt]
-        return Invocation(argv=argv)
+        return argv
 
     def home_files(self, spec: TurnSpec) -> dict[str, str]:
         return {}

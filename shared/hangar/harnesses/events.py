@@ -76,3 +76,25 @@ def _retry(event: dict[str, Any]) -> str | None:
 
 def _seconds(ms: object) -> str:
     return f"{float(ms) / 1000:.1f} s" if isinstance(ms, int | float) else "a moment"
+
+
+class EventLines:
+    """A run log rendered as it streams: feed it chunks cut anywhere, get back the
+    :func:`describe_event` of each whole line that has something to say, one per output line
+    (UTF-8). :meth:`close` renders a last line that had no newline."""
+
+    def __init__(self) -> None:
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        *whole, self._partial = (self._partial + chunk).split(b"\n")
+        return self._render(whole)
+
+    def close(self) -> bytes:
+        rest, self._partial = self._partial, b""
+        return self._render([rest])
+
+    @staticmethod
+    def _render(lines: list[bytes]) -> bytes:
+        said = [describe_event(line) for line in lines if line.strip()]
+        return "".join(f"{text}\n" for text in said if text).encode()

@@ -6,13 +6,22 @@ and a fork ``--fork ID``. pi asks no permissions. The model is ``provider/id``; 
 environment has ``OPENAI_BASE_URL``, the adapter declares a ``hangar`` provider for it in
 ``~/.pi/agent/models.json`` (Chat Completions, key from ``OPENAI_API_KEY``) and uses
 ``hangar/<model>``. Conversations live in ``~/.pi/agent/sessions/<cwd slug>/<ts>_<id>.jsonl``.
+Interactively (the terminal's agent mode) it is ``pi --session ID`` with the same model.
 """
 
 from __future__ import annotations
 
 import json
 
-from hangar.harnesses import Invocation, TurnResult, TurnSpec, check, json_lines, text_of
+from hangar.harnesses import (
+    Invocation,
+    TurnResult,
+    TurnSpec,
+    check,
+    conversation_of,
+    json_lines,
+    text_of,
+)
 
 PROVIDER = "hangar"
 
@@ -25,17 +34,16 @@ class Pi:
     can_fork = True
 
     def command(self, spec: TurnSpec) -> Invocation:
-        argv = [self.binary, "-p", "--mode", "json"]
-        model = spec.model
-        if spec.env.get("OPENAI_BASE_URL"):
-            model = f"{PROVIDER}/{spec.model or 'default'}"
-        if model:
-            argv += ["--model", model]
+        argv = [self.binary, "-p", "--mode", "json", *_model(spec)]
         if spec.conversation_id:
             argv += ["--session", spec.conversation_id]
         elif spec.fork_from:
             argv += ["--fork", spec.fork_from]
         argv.append(spec.prompt)
+        return Invocation(argv=argv, env={"PI_OFFLINE": "1"})
+
+    def interactive(self, spec: TurnSpec) -> Invocation:
+        argv = [self.binary, *_model(spec), "--session", conversation_of(self, spec)]
         return Invocation(argv=argv, env={"PI_OFFLINE": "1"})
 
     def home_files(self, spec: TurnSpec) -> dict[str, str]:
@@ -75,3 +83,11 @@ class Pi:
 
     def resume_hint(self, conversation_id: str) -> str:
         return f"pi --session {conversation_id}"
+
+
+def _model(spec: TurnSpec) -> list[str]:
+    """The model's option: ``provider/id``, the ``hangar`` provider's on a custom endpoint."""
+    model = spec.model
+    if spec.env.get("OPENAI_BASE_URL"):
+        model = f"{PROVIDER}/{spec.model or 'default'}"
+    return ["--model", model] if model else []

@@ -15,10 +15,17 @@ def start_turn(
     with the turn's environment (the environment's variables and secrets, then the harness's
     own settings). Returns at once; HarnessError if the harness cannot honour ``spec``."""
     invocation = harness.command(spec)
-    for path, content in harness.home_files(spec).items():
-        sandboxes.put_file(sandbox_id, f"{HOME}/{path}", content.encode(), mode=0o600)
+    write_home_files(sandboxes, sandbox_id, harness, spec)
     env = {**spec.env, **invocation.env}
     start_run(sandboxes, sandbox_id, run_id, invocation.argv, cwd=spec.cwd, env=env)
+
+
+def write_home_files(
+    sandboxes: Sandboxes, sandbox_id: str, harness: Harness, spec: TurnSpec
+) -> None:
+    """Write the harness's configuration files for ``spec`` under HOME, as the agent (0600)."""
+    for path, content in harness.home_files(spec).items():
+        sandboxes.put_file(sandbox_id, f"{HOME}/{path}", content.encode(), mode=0o600)
 
 
 def turn_result(

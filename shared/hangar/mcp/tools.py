@@ -22,6 +22,7 @@ from hangar.api.sessions import started_view
 from hangar.errors import ArtifactTooLarge, HangarError
 from hangar.exchange import is_text
 from hangar.exchange.artifacts import artifact_uri
+from hangar.models import SessionState
 from hangar.sessions.watching import Note
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ class NewSessionIn(s.NewSession):
 class ListIn(s.Body):
     limit: int = Field(50, ge=1, le=500, description="sessions a page")
     cursor: str | None = Field(None, description="the previous page's next_cursor")
+    state: SessionState | None = Field(None, description="only sessions in this state")
+    prefix: str | None = Field(None, description="only sessions whose name starts with this")
 
 
 class OpenIn(Ref, s.Open):
@@ -139,7 +142,8 @@ async def new_session(runtime: Runtime, a: NewSessionIn, report: Report) -> Base
 
 
 async def list_sessions(runtime: Runtime, a: ListIn, report: Report) -> BaseModel:
-    return await _thread(lambda: s.SessionPage.of(*runtime.sessions.page(a.limit, a.cursor)))
+    return await _thread(lambda: s.SessionPage.of(*runtime.sessions.page(
+        a.limit, a.cursor, state=a.state, prefix=a.prefix)))
 
 
 async def get_session(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
@@ -223,7 +227,8 @@ TOOLS = [
     Tool("new_session", "Create a session and start its first turn; answers at once "
          "(STARTING). context: files, links, a patch of local changes, a bundle of local "
          "commits. Follow it with wait_for_turn.", NewSessionIn, s.StartedView, new_session),
-    Tool("list_sessions", "One page of sessions, newest first; next_cursor asks for the next.",
+    Tool("list_sessions", "One page of sessions, newest first, optionally only one state or "
+         "names starting with a prefix; next_cursor asks for the next (with the same filters).",
          ListIn, s.SessionPage, list_sessions),
     Tool("get_session", "A session with its turns and checkpoints.", Ref, s.SessionView,
          get_session),

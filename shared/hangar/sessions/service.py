@@ -25,7 +25,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, BinaryIO
@@ -38,20 +38,24 @@ from hangar.errors import (
     HangarError,
     InvalidInput,
     InvalidState,
+    NoConversation,
     NotFound,
     SandboxError,
+    SandboxNotFound,
     SessionNotFound,
     SessionNotRunning,
 )
 from hangar.exchange.artifacts import Listed
+from hangar.exchange.progress import ProgressLine, read_progress
 from hangar.exchange.context import Accepted, ContextItem, ContextStore
 from hangar.exchange.uploads import Uploads
 from hangar.exchange.results import result_key, result_of
 from hangar.exchange.schemas import check_schema
-from hangar.harnesses import get_harness
+from hangar.harnesses import Invocation, get_harness
 from hangar.harnesses.runs import stop_run
 from hangar.keys import Keys
 from hangar.models import (
+    NAME_MAX,
     CheckpointReason,
     Session,
     SessionDetail,
@@ -183,11 +187,20 @@ class SessionService:
                 names[session_id] = self.db.get_session(session_id).name
         return names
 
-    def page(self, limit: int, cursor: str | None = None) -> tuple[list[Session], str | None]:
-        """One page of sessions, newest first, and the cursor of the next (None: the last).
-        InvalidInput for a cursor this service did not make."""
+    def page(
+        self, limit: int, cursor: str | None = None, *, state: S | None = None,
+        prefix: str | None = None,
+    ) -> tuple[list[Session], str | None]:
+        """One page of sessions, newest first, and the cursor of the next (None: the last);
+        only those in ``state``, and only those whose name starts with ``prefix``
+        (case-sensitive; empty: every name), when given. A cursor goes on after the session it
+        names: with the same filters, paging sees each matching session once. InvalidInput
+        (naming the field) for a cursor this service did not make, or a prefix with a NUL
+        byte or longer than a name can be."""
+        if prefix:
+            _check_prefix(prefix)
         after = _decode_cursor(cursor) if cursor else None
-        sessions = self.db.page_sessions(limit + 1, after)
+        sessions = self.db.page_sessions(limit + 1, after, state=state, prefix=prefix or None)
         more = len(sessions) > limit
         sessions = sessions[:limit]
         return sessions, (_encode_cursor(sessions[-1]) if more and sessions else None)
@@ -348,6 +361,17 @@ class SessionService:
             return turn
         return turn.model_copy(update={"result": result_of(self.blobs, self.keys, turn)})
 
+    def progress(self, ref: str, cursor: int = 0) -> tuple[list[ProgressLine], int]:
+        """The progress lines the running turn wrote after byte ``cursor`` of its
+        ``out/progress.jsonl``, and the cursor after them (nothing without a sandbox)."""
+        session = self.resolve(ref)
+        if session.sandbox_id is None:
+            return [], cursor
+        try:
+            return read_progress(self.sandboxes, session, cursor)
+        except (SandboxError, SandboxNotFound):
+            return [], cursor  # it went away meanwhile: the turn's end says the rest
+
     # -- artifacts --------------------------------------------------------------------------
 
     def artifacts(self, ref: str, turn: int | None = None) -> list[Listed]:
@@ -489,25 +513,44 @@ class SessionService:
         stdout: BinaryIO | None = None,
         stderr: BinaryIO | None = None,
         timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> int:
-        """Run a command in the session's repo folder, as the agent. SessionNotRunning when
-        the session has no sandbox (open it first). Counts as activity for as long as it runs.
-        Returns its exit status."""
+        """Run a command in the session's repo folder, as the agent, with the environment's
+        variables (never its secrets) and ``env`` on top, through the process environment.
+        SessionNotRunning when the session has no sandbox (open it first). Holds a shell
+        lease: counts as activity for as long as it runs. Returns its exit status."""
         if not argv:
             raise InvalidInput("exec needs a command")
         session = self._running(ref)
         assert session.sandbox_id is not None
-        env = self.environments.require(session.environment)
+        environment = self.environments.require(session.environment)
         with self.shell_lease(session.id):
             result = self.sandboxes.exec(
                 session.sandbox_id, argv, stdin=stdin, stdout=stdout, stderr=stderr,
-                env=env.vars, cwd=repo_dir_for(session.repo or ""), timeout=timeout,
+                env={**environment.vars, **(env or {})}, cwd=repo_dir_for(session.repo or ""),
+                timeout=timeout,
             )  # fmt: skip
         return result.exit_code
 
     def require_running(self, ref: str) -> Session:
         """The session, if it has a sandbox to open a terminal in; SessionNotRunning else."""
         return self._running(ref)
+
+    def agent_command(self, ref: str) -> Invocation:
+        """What the terminal's agent mode runs (through :meth:`exec`): the session's harness
+        resuming its conversation interactively, with the model and the whole environment a
+        turn gets (variables, opened secrets, ``$HANGAR_IO``, the harness's settings) in
+        ``env``, for the process environment; the harness's configuration files are written
+        under HOME first. SessionNotRunning without a sandbox; NoConversation before a turn
+        of its harness has named a conversation."""
+        session = self._running(ref)
+        if not session.harness_session:
+            raise NoConversation(
+                f"session {session.name} has no {session.harness} conversation to resume yet; "
+                f"send it a message first (hangar session send {session.name} ...)",
+                session=session.name, harness=session.harness,
+            )  # fmt: skip
+        return self._turns.interactive(session)
 
     @contextlib.contextmanager
     def shell_lease(self, session_id: str) -> Iterator[None]:
@@ -588,6 +631,15 @@ PAGE = 500
 def _encode_cursor(last: Session) -> str:
     raw = json.dumps([last.created_at.isoformat(), last.id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _check_prefix(prefix: str) -> None:
+    """InvalidInput unless ``prefix`` could begin a name: no NUL byte, at most NAME_MAX."""
+    if "\x00" in prefix:
+        raise InvalidInput("prefix must not contain a NUL byte", field="prefix")
+    if len(prefix) > NAME_MAX:
+        raise InvalidInput(f"prefix is {len(prefix)} characters; a name has at most {NAME_MAX}",
+                           field="prefix", limit=NAME_MAX)  # fmt: skip
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:

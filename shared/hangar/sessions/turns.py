@@ -47,9 +47,9 @@ from hangar.errors import (
 )
 from hangar.exchange import intake, layout
 from hangar.exchange.context import ContextStore
-from hangar.harnesses import Harness, TurnSpec, get_harness
+from hangar.harnesses import Harness, Invocation, TurnSpec, get_harness
 from hangar.harnesses.runs import INTERRUPTED_EXIT, RunStatus, read_run, run_started, stop_run
-from hangar.harnesses.turns import start_turn, turn_result
+from hangar.harnesses.turns import start_turn, turn_result, write_home_files
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal
 from hangar.models import CheckpointReason, ContextRef, Session, SessionState as S, Turn
@@ -170,7 +170,6 @@ class Turns:
         return self.db.update_turn(turn.model_copy(update=changes))
 
     def _spec(self, session: Session, turn: Turn, harness: Harness, prompt: str) -> TurnSpec:
-        env = self.environments.require(session.environment)
         resuming = bool(session.harness_session)
         return TurnSpec(
             prompt=prompt,
@@ -179,8 +178,29 @@ class Turns:
             conversation_id=session.harness_session if resuming else None,
             fork_from=session.fork_from if not resuming and harness.can_fork else None,
             new_id=None if resuming else turn.harness_session,
-            env={**self.environments.turn_env(env), **layout.turn_env(session)},
+            env=self._env(session),
         )
+
+    def _env(self, session: Session) -> dict[str, str]:
+        """A turn's environment: the environment's variables and opened secrets, then the
+        exchange's (``$HANGAR_IO``)."""
+        env = self.environments.require(session.environment)
+        return {**self.environments.turn_env(env), **layout.turn_env(session)}
+
+    def interactive(self, session: Session) -> Invocation:
+        """The harness resuming the session's conversation interactively (the terminal's
+        agent mode), with everything a turn of it gets: its configuration files under HOME
+        are written first, and ``env`` is the turn's environment with the harness's own
+        settings on top (for the process environment: secrets never go on a command line).
+        The caller checks the session has a sandbox and a conversation."""
+        assert session.sandbox_id is not None and session.harness_session is not None
+        harness = get_harness(session.harness)
+        spec = TurnSpec(prompt="", cwd=repo_dir_for(session.repo or ""), model=session.model,
+                        conversation_id=session.harness_session,
+                        env=self._env(session))  # fmt: skip
+        invocation = harness.interactive(spec)
+        write_home_files(self.sandboxes, session.sandbox_id, harness, spec)
+        return Invocation(argv=invocation.argv, env={**spec.env, **invocation.env})
 
     def _source_turns(self, session: Session) -> list[Turn]:
         """For a fork, the turns of the session it was forked from, up to the fork."""

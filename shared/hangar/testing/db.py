@@ -197,6 +197,85 @@ class DbConformance:
         names = [s.name for s in first + rest]
         assert names == ["q5", "q4", "q3", "q2", "q1", "q0"]
 
+    def test_a_page_by_state_holds_only_that_state_newest_first(self, db: Db) -> None:
+        idle = [db.create_session(make_session(f"i{n}", n, state=SessionState.IDLE))
+                for n in range(3)]  # fmt: skip
+        db.create_session(make_session("active", 5, state=SessionState.ACTIVE))
+        db.create_session(make_session("failed", 6, state=SessionState.FAILED))
+        assert _ids(db.page_sessions(10, state=SessionState.IDLE)) == _ids(idle[::-1])
+        assert _ids(db.page_sessions(2, state=SessionState.IDLE)) == _ids(idle[:0:-1])
+        assert db.page_sessions(10, state=SessionState.ARCHIVED) == []
+
+    def test_a_page_by_prefix_holds_only_the_names_that_start_with_it_exactly(
+        self, db: Db
+    ) -> None:
+        # above U+F8FF too, which the usual `prefix + "\uf8ff"` bound would miss
+        names = ["ab", "a", "ab-1", "aa", "abc", "ac", "Ab-2", "ab\uf8ff", "xab", "ab\U0001f600"]
+        for n, name in enumerate(names):
+            db.create_session(make_session(name, n))
+
+        def named(prefix: str | None) -> list[str]:
+            return [s.name for s in db.page_sessions(50, prefix=prefix)]
+
+        assert named("ab") == ["ab\U0001f600", "ab\uf8ff", "abc", "ab-1", "ab"]
+        assert named("Ab") == ["Ab-2"]  # case-sensitive
+        assert named("ab-1") == ["ab-1"] and named("ab-10") == []
+        assert named("a\U0010ffff") == [] and named("zz") == []
+        assert named("") == named(None) == names[::-1]
+        assert [s.name for s in db.page_sessions(2, prefix="ab")] == ["ab\U0001f600", "ab\uf8ff"]
+
+    def test_a_page_by_state_and_prefix_holds_what_both_keep(self, db: Db) -> None:
+        first = db.create_session(make_session("a-1", 1, state=SessionState.IDLE))
+        db.create_session(make_session("a-2", 2, state=SessionState.ACTIVE))
+        db.create_session(make_session("b-1", 3, state=SessionState.IDLE))
+        last = db.create_session(make_session("a-3", 4, state=SessionState.IDLE))
+        found = db.page_sessions(10, state=SessionState.IDLE, prefix="a-")
+        assert _ids(found) == [last.id, first.id]
+        assert db.page_sessions(10, state=SessionState.ACTIVE, prefix="b") == []
+
+    def test_paging_120_sessions_with_filters_in_pages_of_50_sees_each_match_once(
+        self, db: Db
+    ) -> None:
+        def state_of(i: int) -> SessionState:
+            if i % 7 == 0:
+                return SessionState.FAILED
+            return SessionState.SUSPENDED if i % 4 == 0 else SessionState.IDLE
+
+        made = [db.create_session(make_session(f"{'b' if i % 6 == 0 else 'a'}-{i:03d}", i // 8,
+                                               state=state_of(i)))
+                for i in range(120)]  # fmt: skip (eight share each instant: ties by id)
+        newest = sorted(made, key=lambda s: (s.created_at, s.id), reverse=True)
+        idle = SessionState.IDLE
+        for state, prefix in ((idle, None), (None, "a-"), (idle, "a-")):
+            expected = [s.id for s in newest if s.name.startswith(prefix or "")
+                        and state in (None, s.state)]  # fmt: skip
+            assert len(expected) > 50, (state, prefix)  # more than a page
+            seen: list[str] = []
+            after = None
+            while page := db.page_sessions(50, after, state=state, prefix=prefix):
+                assert len(page) <= 50
+                seen += _ids(page)
+                after = (page[-1].created_at, page[-1].id)
+            assert seen == expected, (state, prefix)
+
+    def test_paging_by_prefix_through_sessions_made_at_one_instant_goes_by_id(
+        self, db: Db
+    ) -> None:
+        # the names run against the ids, and others made at that instant lie between
+        states = [SessionState.IDLE, SessionState.FAILED]
+        made = [db.create_session(make_session(f"t-{9 - i}", 0, id=f"ses-{i:02d}",
+                                               state=states[i % 2]))
+                for i in range(10)]  # fmt: skip
+        for i in range(10):
+            db.create_session(make_session(f"u-{i}", 0, id=f"ses-{i:02d}x"))
+        for state in (None, SessionState.IDLE):
+            seen: list[Session] = []
+            after = None
+            while page := db.page_sessions(3, after, state=state, prefix="t-"):
+                seen += page
+                after = (page[-1].created_at, page[-1].id)
+            assert _ids(seen) == [s.id for s in made[::-1] if state in (None, s.state)]
+
     def test_sessions_of_an_environment_are_only_its_own_and_at_most_limit(self, db: Db) -> None:
         mine = [db.create_session(make_session(f"m{i}", minute=i, environment="app"))
                 for i in range(3)]  # fmt: skip
@@ -710,6 +789,43 @@ class DbConformance:
         with pytest.raises(TokenNotFound):
             db.find_token("a" * 64)
         assert db.list_tokens() == [kept]
+
+    def test_take_token_returns_it_once_and_then_raises_token_not_found(self, db: Db) -> None:
+        ticket = db.create_token(make_token("a" * 64, scopes=["terminal:ses-1"],
+                                            expires_at=at(1)))  # fmt: skip
+        kept = db.create_token(make_token("b" * 64, minute=1))
+        assert db.take_token("a" * 64) == ticket
+        with pytest.raises(TokenNotFound):
+            db.take_token("a" * 64)
+        with pytest.raises(TokenNotFound):
+            db.find_token("a" * 64)
+        assert db.list_tokens() == [kept]
+        with pytest.raises(TokenNotFound):
+            db.take_token("x" * 64)
+
+    def test_a_taken_tokens_secret_can_be_used_again(self, db: Db) -> None:
+        db.create_token(make_token("a" * 64))
+        db.take_token("a" * 64)
+        again = db.create_token(make_token("a" * 64))
+        assert db.find_token("a" * 64) == again
+
+    def test_several_threads_taking_one_token_at_once_exactly_one_gets_it(self, db: Db) -> None:
+        ticket = db.create_token(make_token("a" * 64, scopes=["terminal:ses-1"]))
+        takers = 4
+        barrier = threading.Barrier(takers, timeout=_THREAD_TIMEOUT)
+
+        def attempt(_: int) -> Token | None:
+            barrier.wait()
+            try:
+                return db.take_token("a" * 64)
+            except TokenNotFound:
+                return None
+
+        with ThreadPoolExecutor(max_workers=takers) as pool:
+            futures = [pool.submit(attempt, n) for n in range(takers)]
+            results = [future.result(timeout=_THREAD_TIMEOUT) for future in futures]
+        assert [r for r in results if r is not None] == [ticket]
+        assert db.list_tokens() == []
 
     # ------------------------------------------------------------------ tick due-times
 

@@ -11,7 +11,9 @@ resource "google_firestore_database" "hangar" {
   deletion_policy         = var.delete_protection ? "ABANDON" : "DELETE"
 }
 
-# list sessions: where state == S order by created_at desc
+# list sessions: where state == S order by created_at desc; a page of them by state, the same
+# with order by created_at desc, __name__ desc (which this index holds: the name comes last,
+# in the last field's direction)
 resource "google_firestore_index" "sessions_by_state" {
   project    = var.project_id
   database   = google_firestore_database.hangar.name
@@ -24,6 +26,49 @@ resource "google_firestore_index" "sessions_by_state" {
 
   fields {
     field_path = "created_at"
+    order      = "DESCENDING"
+  }
+}
+
+# a page of sessions by name prefix: where name >= P and name < END [and created_at < T]
+# order by created_at desc, name desc. Firestore's ranges on several fields: the index holds
+# the equality fields, then the order-by fields, then the range fields (name, ordered in
+# created_at's direction). The sessions made at one instant are read with where created_at ==
+# T [and state == S], which the single-field indexes (and sessions_by_state) serve.
+resource "google_firestore_index" "sessions_by_name_prefix" {
+  project    = var.project_id
+  database   = google_firestore_database.hangar.name
+  collection = "sessions"
+
+  fields {
+    field_path = "created_at"
+    order      = "DESCENDING"
+  }
+
+  fields {
+    field_path = "name"
+    order      = "DESCENDING"
+  }
+}
+
+# the same in one state: where state == S and name >= P and name < END [and created_at < T]
+resource "google_firestore_index" "sessions_by_state_and_name_prefix" {
+  project    = var.project_id
+  database   = google_firestore_database.hangar.name
+  collection = "sessions"
+
+  fields {
+    field_path = "state"
+    order      = "ASCENDING"
+  }
+
+  fields {
+    field_path = "created_at"
+    order      = "DESCENDING"
+  }
+
+  fields {
+    field_path = "name"
     order      = "DESCENDING"
   }
 }

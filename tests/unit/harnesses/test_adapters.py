@@ -159,6 +159,49 @@ def test_each_harness_has_its_own_conversation_folder_and_resume_hint() -> None:
     assert get_harness("codex").resume_hint("t1") == "codex resume t1"
 
 
+def test_each_harness_resumes_interactively_with_the_sessions_model() -> None:
+    def interactive(name: str, model: str | None = None, **env: str) -> tuple[list[str], dict[str, str]]:
+        spec = TurnSpec("unused", "/w", model=model, conversation_id="c1", env=env)
+        invocation = get_harness(name).interactive(spec)
+        return invocation.argv, invocation.env
+
+    assert interactive("claude") == (["claude", "--resume", "c1"], {
+        "IS_SANDBOX": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1", "IS_DEMO": "1"})  # fmt: skip
+    # An API key is used through a helper that prints it: its value is never on the command line.
+    keyed = interactive("claude", ANTHROPIC_API_KEY="sk-secret-value")[0]
+    assert keyed[3:] == ["--settings", '{"apiKeyHelper": "printenv ANTHROPIC_API_KEY"}']
+    assert not any("sk-secret-value" in a for a in keyed)
+    assert interactive("claude", "opus")[0] == ["claude", "--resume", "c1", "--model", "opus"]
+    assert interactive("codex") == (
+        ["codex", "resume", "--sandbox", "danger-full-access", "--", "c1"], {})
+    assert interactive("pi", "openai/m1") == (
+        ["pi", "--model", "openai/m1", "--session", "c1"], {"PI_OFFLINE": "1"})
+    assert interactive("pi")[0] == ["pi", "--session", "c1"]
+    assert interactive("antigravity") == (["agy", "--conversation", "c1"], {})
+    assert interactive("antigravity", "m")[0] == ["agy", "--conversation", "c1", "--model", "m"]
+    for name in ("claude", "codex", "pi", "antigravity"):  # never a prompt, never print mode
+        argv = interactive(name, "m")[0]
+        assert "unused" not in argv and "-p" not in argv and "exec" not in argv, name
+    with pytest.raises(InvalidInput):
+        get_harness("claude").interactive(TurnSpec("", "/w"))
+
+
+def test_an_interactive_resume_on_a_custom_endpoint_gets_the_turns_provider() -> None:
+    endpoint = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+    codex = get_harness("codex")
+    argv = codex.interactive(TurnSpec("", "/w", model="gpt-5-codex", conversation_id="t1",
+                                      env=endpoint)).argv  # fmt: skip
+    assert argv[:2] == ["codex", "resume"] and argv[-2:] == ["--", "t1"]
+    assert ["--model", "gpt-5-codex"] == argv[4:6] and 'model_provider="hangar"' in argv
+    assert any('base_url = "http://127.0.0.1:9/v1"' in a for a in argv)
+    with pytest.raises(HarnessError):  # as for a turn: Codex's default model would do nothing
+        codex.interactive(TurnSpec("", "/w", conversation_id="t1", env=endpoint))
+    pi = get_harness("pi").interactive(TurnSpec("", "/w", model="m1", conversation_id="p1",
+                                                env=endpoint))  # fmt: skip
+    assert pi.argv == ["pi", "--model", "hangar/m1", "--session", "p1"]
+
+
 def test_a_handoff_prompt_gives_the_compact_account_and_says_it_is_lossy() -> None:
     prompt = handoff_prompt(
         "now add the email step",

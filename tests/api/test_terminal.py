@@ -1,0 +1,160 @@
+"""The terminal's tickets and its agent mode: a ticket opens one terminal of one session, once,
+within its minute, and is never a bearer token; ``mode=agent`` resumes the session's
+conversation with the harness's own interactive command."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient, WebSocketDenialResponse
+from starlette.websockets import WebSocketDisconnect
+
+from hangar.api import tickets
+from hangar.api.auth import secret_hash
+from hangar.models import Session, Token, utcnow
+from hangar.runtime import Runtime
+from hangar.testing.db import make_session
+from tests.api.conftest import add_env, new_session, ticket, wait_turn
+
+
+def stored_session(runtime: Runtime, name: str) -> Session:
+    """A session record with no sandbox (tickets need no more)."""
+    return runtime.db.create_session(make_session(name, environment="app", harness="antigravity"))
+
+
+def refused(client: TestClient, path: str) -> tuple[int, str, str]:
+    """The status, code and message of a refused websocket upgrade."""
+    with pytest.raises(WebSocketDenialResponse) as denied:
+        with client.websocket_connect(path):
+            pass
+    error = denied.value.json()["error"]
+    return denied.value.status_code, error["code"], error["message"]
+
+
+def test_a_ticket_is_made_for_one_session_only_its_hash_is_stored_and_it_expires_in_a_minute(
+    api: TestClient, runtime: Runtime
+) -> None:
+    session = stored_session(runtime, "demo")
+    before = utcnow()
+    response = api.post("/api/sessions/demo/terminal-ticket")
+    assert response.status_code == 201
+    answer = response.json()
+    assert set(answer) == {"ticket", "expires_at"} and len(answer["ticket"]) >= 40
+    (stored,) = [t for t in runtime.db.list_tokens() if t.scopes != ["admin"]]
+    assert stored.secret_hash == secret_hash(answer["ticket"])
+    assert answer["ticket"] not in stored.model_dump_json()
+    assert stored.scopes == [f"terminal:{session.id}"]
+    assert stored.expires_at is not None
+    assert timedelta(seconds=59) <= stored.expires_at - before <= timedelta(seconds=61)
+    assert api.get("/api/openapi.json").json()["paths"]["/api/sessions/{ref}/terminal-ticket"][
+        "post"]["responses"]["201"]  # fmt: skip
+
+
+def test_a_ticket_is_not_a_bearer_token(api: TestClient, runtime: Runtime) -> None:
+    stored_session(runtime, "demo")
+    secret = ticket(api, "demo")
+    bare = TestClient(api.app)
+    for method, path in [("GET", "/api/sessions"), ("GET", "/api/sessions/demo"),
+                         ("POST", "/api/sessions/demo/terminal-ticket")]:  # fmt: skip
+        answer = bare.request(method, path, headers={"Authorization": f"Bearer {secret}"})
+        assert (answer.status_code, answer.json()["error"]["code"]) == (403, "forbidden")
+
+
+def test_the_terminal_takes_neither_the_bearer_token_nor_the_old_token_query(
+    api: TestClient, runtime: Runtime
+) -> None:
+    stored_session(runtime, "demo")
+    admin = api.headers["Authorization"].removeprefix("Bearer ")
+    status, code, message = refused(api, "/api/sessions/demo/terminal")  # the header only
+    assert (status, code) == (401, "unauthorized") and "ticket" in message
+    status, code, message = refused(TestClient(api.app), f"/api/sessions/demo/terminal?token={admin}")
+    assert (status, code) == (401, "unauthorized") and "?token= is not accepted" in message
+    # The admin token given as a ticket is no ticket, and it is left alone.
+    status, code, message = refused(api, f"/api/sessions/demo/terminal?ticket={admin}")
+    assert (status, code) == (401, "unauthorized") and "not a terminal ticket" in message
+    assert api.get("/api/sessions").status_code == 200
+
+
+def test_a_ticket_for_another_session_is_refused_and_used_up(
+    api: TestClient, runtime: Runtime
+) -> None:
+    stored_session(runtime, "demo")
+    stored_session(runtime, "other")
+    secret = ticket(api, "other")
+    status, code, message = refused(api, f"/api/sessions/demo/terminal?ticket={secret}")
+    assert (status, code) == (401, "unauthorized") and "another session" in message
+    status, _, message = refused(api, f"/api/sessions/other/terminal?ticket={secret}")
+    assert status == 401 and "used already" in message
+
+
+def test_a_ticket_is_used_up_by_an_upgrade_refused_for_any_other_reason(
+    api: TestClient, runtime: Runtime
+) -> None:
+    stored_session(runtime, "demo")  # no sandbox
+    secret = ticket(api, "demo")
+    assert refused(api, f"/api/sessions/demo/terminal?ticket={secret}&mode=vim")[:2] == (
+        400, "invalid_input")  # fmt: skip
+    assert refused(api, f"/api/sessions/demo/terminal?ticket={secret}")[:2] == (
+        401, "unauthorized")  # fmt: skip
+    secret = ticket(api, "demo")
+    assert refused(api, f"/api/sessions/demo/terminal?ticket={secret}&mode=agent")[:2] == (
+        409, "session_not_running")  # fmt: skip
+    assert refused(api, f"/api/sessions/demo/terminal?ticket={secret}")[1] == "unauthorized"
+
+
+def test_an_expired_ticket_is_refused_and_making_a_ticket_sweeps_the_expired_ones(
+    api: TestClient, runtime: Runtime
+) -> None:
+    session = stored_session(runtime, "demo")
+    long_ago = utcnow() - timedelta(seconds=tickets.TICKET_SECONDS + 1)
+    expired = tickets.issue(runtime.db, session, now=long_ago)
+    stale = tickets.issue(runtime.db, session, now=long_ago)
+    status, code, message = refused(api, f"/api/sessions/demo/terminal?ticket={expired.secret}")
+    assert (status, code) == (401, "unauthorized") and "expired" in message
+    forever = runtime.db.create_token(Token(secret_hash=secret_hash("no-expiry"), scopes=["read"]))
+    live = ticket(api, "demo")  # sweeps the stale one on its way
+    hashes = {t.secret_hash for t in runtime.db.list_tokens()}
+    assert secret_hash(stale.secret) not in hashes
+    assert {secret_hash(live), forever.secret_hash} <= hashes and len(hashes) == 3  # + admin
+    assert refused(api, f"/api/sessions/demo/terminal?ticket={live}")[:2] == (
+        409, "session_not_running")  # fmt: skip
+
+
+@pytest.mark.sandbox
+def test_the_agent_mode_resumes_the_sessions_conversation_with_a_turns_environment(
+    api: TestClient, runtime: Runtime, remote: Path
+) -> None:
+    add_env(api, remote)
+    new_session(api, "demo", "hi")
+    wait_turn(api, "demo", 1)
+    view = api.get("/api/sessions/demo").json()
+    conversation = view["harness_session"]
+    path = f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}&mode=agent&rows=30&cols=90"
+    with TestClient(api.app).websocket_connect(path) as ws:
+        seen = b""
+        while b"secret=" not in seen or not seen.endswith(b"\n"):
+            seen += ws.receive_bytes()
+        assert runtime.db.get_session(view["id"]).shells  # it holds a shell lease meanwhile
+        ws.send_bytes(b"hello there\n")
+        while b"agy heard: hello there" not in seen:
+            seen += ws.receive_bytes()
+        ws.send_bytes(b"/exit\n")
+        with pytest.raises(WebSocketDisconnect) as closed:
+            while True:
+                seen += ws.receive_bytes()
+    assert (closed.value.code, closed.value.reason) == (1000, "exit 0")
+    argv = re.search(rb"agy interactive argv=(\[.*?\])", seen)
+    assert argv and json.loads(argv.group(1)) == ["--conversation", conversation]
+    assert b"seen=2 io=/root/.hangar/sessions/demo secret=yes" in seen  # the turn's environment
+    assert not runtime.db.get_session(view["id"]).shells
+
+    # Before a conversation there is nothing to resume.
+    session = runtime.db.get_session(view["id"])
+    runtime.db.update_session(session.model_copy(update={"harness_session": None}))
+    path = f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}&mode=agent"
+    status, code, message = refused(api, path)
+    assert (status, code) == (409, "no_conversation") and "send it a message" in message
