@@ -8,6 +8,9 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 # Debian packages the local sandboxes and the in-sandbox scripts need.
 DEB_PACKAGES := bubblewrap git tar zstd util-linux slirp4netns
+# What only the tests need besides: the browser the dashboard's tests drive (Playwright for
+# Python through executable_path; Playwright's own browser download is not used).
+TEST_DEB_PACKAGES := chromium
 # The harness CLIs the tests run for real, pinned (newer Claude Code releases want Node 22).
 HARNESS_PACKAGES := @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 \
 	@mariozechner/pi-coding-agent@0.73.1
@@ -16,13 +19,24 @@ export HANGAR_HARNESS_DIR ?= $(HOME)/.local/share/hangar/harnesses
 TASKS_VENV := .venv-tasks
 TASKS_EMULATOR_VERSION := 0.6.2
 TASKS_STAMP := $(TASKS_VENV)/.installed-$(TASKS_EMULATOR_VERSION)
+# The dashboard's browser libraries, built from the npm packages pinned in its lock file.
+DASHBOARD := shared/hangar/dashboard
+ASSETS_STAMP := $(DASHBOARD)/static/vendor/.built
 
-.PHONY: install system-packages harnesses tasks-emulator test bench run package lint clean
+.PHONY: install system-packages test-packages harnesses tasks-emulator assets test bench run package lint clean
 
-install: system-packages $(STAMP)
+install: system-packages $(STAMP) assets
 
 system-packages:
 	@scripts/install-system-packages $(DEB_PACKAGES)
+
+test-packages:
+	@scripts/install-system-packages $(TEST_DEB_PACKAGES)
+
+assets: $(ASSETS_STAMP)
+
+$(ASSETS_STAMP): $(DASHBOARD)/package.json $(DASHBOARD)/package-lock.json
+	@scripts/build-dashboard-assets
 
 harnesses:
 	@scripts/install-harnesses "$(HANGAR_HARNESS_DIR)" $(HARNESS_PACKAGES)
@@ -41,7 +55,7 @@ $(TASKS_STAMP):
 	@$(TASKS_VENV)/bin/python -m pip install --quiet 'gcloud-tasks-emulator==$(TASKS_EMULATOR_VERSION)'
 	@touch $(TASKS_STAMP)
 
-test: install harnesses tasks-emulator
+test: install test-packages harnesses tasks-emulator
 	$(BIN)/python -m pytest $(ARGS)
 
 run: install harnesses tasks-emulator
@@ -62,4 +76,4 @@ lint: install
 	else echo "terraform is not installed: skipping terraform fmt -check"; fi
 
 clean:
-	rm -rf $(VENV) $(TASKS_VENV) .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(TASKS_VENV) .pytest_cache .mypy_cache build/dashboard-assets $(DASHBOARD)/static/vendor

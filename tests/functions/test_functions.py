@@ -193,6 +193,18 @@ def test_the_api_function_checks_tokens_and_does_not_take_ticks(deployment: Depl
     assert httpx.get(api + "/api/openapi.json").json()["paths"]
 
 
+def test_the_api_function_serves_the_dashboard_and_its_assets_with_their_policy(
+    deployment: Deployment,
+) -> None:
+    from hangar.dashboard import POLICY
+
+    for path in ("/", "/sessions/any", "/static/app.js", "/static/vendor/xterm.js"):
+        answer = httpx.get(deployment.api.url + path)
+        assert answer.status_code == 200, path
+        assert answer.headers["content-security-policy"] == POLICY, path
+    assert httpx.get(deployment.api.url + "/static/package.json").status_code == 404
+
+
 def test_a_forged_tick_at_the_ticks_function_changes_nothing(deployment: Deployment) -> None:
     forged = {"key": "idle:ses-nonexistent", "version": 1,
               "due_at": "2020-01-01T00:00:00+00:00", "url": deployment.ticks.url}  # fmt: skip

@@ -1,8 +1,9 @@
 """The REST API (BRIEF §4, wave 1): a Starlette app over the runtime's session service.
 
-MCP is served at ``/mcp`` (:mod:`hangar.mcp`), behind the same token check. Every route needs
+MCP is served at ``/mcp`` (:mod:`hangar.mcp`), behind the same token check, and the
+dashboard's page at ``/`` (:mod:`hangar.dashboard`), which signs in with a token. Every route needs
 a bearer token with the admin scope, except the OpenAPI document at
-``/api/openapi.json`` and, when asked for, ``POST /ticks`` (see :mod:`hangar.api.ticks`). Errors are ``{"error": {"code", "message", ...}}`` with the error's HTTP
+``/api/openapi.json``, the dashboard's static page and assets and, when asked for, ``POST /ticks`` (see :mod:`hangar.api.ticks`). Errors are ``{"error": {"code", "message", ...}}`` with the error's HTTP
 status; bodies over ``HANGAR_MAX_BODY_MB`` are refused before they are read (413); anything unexpected is a 500 ``internal`` whose details go to the log, never to the
 client. Service calls block, so they run in the thread pool (or, when they stream, in a thread
 of their own); the event loop never waits on them.
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Route
 
+from hangar import dashboard
 from hangar.api import envs, openapi, sandboxes, sessions, uploads
 from hangar.api.auth import authenticate
 from hangar.api.limits import BodyLimit
@@ -82,6 +84,7 @@ def create_app(runtime: Runtime, *, receive_ticks: bool = False) -> Starlette:
     routes.append(terminal_route(runtime))
     mcp = McpEndpoint(runtime)
     routes.append(Route(MCP_PATH, mcp))
+    routes += dashboard.routes()
     ticks = tick_route(runtime) if receive_ticks else None
     if ticks is not None:
         routes.append(ticks)

@@ -1,0 +1,133 @@
+// The Sessions page: newest first, paged, filtered by state and name prefix, refreshing by
+// itself (every 2 s while a session starts, runs a turn or suspends; every 15 s otherwise).
+
+import { call } from "./api.js";
+import { h, repoCell, stateBadge, when } from "./ui.js";
+
+const STATES = ["starting", "active", "idle", "suspending", "suspended", "failed", "archived"];
+const BUSY = new Set(["starting", "active", "suspending"]);
+const PAGE = 50;
+
+export function renderList(main, ctx) {
+  const params = new URLSearchParams(location.search);
+  let stopped = false;
+  let timer = null;
+  let shown = PAGE;
+  let cursor = null;
+
+  const state = h("select", { id: "state-filter" },
+    h("option", { value: "" }, "every state"),
+    STATES.map((s) => h("option", { value: s }, s)));
+  state.value = params.get("state") || "";
+  const prefix = h("input", { id: "prefix-filter", type: "search", placeholder: "name starts with", value: params.get("prefix") || "" });
+  const rows = h("tbody");
+  const more = h("button", { type: "button", hidden: true }, "More");
+  const status = h("p", { class: "muted", "aria-live": "polite" });
+
+  main.append(
+    h("h1", {}, "Sessions"),
+    h("form", { class: "inline", role: "search" },
+      h("label", { for: "state-filter" }, "State"), state,
+      h("label", { for: "prefix-filter" }, "Name prefix"), prefix),
+    status,
+    h("table", { id: "sessions" },
+      h("thead", {}, h("tr", {},
+        ["Name", "Title", "Repo and branch", "State", "Last activity", "Last summary"].map((t) => h("th", { scope: "col" }, t)))),
+      rows),
+    h("div", { class: "pager" }, more),
+  );
+
+  function query(limit, after) {
+    const q = new URLSearchParams({ limit: String(limit) });
+    if (state.value) q.set("state", state.value);
+    if (prefix.value) q.set("prefix", prefix.value);
+    if (after) q.set("cursor", after);
+    return `/api/sessions?${q}`;
+  }
+
+  function row(s) {
+    return h("tr", { "data-session": s.name },
+      h("td", {}, h("a", { href: `/sessions/${encodeURIComponent(s.name)}` }, s.name)),
+      h("td", {}, s.title),
+      h("td", {}, repoCell(s.repo, s.branch)),
+      h("td", {}, stateBadge(s)),
+      h("td", {}, when(s.last_active_at)),
+      h("td", { class: "summary" }, s.summary || ""));
+  }
+
+  function describe(count) {
+    const filtered = state.value || prefix.value;
+    if (count === 0) {
+      return filtered ? "No session matches." : "No sessions yet: start one with `hangar session new NAME MESSAGE --env ENV`.";
+    }
+    return `${count} session${count === 1 ? "" : "s"} shown, newest first.`;
+  }
+
+  function schedule(sessions) {
+    clearTimeout(timer);
+    if (stopped) return;
+    const busy = sessions.some((s) => BUSY.has(s.state));
+    timer = setTimeout(refresh, busy ? 2000 : 15000);
+  }
+
+  // The first `shown` sessions again (the pages loaded so far), replacing the table.
+  async function refresh() {
+    try {
+      const page = await call("GET", query(Math.min(shown, 500)));
+      if (stopped) return;
+      rows.replaceChildren(...page.sessions.map(row));
+      cursor = page.next_cursor;
+      more.hidden = !cursor;
+      status.textContent = describe(page.sessions.length);
+      schedule(page.sessions);
+    } catch (err) {
+      if (stopped) return;
+      ctx.fail(err);
+      schedule([]);
+    }
+  }
+
+  more.addEventListener("click", async () => {
+    more.disabled = true;
+    try {
+      const page = await call("GET", query(PAGE, cursor));
+      rows.append(...page.sessions.map(row));
+      shown += page.sessions.length;
+      cursor = page.next_cursor;
+      more.hidden = !cursor;
+      status.textContent = describe(rows.children.length);
+    } catch (err) {
+      ctx.fail(err);
+    } finally {
+      more.disabled = false;
+    }
+  });
+
+  function filtersChanged() {
+    const q = new URLSearchParams();
+    if (state.value) q.set("state", state.value);
+    if (prefix.value) q.set("prefix", prefix.value);
+    history.replaceState({}, "", q.size ? `/?${q}` : "/");
+    shown = PAGE;
+    refresh();
+  }
+  state.addEventListener("change", filtersChanged);
+  let typing = null;
+  prefix.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(filtersChanged, 250);
+  });
+  main.querySelector("form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    filtersChanged();
+  });
+
+  refresh();
+  return {
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+      clearTimeout(typing);
+    },
+  };
+}

@@ -1,0 +1,373 @@
+// A session's page: its state and start-up phase, actions, the message box, the running
+// turn's events, turns, checkpoints, patch, artifacts and a terminal. It re-reads the session
+// by itself (every 2 s while it starts, runs a turn or suspends; every 10 s otherwise).
+
+import { call, sessionPath } from "./api.js";
+import { openTerminal } from "./terminal.js";
+import { busy, bytes, clearError, duration, h, repoCell, saveAs, showError, stateBadge, when } from "./ui.js";
+
+const BUSY = new Set(["starting", "active", "suspending"]);
+const UP = new Set(["idle", "active"]);
+
+function usageText(usage) {
+  return Object.entries(usage || {}).map(([k, v]) => `${k.replace(/_tokens$/, "")} ${v}`).join(", ");
+}
+
+function diffView(text) {
+  const pre = h("pre", { class: "diff", id: "patch-view" });
+  for (const line of text.split("\n")) {
+    let kind = "";
+    if (line.startsWith("diff --git") || line.startsWith("+++") || line.startsWith("---")) kind = "file";
+    else if (line.startsWith("@@")) kind = "hunk";
+    else if (line.startsWith("+")) kind = "add";
+    else if (line.startsWith("-")) kind = "del";
+    pre.append(kind ? h("span", { class: kind }, line) : line, "\n");
+  }
+  return pre;
+}
+
+export function renderSession(main, name, ctx) {
+  let stopped = false;
+  let timer = null;
+  let session = null;
+  let events = null; // {turn, controller}
+  let artifactsFor = null;
+  let terminal = null;
+
+  const fail = (err) => ctx.fail(err);
+  const heading = h("h1", {}, name);
+  const subtitle = h("p", { class: "muted" });
+  const status = h("div", { id: "status", "aria-live": "polite" });
+  const facts = h("dl", { class: "facts" });
+
+  const resume = h("button", { type: "button" }, "Resume");
+  const suspend = h("button", { type: "button" }, "Suspend");
+  const fork = h("button", { type: "button" }, "Fork");
+  const archive = h("button", { type: "button" }, "Archive");
+  const forked = h("div");
+
+  const idle = h("input", { id: "idle-minutes", type: "number", step: "any", size: 8 }); // the API checks the range
+  const saveIdle = h("button", { type: "submit" }, "Save");
+  const idleForm = h("form", { class: "inline" },
+    h("label", { for: "idle-minutes" }, "Idle minutes"), idle, saveIdle,
+    h("span", { class: "muted" }, "0 keeps the session up"));
+
+  const message = h("textarea", { id: "message", rows: 3 });
+  const send = h("button", { type: "submit", class: "primary" }, "Send");
+  const question = h("div");
+  const messageForm = h("form", {}, h("label", { for: "message" }, "Message"), question, message,
+    h("div", { class: "actions" }, send));
+
+  const eventsTitle = h("h2", {}, "Events");
+  const eventsLog = h("pre", { class: "events", id: "events", "aria-live": "polite" });
+  const eventsBox = h("section", { hidden: true }, eventsTitle, eventsLog);
+
+  const turns = h("tbody");
+  const checkpoints = h("tbody");
+  const restoreNote = h("div");
+  const viewPatch = h("button", { type: "button" }, "View patch");
+  const downloadPatch = h("button", { type: "button" }, "Download patch");
+  const patchBox = h("div");
+  const artifacts = h("ul", { id: "artifacts" });
+
+  const shell = h("button", { type: "button" }, "Shell");
+  const agent = h("button", { type: "button" }, "Talk to the agent here");
+  const closeTerminal = h("button", { type: "button", hidden: true }, "Close terminal");
+  const terminalStatus = h("span", { class: "muted", id: "terminal-status", "aria-live": "polite" });
+  const terminalBox = h("div", { class: "terminal-box", id: "terminal", hidden: true });
+
+  main.append(
+    heading, subtitle, status, facts,
+    h("div", { class: "actions" }, resume, suspend, fork, archive), forked,
+    idleForm,
+    h("h2", {}, "Message the agent"), messageForm,
+    eventsBox,
+    h("h2", {}, "Turns"),
+    h("table", { id: "turns" }, h("thead", {}, h("tr", {},
+      ["#", "Message", "Outcome", "Summary", "Started", "Took", "Usage"].map((t) => h("th", { scope: "col" }, t)))), turns),
+    h("h2", {}, "Checkpoints"), restoreNote,
+    h("table", { id: "checkpoints" }, h("thead", {}, h("tr", {},
+      ["When", "Reason", "Size", "Warnings", ""].map((t) => h("th", { scope: "col" }, t)))), checkpoints),
+    h("h2", {}, "Patch"), h("div", { class: "actions" }, viewPatch, downloadPatch), patchBox,
+    h("h2", {}, "Artifacts"), artifacts,
+    h("h2", {}, "Terminal"),
+    h("div", { class: "terminal-bar" }, shell, agent, closeTerminal, terminalStatus),
+    terminalBox,
+  );
+
+  function running(s) {
+    const last = s.turns[s.turns.length - 1];
+    return last && !last.finished_at ? last : null;
+  }
+
+  function renderStatus(s) {
+    const parts = [h("p", {}, stateBadge(s))];
+    if (s.phase) {
+      parts.push(h("p", { class: "notice", id: "phase" },
+        `Starting: ${s.phase.step.replaceAll("_", " ")}${s.phase.detail ? ` (${s.phase.detail})` : ""}, since `, when(s.phase.since)));
+    }
+    if (s.needs_input) parts.push(h("p", { class: "notice" }, `The agent asks: ${s.needs_input}`));
+    if (s.start_error) {
+      parts.push(h("p", { class: "notice bad", id: "start-error" },
+        `It failed to start (${s.start_error.step}): ${s.start_error.message} (${s.start_error.code}). Resume tries again.`));
+    } else if (s.state === "failed" && s.error) {
+      parts.push(h("p", { class: "notice bad" }, `${s.error} Resume tries again.`));
+    }
+    if (s.checkpoint_error) parts.push(h("p", { class: "notice bad" }, `The last checkpoint failed: ${s.checkpoint_error}`));
+    status.replaceChildren(...parts);
+  }
+
+  function renderFacts(s) {
+    const rows = [
+      ["Harness", `${s.harness}${s.model ? ` (${s.model})` : ""}`],
+      ["Repo", repoCell(s.repo, s.branch)],
+      ["Environment", s.environment],
+      ["Last activity", when(s.last_active_at)],
+      ["Created", when(s.created_at)],
+      ["Idle minutes", s.idle_minutes === 0 ? "0 (kept up)" : String(s.idle_minutes)],
+      ["Sandbox", s.sandbox_id || "none (suspended work is in its checkpoints)"],
+      ["Open terminals", String(s.open_terminals)],
+    ];
+    if (s.resume_hint) rows.push(["In its terminal", h("code", {}, s.resume_hint)]);
+    facts.replaceChildren(...rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+  }
+
+  function renderTurns(s) {
+    turns.replaceChildren(...s.turns.map((t) => h("tr", { "data-turn": String(t.n) },
+      h("td", {}, String(t.n)),
+      h("td", {}, t.message),
+      h("td", {}, t.outcome || (t.started_at ? "running" : "starting"), t.error_code ? ` (${t.error_code})` : ""),
+      h("td", { class: "summary" }, t.summary || "", t.question ? h("div", {}, `Asks: ${t.question}`) : ""),
+      h("td", {}, when(t.started_at || t.requested_at)),
+      h("td", {}, duration(t.started_at, t.finished_at)),
+      h("td", {}, usageText(t.usage)))));
+  }
+
+  function renderCheckpoints(s) {
+    const used = s.restored_from;
+    checkpoints.replaceChildren(...[...s.checkpoints].reverse().map((c) => h("tr", { "data-checkpoint": c.id },
+      h("td", {}, when(c.ts)),
+      h("td", {}, c.reason),
+      h("td", {}, bytes(c.size)),
+      h("td", {}, c.warnings.join("; ")),
+      h("td", {}, c.id === used ? "its sandbox was restored from this one" : ""))));
+    const skipped = s.restore_skipped || [];
+    restoreNote.replaceChildren(...skipped.map((k) => h("p", { class: "notice" },
+      `Restore skipped ${k.checkpoint_id}: ${k.message} (${k.code})`)));
+  }
+
+  function renderQuestion(s) {
+    const options = s.needs_input ? s.question_options || [] : [];
+    question.replaceChildren(...(options.length ? [h("div", { class: "actions" }, h("span", { class: "muted" }, "Answers it offered:"),
+      options.map((o) => h("button", { type: "button", onclick: () => { message.value = o; message.focus(); } }, o)))] : []));
+  }
+
+  function renderButtons(s) {
+    resume.disabled = UP.has(s.state) || s.state === "starting" || s.state === "suspending";
+    suspend.disabled = !UP.has(s.state);
+    archive.disabled = s.state === "archived";
+    if (document.activeElement !== idle) idle.value = String(s.idle_minutes);
+  }
+
+  async function loadArtifacts(s) {
+    const key = `${s.turns.length}:${s.turns.length ? s.turns[s.turns.length - 1].finished_at : ""}`;
+    if (key === artifactsFor) return;
+    artifactsFor = key;
+    try {
+      const listed = await call("GET", sessionPath(name, "artifacts"));
+      artifacts.replaceChildren(...(listed.length ? listed.map((a) => h("li", {},
+        h("button", { type: "button", class: "link", onclick: () => downloadArtifact(a) }, a.path),
+        h("span", { class: "muted" }, ` turn ${a.turn}, ${bytes(a.size)}`))) : [h("li", { class: "muted" }, "none yet")]));
+    } catch (err) {
+      artifactsFor = null;
+      fail(err);
+    }
+  }
+
+  async function downloadArtifact(a) {
+    try {
+      const path = `${sessionPath(name, "artifacts")}/${a.turn}/${a.path.split("/").map(encodeURIComponent).join("/")}`;
+      const response = await call("GET", path, undefined, { raw: true });
+      saveAs(await response.blob(), a.path.split("/").pop());
+    } catch (err) {
+      fail(err);
+    }
+  }
+
+  // The running turn's events, one line each, streamed until the turn ends.
+  function follow(turn) {
+    if (events && events.turn === turn.n) return;
+    if (events) events.controller.abort();
+    const controller = new AbortController();
+    events = { turn: turn.n, controller };
+    eventsTitle.textContent = `Events of turn ${turn.n}`;
+    eventsLog.textContent = "";
+    eventsBox.hidden = false;
+    (async () => {
+      try {
+        const q = new URLSearchParams({ turn: String(turn.n), follow: "1", format: "lines" });
+        const response = await call("GET", `${sessionPath(name, "log")}?${q}`, undefined, { raw: true, signal: controller.signal });
+        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          eventsLog.append(value);
+          eventsLog.scrollTop = eventsLog.scrollHeight;
+        }
+        if (!stopped) refresh();
+      } catch (err) {
+        if (err.name !== "AbortError" && !stopped) fail(err);
+      } finally {
+        controller.abort(); // the progress lines stop with the log
+      }
+    })();
+    (async () => {
+      let cursor = 0;
+      while (!controller.signal.aborted && !stopped) {
+        try {
+          const said = await call("GET", `${sessionPath(name, "progress")}?cursor=${cursor}`, undefined, { signal: controller.signal });
+          cursor = said.cursor;
+          for (const line of said.lines) {
+            eventsLog.append(`progress${line.pct === null ? "" : ` ${Math.round(line.pct)}%`}: ${line.message}\n`);
+          }
+        } catch (err) {
+          if (err.name === "AbortError") return;
+        }
+        await new Promise((done) => setTimeout(done, 2000));
+      }
+    })();
+  }
+
+  function schedule(s) {
+    clearTimeout(timer);
+    if (stopped) return;
+    timer = setTimeout(refresh, s && (BUSY.has(s.state) || running(s)) ? 2000 : 10000);
+  }
+
+  async function refresh() {
+    try {
+      const s = await call("GET", sessionPath(name));
+      if (stopped) return;
+      session = s;
+      heading.textContent = s.name;
+      subtitle.textContent = s.title;
+      renderStatus(s);
+      renderFacts(s);
+      renderButtons(s);
+      renderQuestion(s);
+      renderTurns(s);
+      renderCheckpoints(s);
+      const turn = running(s);
+      if (turn && turn.started_at) follow(turn);
+      loadArtifacts(s);
+      schedule(s);
+    } catch (err) {
+      if (stopped) return;
+      fail(err);
+      if (err.status !== 404) schedule(session);
+    }
+  }
+
+  async function act(button, fn) {
+    await busy(button, async () => {
+      await fn();
+      await refresh();
+    }, fail);
+  }
+
+  resume.addEventListener("click", () => act(resume, () => call("POST", sessionPath(name, "open"), {})));
+  suspend.addEventListener("click", () => act(suspend, () => call("POST", sessionPath(name, "suspend"))));
+  archive.addEventListener("click", () => {
+    if (!confirm(`Archive ${name}? Its sandbox and checkpoints are dropped; its record and turns stay.`)) return;
+    act(archive, () => call("POST", sessionPath(name, "archive")));
+  });
+  fork.addEventListener("click", () => {
+    const answer = prompt("How many forks?", "1");
+    if (answer === null) return;
+    act(fork, async () => {
+      const forks = await call("POST", sessionPath(name, "fork"), { n: Number(answer) });
+      forked.replaceChildren(h("p", { class: "notice", id: "forks" }, "Forked into ",
+        forks.flatMap((f, i) => [i ? ", " : "", h("a", { href: `/sessions/${encodeURIComponent(f.name)}` }, f.name)])));
+    });
+  });
+  idleForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    act(saveIdle, async () => {
+      await call("POST", sessionPath(name, "keep"), { idle_minutes: Number(idle.value) });
+      idle.blur();
+    });
+  });
+  messageForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (!message.value.trim()) return;
+    act(send, async () => {
+      await call("POST", sessionPath(name, "send"), { message: message.value });
+      message.value = "";
+    });
+  });
+  viewPatch.addEventListener("click", () => busy(viewPatch, async () => {
+    const text = await (await call("GET", sessionPath(name, "patch"), undefined, { raw: true })).text();
+    patchBox.replaceChildren(text ? diffView(text) : h("p", { class: "muted" }, "No changes against its base."));
+  }, fail));
+  downloadPatch.addEventListener("click", () => busy(downloadPatch, async () => {
+    const response = await call("GET", sessionPath(name, "patch"), undefined, { raw: true });
+    saveAs(await response.blob(), `${name}.patch`);
+  }, fail));
+
+  // A terminal needs a sandbox: resume the session first when it has none.
+  async function ensureUp() {
+    let s = await call("GET", sessionPath(name));
+    if (UP.has(s.state) && s.sandbox_id) return;
+    terminalStatus.textContent = "resuming the session first…";
+    if (s.state !== "starting") await call("POST", sessionPath(name, "open"), {});
+    const deadline = Date.now() + 10 * 60 * 1000;
+    while (Date.now() < deadline && !stopped) {
+      await new Promise((done) => setTimeout(done, 1000));
+      s = await call("GET", sessionPath(name));
+      if (UP.has(s.state) && s.sandbox_id) return;
+      if (s.state === "failed" || s.start_error) throw Object.assign(new Error(s.start_error ? s.start_error.message : s.error || "it failed to start"), { code: s.start_error ? s.start_error.code : "start_failed" });
+    }
+    throw Object.assign(new Error("the session did not come up in 10 minutes"), { code: "timeout" });
+  }
+
+  async function open(mode, button) {
+    if (terminal) terminal.close();
+    terminal = null;
+    await busy(button, async () => {
+      await ensureUp();
+      refresh();
+      terminalBox.hidden = false;
+      terminalBox.replaceChildren();
+      terminalStatus.textContent = mode === "agent" ? "talking to the agent" : "shell in the repo";
+      terminal = await openTerminal(terminalBox, name, mode, (why, bad) => {
+        terminalStatus.textContent = why;
+        closeTerminal.hidden = true;
+        if (bad) showError({ message: why, code: "terminal" });
+      });
+      closeTerminal.hidden = false;
+    }, (err) => {
+      terminalStatus.textContent = "";
+      fail(err);
+    });
+  }
+  shell.addEventListener("click", () => open("shell", shell));
+  agent.addEventListener("click", () => open("agent", agent));
+  closeTerminal.addEventListener("click", () => {
+    if (terminal) terminal.close();
+    terminal = null;
+    terminalBox.hidden = true;
+    closeTerminal.hidden = true;
+    terminalStatus.textContent = "";
+    clearError();
+  });
+
+  refresh();
+  return {
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+      if (events) events.controller.abort();
+      if (terminal) terminal.close();
+    },
+  };
+}

@@ -1,0 +1,103 @@
+"""Dashboard fixtures: Debian's Chromium, headless, driven by Playwright for Python through
+``executable_path`` (Playwright's own browser download is not used), against a real ``hangar
+serve``. A missing browser fails with what to install, never skips.
+
+Every page records what the browser logged; a test ends by checking that no request failed a
+Content-Security-Policy check and no script threw. ``HANGAR_SCREENSHOTS=DIR`` makes the tests
+that picture a page save it there (how docs/img is made)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.e2e.conftest import STANDIN_SETTINGS, Server, _server, standin_harnesses
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser")
+# Flags for a machine with no display and a closed network: no sandbox (we run as root), no
+# calls home at start.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--disable-dev-shm-usage"]  # fmt: skip
+WAIT_MS = 60_000
+
+
+def chromium_path() -> str:
+    for name in CHROMIUM_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail("Chromium is not installed: the dashboard's tests need Debian's chromium "
+                "(make test installs it; by hand: apt-get install chromium)", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium_path(), headless=True,
+                                              args=CHROMIUM_ARGS)  # fmt: skip
+        yield launched
+        launched.close()
+
+
+@dataclass
+class Console:
+    """What a page's scripts logged and threw."""
+
+    messages: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def problems(self) -> list[str]:
+        csp = [m for m in self.messages if "Content Security Policy" in m]
+        return csp + self.errors
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    context.set_default_timeout(WAIT_MS)
+    opened = context.new_page()
+    console = Console()
+    opened.on("console", lambda m: console.messages.append(f"{m.type}: {m.text}"))
+    opened.on("pageerror", lambda e: console.errors.append(f"page error: {e}"))
+    opened.console = console  # type: ignore[attr-defined]
+    yield opened
+    context.close()
+    assert not console.problems(), console.problems()
+
+
+@pytest.fixture
+def standin_server(tmp_path: Path) -> Iterator[Server]:
+    """hangar serve (embedded backends) whose only agent is the Antigravity stand-in."""
+    yield from _server(tmp_path / "data", standin_harnesses(tmp_path), **STANDIN_SETTINGS)
+
+
+def admin_token(server: Server) -> str:
+    return (server.data_dir / "admin-token").read_text().strip()
+
+
+def sign_in(page: Page, server: Server, token: str | None = None) -> None:
+    page.goto(server.url + "/")
+    page.get_by_label("Token").fill(token or admin_token(server))
+    page.get_by_role("button", name="Sign in").click()
+
+
+def screenshot(page: Page, name: str) -> None:
+    folder = os.environ.get("HANGAR_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / name), full_page=True)
+
+
+@pytest.fixture
+def claude_server(tmp_path: Path) -> Iterator[Server]:
+    """hangar serve (embedded backends) with the real harness CLIs."""
+    from tests.harness.conftest import harness_dir
+
+    yield from _server(tmp_path / "data", harness_dir())
