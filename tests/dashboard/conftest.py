@@ -37,8 +37,10 @@ def chromium_path() -> str:
                 "(make test installs it; by hand: apt-get install chromium)", pytrace=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """One browser a module. Not for the whole run: Playwright's sync API keeps an asyncio loop
+    on the main thread while it runs, which later tests' own event loops would collide with."""
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=chromium_path(), headless=True,
                                               args=CHROMIUM_ARGS)  # fmt: skip
