@@ -98,7 +98,7 @@ def screenshot(page: Page, name: str) -> None:
 
 
 @pytest.fixture
-def claude_server(tmp_path: Path) -> Iterator[Server]:
+def harness_server(tmp_path: Path) -> Iterator[Server]:
     """hangar serve (embedded backends) with the real harness CLIs."""
     from tests.harness.conftest import harness_dir
 

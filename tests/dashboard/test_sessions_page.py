@@ -201,21 +201,27 @@ CLAUDE_SCENARIO = {
             {"text": "Added a second line to notes.txt."}]},
         {"when": "what comes next", "steps": [{"text": "Next: the tests."}]},
     ],
-    "models": ["claude-sonnet-4-5"],
+    "models": ["claude-sonnet-4-5", "gpt-5-codex", "stub-model"],
 }  # fmt: skip
+
+
+def stub_env(server: Server, remote: Path, stub: ModelStub) -> None:
+    """Environment ``app`` with every harness's model API pointed at the stub."""
+    server.ok("env", "add", "app", "--repo", str(remote), "--var",
+              f"ANTHROPIC_BASE_URL={stub.url}", "--var", f"OPENAI_BASE_URL={stub.url}/v1",
+              "--secret", "ANTHROPIC_API_KEY=sk-stub", "--secret", "OPENAI_API_KEY=sk-stub",
+              "--host-port", str(stub.port), "--var", "GIT_AUTHOR_NAME=Agent", "--var",
+              "GIT_AUTHOR_EMAIL=agent@example.com", "--var", "GIT_COMMITTER_NAME=Agent",
+              "--var", "GIT_COMMITTER_EMAIL=agent@example.com")  # fmt: skip
 
 
 @pytest.mark.harness
 def test_a_session_page_sends_a_message_and_shows_the_new_turns_summary_when_it_ends(
-    claude_server: Server, remote: Path, page: Page
+    harness_server: Server, remote: Path, page: Page
 ) -> None:
-    server = claude_server
+    server = harness_server
     with ModelStub(CLAUDE_SCENARIO) as stub:
-        server.ok("env", "add", "app", "--repo", str(remote), "--var",
-                  f"ANTHROPIC_BASE_URL={stub.url}", "--secret", "ANTHROPIC_API_KEY=sk-stub",
-                  "--host-port", str(stub.port), "--var", "GIT_AUTHOR_NAME=Agent", "--var",
-                  "GIT_AUTHOR_EMAIL=agent@example.com", "--var", "GIT_COMMITTER_NAME=Agent",
-                  "--var", "GIT_COMMITTER_EMAIL=agent@example.com")  # fmt: skip
+        stub_env(server, remote, stub)
         server.ok("session", "new", "notes", "start the notes", "--env", "app", "--harness",
                   "claude", "--model", "claude-sonnet-4-5", "-w")  # fmt: skip
         sign_in(page, server)
@@ -303,10 +309,6 @@ def test_fork_asks_how_many_and_links_the_forks_and_archive_asks_first(
     expect(page.get_by_role("heading", name=names[0])).to_be_visible()
 
 
-def terminal_text(page: Page) -> str:
-    return str(page.locator("#terminal .xterm-rows").inner_text())
-
-
 def test_the_shell_terminal_runs_git_log_in_the_restored_sandbox(
     standin_server: Server, remote: Path, page: Page
 ) -> None:
@@ -392,3 +394,25 @@ def test_a_session_that_failed_to_start_says_why_and_offers_resume_again(
     expect(page.locator("#phase")).to_contain_text("Starting: running setup")
     expect(page.locator("#status")).to_contain_text("idle", timeout=120_000)
     expect(page.locator("#start-error")).to_have_count(0)
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize(("harness", "model"), [("codex", "gpt-5-codex"), ("pi", "stub-model")])
+def test_talking_to_the_agent_here_resumes_the_harness_own_conversation(
+    harness_server: Server, remote: Path, page: Page, harness: str, model: str
+) -> None:
+    server = harness_server
+    with ModelStub(CLAUDE_SCENARIO) as stub:
+        stub_env(server, remote, stub)
+        server.ok("session", "new", "talk", "start the notes", "--env", "app", "--harness",
+                  harness, "--model", model, "-w")  # fmt: skip
+        sign_in(page, server)
+        page.goto(server.url + "/sessions/talk")
+        page.get_by_role("button", name="Talk to the agent here").click()
+        rows = page.locator("#terminal .xterm-rows")
+        expect(rows).to_contain_text("Notes started.", timeout=60_000)  # its own history
+        page.locator("#terminal").click()
+        page.keyboard.type("what comes next")
+        page.keyboard.press("Enter")
+        expect(rows).to_contain_text("Next: the tests.", timeout=60_000)
+        assert api(server, "GET", "/api/sessions/talk")["open_terminals"] == 1

@@ -73,7 +73,12 @@ class Codex:
         return argv
 
     def home_files(self, spec: TurnSpec) -> dict[str, str]:
-        return {}
+        # The repo folder marked trusted: Codex's interactive resume asks a person to trust a
+        # folder it has not seen before, and a sandbox's HOME is always new to it (the folder
+        # is the agent's own workspace: the sandbox is the boundary). JSON's string escapes
+        # are TOML's for a path.
+        return {".codex/config.toml": f"[projects.{json.dumps(spec.cwd)}]\n"
+                                      'trust_level = "trusted"\n'}  # fmt: skip
 
     def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:
         conversation: str | None = None

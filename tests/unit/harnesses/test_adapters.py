@@ -214,3 +214,11 @@ def test_a_handoff_prompt_gives_the_compact_account_and_says_it_is_lossy() -> No
     assert "Built the form." in prompt and "(no summary)" in prompt
     assert "hangar/session/early-signal" in prompt and "pytest: 12 passed" in prompt
     assert prompt.rstrip().endswith("now add the email step")
+
+
+def test_codex_gets_the_repo_folder_trusted_so_its_interactive_resume_asks_nothing() -> None:
+    import tomllib
+
+    files = get_harness("codex").home_files(TurnSpec("go", '/workspace/my "app"'))
+    config = tomllib.loads(files[".codex/config.toml"])
+    assert config == {"projects": {'/workspace/my "app"': {"trust_level": "trusted"}}}
