@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient, WebSocketDenialResponse
@@ -24,6 +26,15 @@ from tests.api.conftest import add_env, new_session, ticket, wait_turn
 def stored_session(runtime: Runtime, name: str) -> Session:
     """A session record with no sandbox (tickets need no more)."""
     return runtime.db.create_session(make_session(name, environment="app", harness="antigravity"))
+
+
+def wait_state(api: TestClient, name: str, state: str, limit: float = 60) -> dict[str, Any]:
+    """The session once it is in ``state`` (a bounded wait)."""
+    deadline = time.monotonic() + limit
+    while (view := api.get(f"/api/sessions/{name}").json())["state"] != state:
+        assert time.monotonic() < deadline, f"{name} is {view['state']}, not {state}"
+        time.sleep(0.05)
+    return dict(view)
 
 
 def refused(client: TestClient, path: str) -> tuple[int, str, str]:
@@ -152,9 +163,40 @@ def test_the_agent_mode_resumes_the_sessions_conversation_with_a_turns_environme
     assert b"seen=2 io=/root/.hangar/sessions/demo secret=yes" in seen  # the turn's environment
     assert not runtime.db.get_session(view["id"]).shells
 
+    # While a turn runs, its harness has the conversation: the agent mode waits, a shell not.
+    api.post("/api/sessions/demo/send", json={"message": "wait-for: /tmp/go"})
+    running = wait_state(api, "demo", "active")
+    status, code, message = refused(
+        api, f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}&mode=agent")
+    assert (status, code) == (409, "session_busy") and "running a turn" in message
+    asked = api.post("/api/sessions/demo/terminal-ticket", json={"mode": "agent"})
+    assert (asked.status_code, asked.json()["error"]["code"]) == (409, "session_busy")
+    assert api.post("/api/sessions/demo/terminal-ticket", json={"mode": "shell"}).status_code == 201
+    with TestClient(api.app).websocket_connect(
+            f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as shell:
+        shell.send_bytes(b"touch /tmp/go; exit\n")
+        with pytest.raises(WebSocketDisconnect):
+            while True:
+                shell.receive_bytes()
+    assert running["state"] == "active"
+    wait_turn(api, "demo", 2)
+
     # Before a conversation there is nothing to resume.
     session = runtime.db.get_session(view["id"])
     runtime.db.update_session(session.model_copy(update={"harness_session": None}))
     path = f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}&mode=agent"
     status, code, message = refused(api, path)
     assert (status, code) == (409, "no_conversation") and "send it a message" in message
+
+
+def test_a_ticket_asked_for_a_mode_is_refused_now_when_that_terminal_could_not_open(
+    api: TestClient, runtime: Runtime
+) -> None:
+    stored_session(runtime, "demo")  # no sandbox
+    for mode in ("shell", "agent"):
+        asked = api.post("/api/sessions/demo/terminal-ticket", json={"mode": mode})
+        assert (asked.status_code, asked.json()["error"]["code"]) == (409, "session_not_running")
+    bad = api.post("/api/sessions/demo/terminal-ticket", json={"mode": "root"})
+    assert (bad.status_code, bad.json()["error"]["field"]) == (400, "mode")
+    assert [t.scopes for t in runtime.db.list_tokens()] == [["admin"]]  # no ticket was made
+    assert api.post("/api/sessions/demo/terminal-ticket").status_code == 201  # no mode: no check

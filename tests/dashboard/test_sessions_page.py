@@ -183,6 +183,9 @@ def test_a_message_sent_while_a_turn_runs_shows_the_busy_answer_and_the_page_fol
     page.get_by_role("button", name="Send").click()
     expect(page.get_by_role("alert")).to_contain_text("session_busy")
     assert api(server, "GET", "/api/sessions/busy")["turn_count"] == 2
+    # The agent is busy with its turn: talking to it here waits, and the page says why.
+    page.get_by_role("button", name="Talk to the agent here").click()
+    expect(page.get_by_role("alert")).to_contain_text("is running a turn")
 
     api(server, "POST", "/api/sessions/busy/exec", json={"argv": ["touch", "/tmp/release"]})
     # Without a reload: the turn's end, its summary and the state come in by themselves.

@@ -11,7 +11,7 @@ import base64
 import binascii
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 
@@ -386,6 +386,13 @@ class StartedView(BaseModel):
 
     session: SessionView
     turn: int
+
+
+class TerminalTicket(Body):
+    mode: Literal["shell", "agent"] | None = Field(
+        None, description="when given, the session is checked now as that terminal will check "
+        "it, so one that cannot open (no sandbox, no conversation, a turn running) is refused "
+        "here with its reason (a browser is told nothing of a refused websocket)")
 
 
 class TerminalTicketView(BaseModel):

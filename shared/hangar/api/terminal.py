@@ -6,7 +6,9 @@ A terminal opens with a ticket, never with the bearer token (a browser would put
 1. ``POST /api/sessions/{ref}/terminal-ticket`` (the admin bearer token, as every route;
    ``session_not_found`` otherwise) answers ``{ticket, expires_at}``: a secret valid for
    :data:`~hangar.api.tickets.TICKET_SECONDS` seconds, for one terminal of that session only
-   (:mod:`hangar.api.tickets`).
+   (:mod:`hangar.api.tickets`). With ``{"mode": ...}`` the session is checked as the
+   websocket will check it, so a terminal that cannot open is refused here, with its reason
+   (a browser learns nothing from a refused websocket).
 2. ``GET /api/sessions/{ref}/terminal?ticket=TICKET`` upgrades to a websocket. The ticket is
    the only way in (no ``Authorization`` header, no ``?token=``) and it is used up by this
    first attempt, even if the upgrade then fails for another reason. A missing, unknown, used,
@@ -18,7 +20,8 @@ runs the session's harness resuming its conversation interactively (``claude --r
 model), with everything a turn gets: the environment's variables and secrets (in the process
 environment, never on a command line), ``$HANGAR_IO`` and the harness's settings
 (:meth:`~hangar.sessions.service.SessionService.agent_command`); before its first turn has
-named a conversation that is 409 ``no_conversation``. Either runs under ``script`` (util-linux),
+named a conversation that is 409 ``no_conversation``, and while a turn runs 409
+``session_busy``. Either runs under ``script`` (util-linux),
 which gives it a pseudo terminal inside the sandbox, sized by the ``rows`` and ``cols`` query
 parameters, with ``TERM`` from ``term``, as the agent, in the repo folder. A session without a
 sandbox is 409 ``session_not_running`` (open it first). Frames:
@@ -53,8 +56,8 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from hangar.api import tickets
-from hangar.api.routes import Endpoint, Query, param, reply
-from hangar.api.schemas import TerminalTicketView
+from hangar.api.routes import Endpoint, Query, param, parse, reply
+from hangar.api.schemas import TerminalTicket, TerminalTicketView
 from hangar.api.streams import ClientGone
 from hangar.errors import HangarError, InvalidInput, Unauthorized
 
@@ -115,9 +118,14 @@ def _mode(raw: str | None) -> str:
 async def ticket(runtime: Runtime, request: Request) -> Response:
     """``POST .../terminal-ticket``: a new ticket for the session's terminal."""
     ref = param(request, "ref")
+    body = await parse(request, TerminalTicket)
 
     def make() -> TerminalTicketView:
-        made = tickets.issue(runtime.db, runtime.sessions.resolve(ref))
+        if body.mode is None:
+            session = runtime.sessions.resolve(ref)
+        else:
+            session = runtime.sessions.require_running(ref, agent=body.mode == "agent")
+        made = tickets.issue(runtime.db, session)
         return TerminalTicketView(ticket=made.secret, expires_at=made.expires_at)
 
     return reply(await run_in_threadpool(make), 201)
@@ -126,7 +134,7 @@ async def ticket(runtime: Runtime, request: Request) -> Response:
 ENDPOINTS = [
     Endpoint("POST", TICKET_PATH, "A ticket for one terminal of the session (the websocket "
              f"at {PATH}?ticket=...): valid {tickets.TICKET_SECONDS} seconds, for one use",
-             ticket, response=TerminalTicketView, status=201),
+             ticket, TerminalTicket, TerminalTicketView, status=201),
 ]
 """The terminal's HTTP route (the websocket is :func:`terminal_route`)."""
 

@@ -34,7 +34,8 @@ def terminal(api: Client, name: str, mode: str = "shell") -> int:
         size = os.get_terminal_size(fd_out)
         query.update(rows=str(size.lines), cols=str(size.columns))
     where = api.url.replace("http", "ws", 1) + session_path(name, "terminal")
-    query["ticket"] = api.call("POST", session_path(name, "terminal-ticket"))["ticket"]
+    ticket = api.call("POST", session_path(name, "terminal-ticket"), {"mode": mode})
+    query["ticket"] = ticket["ticket"]  # asked with the mode: what keeps it closed is said now
     try:
         ws = connect(where + "?" + urlencode(query), open_timeout=600)
     except InvalidStatus as exc:

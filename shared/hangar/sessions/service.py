@@ -42,6 +42,7 @@ from hangar.errors import (
     NotFound,
     SandboxError,
     SandboxNotFound,
+    SessionBusy,
     SessionNotFound,
     SessionNotRunning,
 )
@@ -532,25 +533,35 @@ class SessionService:
             )  # fmt: skip
         return result.exit_code
 
-    def require_running(self, ref: str) -> Session:
-        """The session, if it has a sandbox to open a terminal in; SessionNotRunning else."""
-        return self._running(ref)
-
-    def agent_command(self, ref: str) -> Invocation:
-        """What the terminal's agent mode runs (through :meth:`exec`): the session's harness
-        resuming its conversation interactively, with the model and the whole environment a
-        turn gets (variables, opened secrets, ``$HANGAR_IO``, the harness's settings) in
-        ``env``, for the process environment; the harness's configuration files are written
-        under HOME first. SessionNotRunning without a sandbox; NoConversation before a turn
-        of its harness has named a conversation."""
+    def require_running(self, ref: str, *, agent: bool = False) -> Session:
+        """The session, if a terminal can open on it now: a shell needs a sandbox
+        (SessionNotRunning else); the agent also a conversation (NoConversation before a turn
+        of its harness has named one) and no turn running (SessionBusy: two processes of the
+        harness would write one conversation at once)."""
         session = self._running(ref)
+        if not agent:
+            return session
+        if session.state is not S.IDLE:
+            raise SessionBusy(
+                f"session {session.name} is running a turn: wait for it (hangar session wait "
+                f"{session.name}) before talking to the agent; a shell works meanwhile",
+                session=session.name, state=session.state.value,
+            )  # fmt: skip
         if not session.harness_session:
             raise NoConversation(
                 f"session {session.name} has no {session.harness} conversation to resume yet; "
                 f"send it a message first (hangar session send {session.name} ...)",
                 session=session.name, harness=session.harness,
             )  # fmt: skip
-        return self._turns.interactive(session)
+        return session
+
+    def agent_command(self, ref: str) -> Invocation:
+        """What the terminal's agent mode runs (through :meth:`exec`): the session's harness
+        resuming its conversation interactively, with the model and the whole environment a
+        turn gets (variables, opened secrets, ``$HANGAR_IO``, the harness's settings) in
+        ``env``, for the process environment; the harness's configuration files are written
+        under HOME first. The errors of :meth:`require_running` with ``agent``."""
+        return self._turns.interactive(self.require_running(ref, agent=True))
 
     @contextlib.contextmanager
     def shell_lease(self, session_id: str) -> Iterator[None]:

@@ -31,7 +31,9 @@ export async function openTerminal(box, name, mode, onEnd) {
   fit.fit();
   let ws = null;
   try {
-    const { ticket } = await call("POST", sessionPath(name, "terminal-ticket"));
+    // Asked with the mode, so what keeps the terminal closed is said here (a browser is told
+    // nothing of a refused websocket).
+    const { ticket } = await call("POST", sessionPath(name, "terminal-ticket"), { mode });
     const url = new URL(sessionPath(name, "terminal"), location.href);
     url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
     url.search = new URLSearchParams({ ticket, mode, rows: String(term.rows), cols: String(term.cols) });
