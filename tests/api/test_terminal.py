@@ -153,6 +153,10 @@ def test_the_agent_mode_resumes_the_sessions_conversation_with_a_turns_environme
         ws.send_bytes(b"hello there\n")
         while b"agy heard: hello there" not in seen:
             seen += ws.receive_bytes()
+        # Meanwhile no turn starts: it would write the conversation being talked in.
+        busy = api.post("/api/sessions/demo/send", json={"message": "and now"})
+        assert (busy.status_code, busy.json()["error"]["code"]) == (409, "session_busy")
+        assert "talking to" in busy.json()["error"]["message"]
         ws.send_bytes(b"/exit\n")
         with pytest.raises(WebSocketDisconnect) as closed:
             while True:

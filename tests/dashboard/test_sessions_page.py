@@ -254,6 +254,8 @@ def test_a_session_page_sends_a_message_and_shows_the_new_turns_summary_when_it_
         expect(rows).to_contain_text("Added a second line to notes.txt.", timeout=60_000)
         page.locator("#terminal").click()
         page.keyboard.type("what comes next")
+        # Enter once the line shows: keys that come in a burst read as a paste to Codex.
+        expect(rows).to_contain_text("what comes next")
         page.keyboard.press("Enter")
         expect(rows).to_contain_text("Next: the tests.", timeout=60_000)
 
@@ -416,6 +418,8 @@ def test_talking_to_the_agent_here_resumes_the_harness_own_conversation(
         expect(rows).to_contain_text("Notes started.", timeout=60_000)  # its own history
         page.locator("#terminal").click()
         page.keyboard.type("what comes next")
+        # Enter once the line shows: keys that come in a burst read as a paste to Codex.
+        expect(rows).to_contain_text("what comes next")
         page.keyboard.press("Enter")
         expect(rows).to_contain_text("Next: the tests.", timeout=60_000)
         assert api(server, "GET", "/api/sessions/talk")["open_terminals"] == 1

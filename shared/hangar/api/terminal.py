@@ -172,8 +172,9 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
     service = runtime.sessions
 
     def admit(ref: str, q: Mapping[str, str]) -> tuple[str, list[str], dict[str, str] | None]:
-        """The session's id, the command and its extra environment, once the ticket is used up
-        and everything checked; a HangarError to deny the upgrade with otherwise."""
+        """The session's id, the command and its extra environment (None for a shell; the
+        agent's has one), once the ticket is used up and everything checked; a HangarError to
+        deny the upgrade with otherwise."""
         if "ticket" not in q and "token" in q:
             raise Unauthorized("?token= is not accepted here: get a ticket with POST "
                                "/api/sessions/{ref}/terminal-ticket and pass ?ticket=")  # fmt: skip
@@ -210,7 +211,7 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
         def run() -> None:
             try:
                 code = service.exec(session_id, argv, stdin=stdin(), stdout=screen,
-                                    stderr=screen, env=env)  # fmt: skip
+                                    stderr=screen, env=env, agent=env is not None)  # fmt: skip
                 close.append((1000, f"exit {code}"))
             except ClientGone:
                 close.append((1000, "client gone"))

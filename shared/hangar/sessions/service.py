@@ -24,10 +24,9 @@ import binascii
 import contextlib
 import json
 import logging
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, BinaryIO
 
 from hangar import agent
@@ -38,13 +37,11 @@ from hangar.errors import (
     HangarError,
     InvalidInput,
     InvalidState,
-    NoConversation,
     NotFound,
     SandboxError,
     SandboxNotFound,
     SessionBusy,
     SessionNotFound,
-    SessionNotRunning,
 )
 from hangar.exchange.artifacts import Listed
 from hangar.exchange.progress import ProgressLine, read_progress
@@ -65,7 +62,6 @@ from hangar.models import (
     StartKind,
     TickDue,
     Turn,
-    utcnow,
 )
 from hangar.sandboxes import HANGAR_TMP, Sandboxes, SandboxInfo, SandboxUser
 from hangar.sessions.checkpoints import Checkpointer
@@ -80,6 +76,7 @@ from hangar.sessions.records import Records
 from hangar.sessions.restore import Restorer
 from hangar.sessions.sandbox import SESSION_LABEL, Provisioner, sandbox_alive, take_checkpoint
 from hangar.sessions.schedule import Schedule
+from hangar.sessions.shells import Shells, talking
 from hangar.sessions.startup import Startup
 from hangar.sessions.suspends import Suspends
 from hangar.sessions.transitions import Transitions
@@ -93,8 +90,6 @@ __all__ = ["SESSION_LABEL", "SessionService", "Started"]
 
 logger = logging.getLogger(__name__)
 
-EXEC_TOUCH_SECONDS = 30.0
-Leases = dict[str, datetime]
 MAX_IDLE_MINUTES = 10_080
 
 
@@ -146,6 +141,8 @@ class SessionService:
         )  # fmt: skip
         self._suspends = Suspends(sandboxes, self.checkpointer, self._provisioner,
                                   self._records, self._transitions, self._schedule)  # fmt: skip
+        self._shells = Shells(settings, sandboxes, self.environments, self._records,
+                              self._schedule, self._turns)  # fmt: skip
         self._forks = Forks(db, sandboxes, self.checkpointer, self._records, self._startup)
         self._housekeeping = Housekeeping(
             settings, db, sandboxes, self.checkpointer, self._records, self._transitions,
@@ -259,9 +256,17 @@ class SessionService:
         checked against ``output_schema`` (default: the session's), with ``context`` (as for
         :meth:`new`); answers at once. Exactly
         one of two concurrent sends wins; the other gets SessionBusy. The send is the answer
-        to a question the last turn asked (``needs_input``), cleared once the turn starts."""
+        to a question the last turn asked (``needs_input``), cleared once the turn starts.
+        SessionBusy while someone talks to the agent in a terminal (a turn would write the
+        same conversation)."""
         _check_message(message)
         session = self.resolve(ref)
+        if talking(session):
+            raise SessionBusy(
+                f"someone is talking to session {session.name}'s agent in a terminal: a turn "
+                "would write the same conversation; close that terminal first",
+                session=session.name,
+            )  # fmt: skip
         changes = switch(session, harness, model)
         if output_schema is not None:
             changes["output_schema"] = check_schema(output_schema)
@@ -471,14 +476,7 @@ class SessionService:
     # -- using the sandbox ------------------------------------------------------------------
 
     def _running(self, ref: str) -> Session:
-        session = self.resolve(ref)
-        if session.state not in (S.IDLE, S.ACTIVE) or not sandbox_alive(self.sandboxes, session):
-            raise SessionNotRunning(
-                f"session {session.name} has no sandbox ({session.state.value}); open it first "
-                f"(hangar session open {session.name})", session=session.name,
-                state=session.state.value,
-            )  # fmt: skip
-        return session
+        return self._shells.running(ref)
 
     def patch(self, ref: str) -> bytes:
         """The session's change, base to working tree with untracked files: live from the
@@ -515,101 +513,29 @@ class SessionService:
         stderr: BinaryIO | None = None,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
+        agent: bool = False,
     ) -> int:
-        """Run a command in the session's repo folder, as the agent, with the environment's
-        variables (never its secrets) and ``env`` on top, through the process environment.
-        SessionNotRunning when the session has no sandbox (open it first). Holds a shell
-        lease: counts as activity for as long as it runs. Returns its exit status."""
-        if not argv:
-            raise InvalidInput("exec needs a command")
-        session = self._running(ref)
-        assert session.sandbox_id is not None
-        environment = self.environments.require(session.environment)
-        with self.shell_lease(session.id):
-            result = self.sandboxes.exec(
-                session.sandbox_id, argv, stdin=stdin, stdout=stdout, stderr=stderr,
-                env={**environment.vars, **(env or {})}, cwd=repo_dir_for(session.repo or ""),
-                timeout=timeout,
-            )  # fmt: skip
-        return result.exit_code
+        """Run a command in the session's repo folder, as the agent, holding a lease while it
+        runs (see :meth:`Shells.exec <hangar.sessions.shells.Shells.exec>`); its exit status."""
+        return self._shells.exec(ref, argv, stdin=stdin, stdout=stdout, stderr=stderr,
+                                 timeout=timeout, env=env, agent=agent)  # fmt: skip
 
     def require_running(self, ref: str, *, agent: bool = False) -> Session:
-        """The session, if a terminal can open on it now: a shell needs a sandbox
-        (SessionNotRunning else); the agent also a conversation (NoConversation before a turn
-        of its harness has named one) and no turn running (SessionBusy: two processes of the
-        harness would write one conversation at once)."""
-        session = self._running(ref)
-        if not agent:
-            return session
-        if session.state is not S.IDLE:
-            raise SessionBusy(
-                f"session {session.name} is running a turn: wait for it (hangar session wait "
-                f"{session.name}) before talking to the agent; a shell works meanwhile",
-                session=session.name, state=session.state.value,
-            )  # fmt: skip
-        if not session.harness_session:
-            raise NoConversation(
-                f"session {session.name} has no {session.harness} conversation to resume yet; "
-                f"send it a message first (hangar session send {session.name} ...)",
-                session=session.name, harness=session.harness,
-            )  # fmt: skip
-        return session
+        """The session, if a terminal (the agent's with ``agent``) can open on it now; see
+        :meth:`Shells.require <hangar.sessions.shells.Shells.require>`."""
+        return self._shells.require(ref, agent=agent)
 
     def agent_command(self, ref: str) -> Invocation:
-        """What the terminal's agent mode runs (through :meth:`exec`): the session's harness
-        resuming its conversation interactively, with the model and the whole environment a
-        turn gets (variables, opened secrets, ``$HANGAR_IO``, the harness's settings) in
-        ``env``, for the process environment; the harness's configuration files are written
-        under HOME first. The errors of :meth:`require_running` with ``agent``."""
-        return self._turns.interactive(self.require_running(ref, agent=True))
+        """What the terminal's agent mode runs (through :meth:`exec` with ``agent``); see
+        :meth:`Shells.agent_command <hangar.sessions.shells.Shells.agent_command>`."""
+        return self._shells.agent_command(ref)
 
-    @contextlib.contextmanager
-    def shell_lease(self, session_id: str) -> Iterator[None]:
-        """Hold an open-shell lease on the session while the block runs (a shell or terminal):
-        the session is in use, so it never suspends for idleness meanwhile. The lease is added
-        and removed alone (other shells' leases are never rewritten), refreshed every
-        EXEC_TOUCH_SECONDS, and expires by itself if this process dies."""
-        import threading
+    def shell_lease(self, session_id: str) -> contextlib.AbstractContextManager[None]:
+        """Hold a shell lease on the session while the block runs (activity)."""
+        return self._shells.lease(session_id)
 
-        lease = uuid.uuid4().hex[:12]
-        stop = threading.Event()
-
-        def hold() -> None:
-            expiry = utcnow() + timedelta(seconds=2 * EXEC_TOUCH_SECONDS)
-            self._touch(session_id, lambda shells: {**_live(shells), lease: expiry})
-
-        def keep_holding() -> None:
-            while not stop.wait(EXEC_TOUCH_SECONDS):
-                try:
-                    hold()
-                except HangarError:
-                    logger.warning("could not renew shell lease %s of %s", lease, session_id)
-
-        hold()
-        keeper = threading.Thread(target=keep_holding, daemon=True)
-        keeper.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            keeper.join()
-            self._touch(session_id, lambda shells: {k: v for k, v in _live(shells).items()
-                                                    if k != lease})  # fmt: skip
-
-    def _touch(self, session_id: str, shells: Callable[[Leases], Leases] | None = None) -> None:
-        """Record use through hangar (activity), extending the sandbox's TTL; ``shells``
-        changes the shell leases of the record as it is now."""
-        ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
-
-        def change(current: Session) -> dict[str, object]:
-            changes: dict[str, object] = {"last_active_at": utcnow(),
-                                          "sandbox_expires_at": utcnow() + ttl}  # fmt: skip
-            if shells is not None:
-                changes["shells"] = shells(current.shells)
-            return changes
-
-        session = self._records.modify(session_id, change)
-        self._schedule.idle(session)
+    def _touch(self, session_id: str) -> None:
+        self._shells.touch(session_id)
 
     # -- housekeeping -----------------------------------------------------------------------
 
@@ -629,11 +555,6 @@ class SessionService:
         """Destroy every sandbox whose session's TTL has passed (not during a turn), each
         through the pre-destroy hook, concurrently. Returns the destroyed sandboxes' ids."""
         return self._housekeeping.reap()
-
-
-def _live(shells: Leases) -> Leases:
-    now = utcnow()
-    return {k: v for k, v in shells.items() if v > now}
 
 
 PAGE = 500

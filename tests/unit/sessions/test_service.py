@@ -5,6 +5,7 @@ conversation in HOME), so whole lifecycles run in seconds without a model."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +142,11 @@ def test_a_turn_that_fails_to_start_leaves_the_session_idle_with_its_housekeepin
     monkeypatch.setattr("hangar.sessions.turns.start_turn", refuse)
     world.service.send("demo", "next")
     assert world.service.wait("demo", timeout=60, poll=0.05).error_code == "sandbox_error"
-    session = world.service.get("demo")
+    # The turn is recorded failed first, then the session goes back to IDLE: wait for both.
+    deadline = time.monotonic() + 30
+    while (session := world.service.get("demo")).state is SessionState.STARTING:
+        assert time.monotonic() < deadline, "the session stayed STARTING"
+        time.sleep(0.02)
     assert session.state is SessionState.IDLE and session.sandbox_id
     assert session.turns[-1].outcome is TurnOutcome.FAILED
     assert {f"idle:{session_id}", "reap"} <= set(world.ticks.due)
