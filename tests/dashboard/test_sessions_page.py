@@ -253,8 +253,9 @@ def test_a_session_page_sends_a_message_and_shows_the_new_turns_summary_when_it_
         rows = page.locator("#terminal .xterm-rows")
         expect(rows).to_contain_text("Added a second line to notes.txt.", timeout=60_000)
         page.locator("#terminal").click()
-        page.keyboard.type("what comes next")
-        # Enter once the line shows: keys that come in a burst read as a paste to Codex.
+        # Typed as a person types: to some of these TUIs keys that come in a burst read as a
+        # paste, and an Enter right after one is a new line, not a send.
+        page.keyboard.type("what comes next", delay=40)
         expect(rows).to_contain_text("what comes next")
         page.keyboard.press("Enter")
         expect(rows).to_contain_text("Next: the tests.", timeout=60_000)
@@ -402,7 +403,7 @@ def test_a_session_that_failed_to_start_says_why_and_offers_resume_again(
 
 
 @pytest.mark.harness
-@pytest.mark.parametrize(("harness", "model"), [("codex", "gpt-5-codex"), ("pi", "stub-model")])
+@pytest.mark.parametrize(("harness", "model"), [("pi", "stub-model")])
 def test_talking_to_the_agent_here_resumes_the_harness_own_conversation(
     harness_server: Server, remote: Path, page: Page, harness: str, model: str
 ) -> None:
@@ -417,8 +418,9 @@ def test_talking_to_the_agent_here_resumes_the_harness_own_conversation(
         rows = page.locator("#terminal .xterm-rows")
         expect(rows).to_contain_text("Notes started.", timeout=60_000)  # its own history
         page.locator("#terminal").click()
-        page.keyboard.type("what comes next")
-        # Enter once the line shows: keys that come in a burst read as a paste to Codex.
+        # Typed as a person types: to some of these TUIs keys that come in a burst read as a
+        # paste, and an Enter right after one is a new line, not a send.
+        page.keyboard.type("what comes next", delay=40)
         expect(rows).to_contain_text("what comes next")
         page.keyboard.press("Enter")
         expect(rows).to_contain_text("Next: the tests.", timeout=60_000)
