@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +16,9 @@ from emulators.model import ModelStub
 from hangar.dashboard import POLICY
 from tests.dashboard.conftest import admin_token, screenshot, sign_in
 from tests.e2e.conftest import Server
+from tests.e2e.test_acceptance import add_env, until
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
-
-
-def until(predicate: Callable[[], bool], timeout: float = 60) -> None:
-    """Wait, bounded, for what another process does (the server's side of a socket)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
-def add_env(server: Server, remote: Path) -> None:
-    server.ok("env", "add", "app", "--repo", str(remote), "--var", "GIT_AUTHOR_NAME=Agent",
-              "--var", "GIT_AUTHOR_EMAIL=agent@example.com", "--var", "GIT_COMMITTER_NAME=Agent",
-              "--var", "GIT_COMMITTER_EMAIL=agent@example.com")  # fmt: skip
 
 
 def new(server: Server, name: str, message: str, *extra: str) -> None:
@@ -208,23 +193,13 @@ CLAUDE_SCENARIO = {
 }  # fmt: skip
 
 
-def stub_env(server: Server, remote: Path, stub: ModelStub) -> None:
-    """Environment ``app`` with every harness's model API pointed at the stub."""
-    server.ok("env", "add", "app", "--repo", str(remote), "--var",
-              f"ANTHROPIC_BASE_URL={stub.url}", "--var", f"OPENAI_BASE_URL={stub.url}/v1",
-              "--secret", "ANTHROPIC_API_KEY=sk-stub", "--secret", "OPENAI_API_KEY=sk-stub",
-              "--host-port", str(stub.port), "--var", "GIT_AUTHOR_NAME=Agent", "--var",
-              "GIT_AUTHOR_EMAIL=agent@example.com", "--var", "GIT_COMMITTER_NAME=Agent",
-              "--var", "GIT_COMMITTER_EMAIL=agent@example.com")  # fmt: skip
-
-
 @pytest.mark.harness
 def test_a_session_page_sends_a_message_and_shows_the_new_turns_summary_when_it_ends(
     harness_server: Server, remote: Path, page: Page
 ) -> None:
     server = harness_server
     with ModelStub(CLAUDE_SCENARIO) as stub:
-        stub_env(server, remote, stub)
+        add_env(server, remote, stub)
         server.ok("session", "new", "notes", "start the notes", "--env", "app", "--harness",
                   "claude", "--model", "claude-sonnet-4-5", "-w")  # fmt: skip
         sign_in(page, server)
@@ -409,7 +384,7 @@ def test_talking_to_the_agent_here_resumes_the_harness_own_conversation(
 ) -> None:
     server = harness_server
     with ModelStub(CLAUDE_SCENARIO) as stub:
-        stub_env(server, remote, stub)
+        add_env(server, remote, stub)
         server.ok("session", "new", "talk", "start the notes", "--env", "app", "--harness",
                   harness, "--model", model, "-w")  # fmt: skip
         sign_in(page, server)

@@ -19,11 +19,12 @@ from hangar.exchange.context import ContextItem
 from hangar.exchange.uploads import Upload
 from hangar.harnesses import get_harness
 from hangar.models import Checkpoint, ContextKind, ContextRef, Environment, Session
-from hangar.models import SessionDetail, Turn, utcnow
+from hangar.models import SessionDetail, Turn
 from hangar.redact import redact
 from hangar.sandboxes import SandboxInfo
 from hangar.sessions.environments import loopback_warnings
 from hangar.sessions.service import MAX_IDLE_MINUTES, SESSION_LABEL
+from hangar.sessions.shells import live
 
 MAX_TURN = 1_000_000
 """No session gets near it; numbers past it are refused before any lookup."""
@@ -337,7 +338,7 @@ class SessionSummary(BaseModel):
             start_error=s.start_error.model_dump(mode="json") if s.start_error else None,
             checkpoint_error=s.checkpoint_error, restored_from=s.restored_from,
             turn_count=s.turn_count,
-            open_terminals=sum(1 for expiry in s.shells.values() if expiry > utcnow()),
+            open_terminals=len(live(s.shells)),
             restore_skipped=[k.model_dump() for k in s.restore_skipped],
             resume_hint=hint, summary=summary,
         )  # fmt: skip

@@ -23,7 +23,6 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 STATIC = Path(__file__).with_name("static")
-VENDOR = STATIC / "vendor"
 
 POLICY = "; ".join([
     "default-src 'none'",
@@ -76,8 +75,3 @@ def routes() -> list[BaseRoute]:
     pages: list[BaseRoute] = [Route(path, _page, methods=["GET", "HEAD"]) for path in PAGES]
     static = StaticFiles(directory=STATIC, check_dir=False)
     return [*pages, Mount("/static", app=_Secured(static), name="static")]
-
-
-def assets_built() -> bool:
-    """Whether ``make assets`` put the terminal's library in place."""
-    return (VENDOR / "xterm.js").is_file()

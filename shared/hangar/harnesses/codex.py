@@ -6,7 +6,8 @@ thread id). Approvals and Codex's own sandbox are off
 (``--dangerously-bypass-approvals-and-sandbox``): the hangar sandbox is the boundary. Only the
 Responses wire API works with custom endpoints: when the turn's environment has
 ``OPENAI_BASE_URL``, a ``hangar`` provider pointing at it (key from ``OPENAI_API_KEY``) is set
-with ``-c`` overrides, so no config file is written; such a turn needs a model (HarnessError
+with ``-c`` overrides (the one config file written, ``~/.codex/config.toml``, marks the repo
+folder trusted); such a turn needs a model (HarnessError
 without one: Codex's default is one of OpenAI's own, and it would do nothing there). Conversations live in
 ``~/.codex/sessions/YYYY/MM/DD/rollout-*-<id>.jsonl``. Interactively (the terminal's agent mode)
 it is ``codex resume ID`` with the same model and provider, approvals on (a person answers

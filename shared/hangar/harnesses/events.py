@@ -84,14 +84,19 @@ class EventLines:
     (UTF-8). :meth:`close` renders a last line that had no newline."""
 
     def __init__(self) -> None:
-        self._partial = b""
+        self._partial: list[bytes] = []  # the pieces of a line not ended yet, joined once
 
     def feed(self, chunk: bytes) -> bytes:
-        *whole, self._partial = (self._partial + chunk).split(b"\n")
+        head, *rest = chunk.split(b"\n")
+        if not rest:
+            self._partial.append(head)
+            return b""
+        whole = [b"".join([*self._partial, head]), *rest[:-1]]
+        self._partial = [rest[-1]]
         return self._render(whole)
 
     def close(self) -> bytes:
-        rest, self._partial = self._partial, b""
+        rest, self._partial = b"".join(self._partial), []
         return self._render([rest])
 
     @staticmethod

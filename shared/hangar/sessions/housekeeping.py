@@ -42,6 +42,7 @@ from hangar.sessions.records import Records
 from hangar.sessions.sandbox import sandbox_alive, take_checkpoint
 from hangar.sessions.schedule import REAP_SECONDS, ClaimTick, IdleTick, IntervalTick, ReapTick
 from hangar.sessions.schedule import Schedule, StartTick, WatchTick, later, parse
+from hangar.sessions.shells import live
 from hangar.sessions.startup import Startup
 from hangar.sessions.suspends import Suspends
 from hangar.sessions.transitions import Transitions
@@ -156,7 +157,7 @@ class Housekeeping:
         if session.state is not S.IDLE or not session.sandbox_id or session.idle_minutes == 0:
             return
         quiet_until = self.schedule.idle_due(session)
-        leases = [expiry for expiry in session.shells.values() if expiry > utcnow()]
+        leases = list(live(session.shells).values())
         if leases:
             quiet_until = max(quiet_until, *leases)
         if utcnow() < quiet_until:

@@ -300,7 +300,7 @@ class SessionService:
         if changes:
             session = self._transitions.switch_harness(session, **changes)
         if session.state in (S.IDLE, S.ACTIVE) and sandbox_alive(self.sandboxes, session):
-            self._touch(session.id)
+            self._shells.touch(session.id)
             return self.resolve(ref)
         if session.state is S.STARTING:
             return session  # on its way already
@@ -529,13 +529,6 @@ class SessionService:
         """What the terminal's agent mode runs (through :meth:`exec` with ``agent``); see
         :meth:`Shells.agent_command <hangar.sessions.shells.Shells.agent_command>`."""
         return self._shells.agent_command(ref)
-
-    def shell_lease(self, session_id: str) -> contextlib.AbstractContextManager[None]:
-        """Hold a shell lease on the session while the block runs (activity)."""
-        return self._shells.lease(session_id)
-
-    def _touch(self, session_id: str) -> None:
-        self._shells.touch(session_id)
 
     # -- housekeeping -----------------------------------------------------------------------
 
