@@ -107,6 +107,24 @@ def test_a_bad_page_size_or_cursor_is_invalid_input(api: TestClient) -> None:
         assert refused(api.get("/api/sessions", params={"cursor": cursor}))["field"] == "cursor"
 
 
+def test_a_cursor_asked_with_other_filters_than_it_was_made_with_is_invalid_input(
+    api: TestClient, runtime: Runtime
+) -> None:
+    for i in range(6):
+        runtime.db.create_session(make_session(f"web-{i}", minute=i, state=SessionState.IDLE))
+    first = api.get("/api/sessions", params={"prefix": "web-", "limit": 2}).json()
+    cursor = first["next_cursor"]
+    for other in ({}, {"prefix": "web-1"}, {"state": "idle", "prefix": "web-"}, {"state": "idle"}):
+        error = refused(api.get("/api/sessions", params={**other, "cursor": cursor, "limit": 2}))
+        assert error["field"] == "cursor" and error["made_for"] == {"state": None, "prefix": "web-"}
+        assert "prefix='web-'" in error["message"], error
+    same = api.get("/api/sessions", params={"prefix": "web-", "limit": 2, "cursor": cursor})
+    assert [s["name"] for s in same.json()["sessions"]] == ["web-3", "web-2"]
+    unfiltered = api.get("/api/sessions", params={"limit": 2}).json()["next_cursor"]
+    error = refused(api.get("/api/sessions", params={"state": "idle", "cursor": unfiltered}))
+    assert error["made_for"] == {"state": None, "prefix": None}
+
+
 @pytest.mark.sandbox
 def test_out_of_range_numbers_are_refused_and_change_nothing(
     api: TestClient, remote: Path

@@ -192,16 +192,17 @@ class SessionService:
         """One page of sessions, newest first, and the cursor of the next (None: the last);
         only those in ``state``, and only those whose name starts with ``prefix``
         (case-sensitive; empty: every name), when given. A cursor goes on after the session it
-        names: with the same filters, paging sees each matching session once. InvalidInput
-        (naming the field) for a cursor this service did not make, or a prefix with a NUL
-        byte or longer than a name can be."""
+        names, and holds the filters it was made with: paging sees each matching session once.
+        InvalidInput (naming the field) for a cursor this service did not make or made for
+        other filters, or a prefix with a NUL byte or longer than a name can be."""
         if prefix:
             _check_prefix(prefix)
-        after = _decode_cursor(cursor) if cursor else None
+        filters = (None if state is None else S(state).value, prefix or None)
+        after = _decode_cursor(cursor, filters) if cursor else None
         sessions = self.db.page_sessions(limit + 1, after, state=state, prefix=prefix or None)
         more = len(sessions) > limit
         sessions = sessions[:limit]
-        return sessions, (_encode_cursor(sessions[-1]) if more and sessions else None)
+        return sessions, (_encode_cursor(sessions[-1], filters) if more and sessions else None)
 
     # -- starting work ----------------------------------------------------------------------
 
@@ -553,8 +554,12 @@ class SessionService:
 PAGE = 500
 
 
-def _encode_cursor(last: Session) -> str:
-    raw = json.dumps([last.created_at.isoformat(), last.id]).encode()
+_Filters = tuple[str | None, str | None]
+"""A list's state (its value) and name prefix, None where not given."""
+
+
+def _encode_cursor(last: Session, filters: _Filters) -> str:
+    raw = json.dumps([last.created_at.isoformat(), last.id, *filters]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -567,13 +572,23 @@ def _check_prefix(prefix: str) -> None:
                            field="prefix", limit=NAME_MAX)  # fmt: skip
 
 
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+def _decode_cursor(cursor: str, filters: _Filters) -> tuple[datetime, str]:
+    """Where ``cursor`` goes on from; InvalidInput if this service did not make it, or made it
+    for a list with other filters (it would go on from a place that list never showed)."""
     try:
-        at, session_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        return datetime.fromisoformat(at), str(session_id)
+        at, session_id, *made_for = json.loads(
+            base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        after = datetime.fromisoformat(at), str(session_id)
+        was = dict(zip(("state", "prefix"), made_for or (None, None), strict=True))
     except (ValueError, TypeError, binascii.Error):
         raise InvalidInput(f"cursor {cursor[:40]!r} is not one this server made",
                            field="cursor") from None  # fmt: skip
+    if (was["state"], was["prefix"]) != filters:
+        raise InvalidInput(
+            "cursor was made for a list with other filters (" +
+            ", ".join(f"{k}={v!r}" for k, v in was.items()) + "); ask with the same ones, "
+            "or start again without a cursor", field="cursor", made_for=was)
+    return after
 
 
 def _title(message: str) -> str:
