@@ -13,10 +13,10 @@ from tests.cli.conftest import Cli, Server, _serve_command
 from tests.conftest import GIT_IDENTITY
 
 
-def hangar(*argv: str, keys: bytes) -> tuple[int, bytes, bytes]:
+def hangar(*argv: str, keys: bytes, end: bool = False) -> tuple[int, bytes, bytes]:
     """The CLI in a process of its own (the terminal reads and writes its file descriptors),
-    typed ``keys`` and left to end by itself: input stays open, as a person's would (its end
-    closes the terminal at once)."""
+    typed ``keys`` and left to end by itself: input stays open, as a person's would, unless
+    ``end`` (then it ends after the keys, as a pipe's does)."""
     proc = subprocess.Popen([*_serve_command(), *argv], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=dict(os.environ))  # fmt: skip
@@ -24,7 +24,15 @@ def hangar(*argv: str, keys: bytes) -> tuple[int, bytes, bytes]:
     try:
         proc.stdin.write(keys)
         proc.stdin.flush()
-        code = proc.wait(timeout=120)
+        if end:
+            proc.stdin.close()
+        try:
+            code = proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"the terminal did not end; it showed {proc.stdout.read()!r}, "
+                                 f"and said {proc.stderr.read()!r}") from None  # fmt: skip
         return code, proc.stdout.read(), proc.stderr.read()
     finally:
         proc.kill()
@@ -46,6 +54,11 @@ def test_the_terminal_opens_with_a_ticket_as_a_shell_or_as_the_agent(
                                     keys=b"echo marker-$((6*7)); exit 4\n")  # fmt: skip
     assert status == 4, errors
     assert b"marker-42" in screen
+    # input that ends (a pipe): what it typed runs to its end, then the shell ends as on Ctrl-D
+    status, screen, errors = hangar("session", "shell", "demo", end=True,
+                                    keys=b"true; echo piped-$((6*7)); (exit 3)\n")  # fmt: skip
+    assert status == 3, (errors, screen)
+    assert b"piped-42" in screen
 
     conversation = json.loads(cli("session", "get", "demo", "--json")[1])["harness_session"]
     for argv in (("session", "shell", "demo", "--agent"), ("session", "shell", "--agent", "demo")):

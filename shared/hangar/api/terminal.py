@@ -26,7 +26,10 @@ which gives it a pseudo terminal inside the sandbox, sized by the ``rows`` and `
 parameters, with ``TERM`` from ``term``, as the agent, in the repo folder. A session without a
 sandbox is 409 ``session_not_running`` (open it first). Frames:
 
-- client to server: binary (or text) frames are keystrokes, passed through unchanged;
+- client to server: binary (or text) frames are keystrokes, passed through unchanged; an empty
+  frame ends the input, as a closed pipe does (``script`` then sends the program its
+  end-of-file key once the terminal is in line mode, so ``bash -i`` ends after what came
+  before it), and the output still comes until the program ends;
 - server to client: binary frames are the terminal's output;
 - when the program ends the server closes with code 1000 and the reason ``exit N``; when it
   could not run, with 1011 and the reason ``CODE: MESSAGE``. Closing the socket ends it.
@@ -227,16 +230,23 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
                     pass  # the server is stopping
 
         async def forward_keys() -> None:
+            open_input = True
             try:
                 while True:
                     message = await ws.receive()
                     if message["type"] == "websocket.disconnect":
                         return
-                    data = message.get("bytes") or (message.get("text") or "").encode()
-                    if data:
+                    data = message.get("bytes")
+                    if data is None:
+                        data = (message.get("text") or "").encode()
+                    if open_input and not data:  # an empty frame: end of input
+                        keys.put(None)
+                        open_input = False
+                    elif open_input:
                         keys.put(data)
             finally:
-                keys.put(None)  # end of input: the shell ends
+                if open_input:
+                    keys.put(None)  # end of input: the shell ends
 
         threading.Thread(target=run, name="hangar-terminal", daemon=True).start()
         async with anyio.create_task_group() as tasks:

@@ -5,7 +5,10 @@ the websocket with ``?ticket=`` (the token never goes in the URL) and ``mode=she
 ``--agent``, ``mode=agent`` (the session's harness resuming its conversation). The local
 terminal goes into raw mode (restored on the way out), keystrokes go up as binary frames and
 output comes down the same way; the exit status is the program's, from the close reason
-(``exit N``).
+(``exit N``). When standard input ends (a pipe or a file; a terminal in raw mode never does),
+the server is told with an empty frame, the program gets end-of-file as from a closed pipe,
+and the output is read until it ends: ``echo make | hangar session shell NAME`` shows all
+that ``make`` prints, then the shell ends.
 """
 
 from __future__ import annotations
@@ -52,8 +55,8 @@ def terminal(api: Client, name: str, mode: str = "shell") -> int:
                 continue
             data = os.read(fd_in, 4096)
             try:
-                if not data:  # end of input ends the shell
-                    ws.close()
+                if not data:  # end of input: an empty frame says so, and the output comes
+                    ws.send(b"")  # on until the program ends (bash -i ends on it)
                     return
                 ws.send(data)
             except ConnectionClosed:
