@@ -15,7 +15,7 @@ import pytest
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
-from hangar.api import tickets
+from hangar.api import terminal, tickets
 from hangar.api.auth import secret_hash
 from hangar.models import Session, Token, utcnow
 from hangar.runtime import Runtime
@@ -191,6 +191,29 @@ def test_the_agent_mode_resumes_the_sessions_conversation_with_a_turns_environme
     path = f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}&mode=agent"
     status, code, message = refused(api, path)
     assert (status, code) == (409, "no_conversation") and "send it a message" in message
+
+
+@pytest.mark.sandbox
+def test_a_program_left_running_when_its_client_goes_is_killed_and_lets_the_session_go(
+    api: TestClient, runtime: Runtime, remote: Path
+) -> None:
+    add_env(api, remote)
+    new_session(api, "demo", "hi")
+    wait_turn(api, "demo", 1)
+    session_id = api.get("/api/sessions/demo").json()["id"]
+    # sleep neither reads its input nor writes: the end of input alone would never end it
+    with TestClient(api.app).websocket_connect(
+            f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as ws:
+        ws.send_bytes(b"echo sleeping; sleep 6061\n")
+        seen = b""
+        while b"\rsleeping" not in seen:  # the output, after the echo of the typed line
+            seen += ws.receive_bytes()
+        assert runtime.db.get_session(session_id).shells
+    gone_by = time.monotonic() + terminal.HANGUP_SECONDS + 30
+    while runtime.db.get_session(session_id).shells:
+        assert time.monotonic() < gone_by, "the terminal's lease outlived its client"
+        time.sleep(0.05)
+    assert runtime.sessions.exec("demo", ["pgrep", "-f", "sleep 606[1]"]) == 1  # none left
 
 
 def test_a_ticket_asked_for_a_mode_is_refused_now_when_that_terminal_could_not_open(

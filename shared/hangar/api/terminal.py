@@ -32,7 +32,10 @@ sandbox is 409 ``session_not_running`` (open it first). Frames:
   before it), and the output still comes until the program ends;
 - server to client: binary frames are the terminal's output;
 - when the program ends the server closes with code 1000 and the reason ``exit N``; when it
-  could not run, with 1011 and the reason ``CODE: MESSAGE``. Closing the socket ends it.
+  could not run, with 1011 and the reason ``CODE: MESSAGE``. Closing the socket hangs up:
+  the program's input ends, and if it has not ended :data:`HANGUP_SECONDS` later (an editor,
+  a ``sleep``: nobody would see it, and its lease would keep the session up) it is killed
+  with everything it started.
 
 A refused upgrade is an HTTP error with the usual JSON body (401, 404, 409, 400) where the
 server can send one, else a close before accepting with code 4000 + the status. An open
@@ -86,6 +89,8 @@ QUERY = [
     Query("term", "string", "TERM for the shell (default xterm-256color)"),
 ]
 MODES = ("shell", "agent")
+HANGUP_SECONDS = 5.0
+"""How long a terminal's program has to end by itself once its client has gone."""
 SHELL = ["bash", "-i"]
 _TERM = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
 
@@ -206,6 +211,7 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
         token = anyio.lowlevel.current_token()
         screen = cast(BinaryIO, _Screen(ws, token))
         close: list[tuple[int, str]] = []
+        hang_up = threading.Event()
 
         def stdin() -> Iterator[bytes]:
             while (chunk := keys.get()) is not None:
@@ -214,7 +220,8 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
         def run() -> None:
             try:
                 code = service.exec(session_id, argv, stdin=stdin(), stdout=screen,
-                                    stderr=screen, env=env, agent=env is not None)  # fmt: skip
+                                    stderr=screen, env=env, agent=env is not None,
+                                    cancel=hang_up)  # fmt: skip
                 close.append((1000, f"exit {code}"))
             except ClientGone:
                 close.append((1000, "client gone"))
@@ -244,9 +251,13 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
                         open_input = False
                     elif open_input:
                         keys.put(data)
-            finally:
+            finally:  # the client went, or this handler is cancelled, or the program ended
                 if open_input:
                     keys.put(None)  # end of input: the shell ends
+                if not ended.is_set():  # a timer, not a task: this handler may be going away
+                    timer = threading.Timer(HANGUP_SECONDS, hang_up.set)  # then it is killed
+                    timer.daemon = True
+                    timer.start()
 
         threading.Thread(target=run, name="hangar-terminal", daemon=True).start()
         async with anyio.create_task_group() as tasks:

@@ -32,6 +32,8 @@ Contract for every backend (checked by :mod:`hangar.testing.sandboxes`):
 
 from __future__ import annotations
 
+import threading
+
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -129,10 +131,13 @@ class Sandboxes(Protocol):
         cwd: str | None = None,
         timeout: float | None = None,
         user: SandboxUser = SandboxUser.AGENT,
+        cancel: threading.Event | None = None,
     ) -> ExecResult:
         """Run ``argv`` in the sandbox as ``user`` (cwd defaults to HOME). As the agent, ``env``
         is added to the spec's; hangar's tools get ``env`` alone. Neither is ever put on a
-        command line the host can see."""
+        command line the host can see. Once ``cancel`` is set (from another thread), the
+        command and every process it started are killed within a second, and it returns as
+        a command killed by SIGKILL does (exit 137)."""
         ...
 
     def put_file(

@@ -32,6 +32,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -280,6 +281,7 @@ class LocalSandboxes:
         cwd: str | None = None,
         timeout: float | None = None,
         user: SandboxUser = SandboxUser.AGENT,
+        cancel: threading.Event | None = None,
     ) -> ExecResult:
         """Run ``argv`` to completion in the sandbox as ``user``.
 
@@ -289,8 +291,9 @@ class LocalSandboxes:
         background processes keep writing after the command exits is read for at most
         :data:`~hangar.sandboxes.processes.DRAIN_GRACE` seconds. A command killed by signal N
         exits 128 + N. A timeout kills the command and every process it started that is still
-        its descendant, then raises ExecTimeout. SandboxNotFound if the sandbox is missing or
-        dies meanwhile.
+        its descendant, then raises ExecTimeout; ``cancel`` set kills them the same way and
+        returns exit 137 (SIGKILL's). SandboxNotFound if the sandbox is missing or dies
+        meanwhile.
         """
         if not argv:
             raise InvalidInput("exec needs a command")
@@ -335,7 +338,10 @@ class LocalSandboxes:
                 proc.stdout.fileno(): out.append if stdout is None else stdout.write,
                 proc.stderr.fileno(): err.append if stderr is None else stderr.write,
             }
-            if not pump(proc, streams, deadline):
+            if not pump(proc, streams, deadline, cancel):
+                if cancel is not None and cancel.is_set():
+                    kill_tree(proc)
+                    return ExecResult(128 + signal.SIGKILL, b"".join(out), b"".join(err))
                 raise subprocess.TimeoutExpired(command, timeout or 0)
             proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:

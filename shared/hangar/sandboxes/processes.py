@@ -29,6 +29,7 @@ import selectors
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO, cast
@@ -82,15 +83,17 @@ def pump(
     proc: subprocess.Popen[bytes],
     streams: dict[int, Callable[[bytes], Any]],
     deadline: float | None,
+    cancel: threading.Event | None = None,
 ) -> bool:
-    """Copy the pipes to their sinks until EOF; False if the deadline passes first."""
+    """Copy the pipes to their sinks until EOF; False if the deadline passes or ``cancel`` is
+    set first (both are looked at every 0.1 s)."""
     exited_at: float | None = None
     with selectors.DefaultSelector() as sel:
         for fd, sink in streams.items():
             sel.register(fd, selectors.EVENT_READ, sink)
         while sel.get_map():
             now = time.monotonic()
-            if deadline is not None and now >= deadline:
+            if (deadline is not None and now >= deadline) or (cancel and cancel.is_set()):
                 return False
             if exited_at is None and proc.poll() is not None:
                 exited_at = now

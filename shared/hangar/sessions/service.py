@@ -24,6 +24,7 @@ import binascii
 import contextlib
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -515,11 +516,13 @@ class SessionService:
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
         agent: bool = False,
+        cancel: threading.Event | None = None,
     ) -> int:
         """Run a command in the session's repo folder, as the agent, holding a lease while it
         runs (see :meth:`Shells.exec <hangar.sessions.shells.Shells.exec>`); its exit status."""
         return self._shells.exec(ref, argv, stdin=stdin, stdout=stdout, stderr=stderr,
-                                 timeout=timeout, env=env, agent=agent)  # fmt: skip
+                                 timeout=timeout, env=env, agent=agent,
+                                 cancel=cancel)  # fmt: skip
 
     def require_running(self, ref: str, *, agent: bool = False) -> Session:
         """The session, if a terminal (the agent's with ``agent``) can open on it now; see

@@ -111,11 +111,13 @@ class Shells:
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
         agent: bool = False,
+        cancel: threading.Event | None = None,
     ) -> int:
         """Run a command in the session's repo folder, as the agent, with the environment's
         variables (never its secrets) and ``env`` on top, through the process environment.
         SessionNotRunning when the session has no sandbox (open it first). Holds a lease (the
-        agent's with ``agent``) while it runs. Returns its exit status."""
+        agent's with ``agent``) while it runs. Returns its exit status; once ``cancel`` is set
+        the command is killed (exit 137) and the lease let go."""
         if not argv:
             raise InvalidInput("exec needs a command")
         session = self.running(ref)
@@ -125,7 +127,7 @@ class Shells:
             result = self.sandboxes.exec(
                 session.sandbox_id, argv, stdin=stdin, stdout=stdout, stderr=stderr,
                 env={**environment.vars, **(env or {})}, cwd=repo_dir_for(session.repo or ""),
-                timeout=timeout,
+                timeout=timeout, cancel=cancel,
             )  # fmt: skip
         return result.exit_code
 

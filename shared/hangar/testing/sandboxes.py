@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+import threading
 import time
 import uuid
 
@@ -19,6 +20,15 @@ import pytest
 from hangar.errors import CheckpointError, DestroyVetoed, ExecTimeout, SandboxError
 from hangar.errors import SandboxNotFound
 from hangar.sandboxes import HOME, WORKSPACE, SandboxInfo, Sandboxes, SandboxSpec
+
+
+GONE = (
+    "for p in $(cat /tmp/parent) $(cat /tmp/child); do i=0; "
+    "while kill -0 $p 2>/dev/null; do i=$((i+1)); [ $i -lt 200 ] || exit 1; "
+    "sleep 0.05; done; done"
+)
+"""A script that succeeds once the processes named in /tmp/parent and /tmp/child are gone (a
+bounded wait inside the sandbox)."""
 
 
 def make(sandboxes: Sandboxes, **labels: str) -> SandboxInfo:
@@ -117,13 +127,24 @@ class SandboxesConformance:
         with pytest.raises(ExecTimeout):
             sandboxes.exec(info.id, ["sh", "-c", script], timeout=1.5)
         assert time.monotonic() - started < 30
-        # Both the shell and its child must be gone (a bounded wait inside the sandbox).
-        gone = (
-            "for p in $(cat /tmp/parent) $(cat /tmp/child); do i=0; "
-            "while kill -0 $p 2>/dev/null; do i=$((i+1)); [ $i -lt 200 ] || exit 1; "
-            "sleep 0.05; done; done"
-        )
-        assert sandboxes.exec(info.id, ["sh", "-c", gone]).ok
+        assert sandboxes.exec(info.id, ["sh", "-c", GONE]).ok
+
+    def test_a_cancelled_exec_kills_the_command_and_returns_137(self, sandboxes: Sandboxes) -> None:
+        info = make(sandboxes)
+        cancel = threading.Event()
+        script = "echo $$ > /tmp/parent; sleep 300 & echo $! > /tmp/child; echo up; wait"
+
+        class Screen(io.BytesIO):
+            def write(self, data: bytes) -> int:  # type: ignore[override]
+                cancel.set()  # the command has started (and said so): cancel it now
+                return super().write(data)
+
+        started = time.monotonic()
+        result = sandboxes.exec(info.id, ["sh", "-c", script], stdout=Screen(), cancel=cancel)
+        assert result.exit_code == 137
+        assert time.monotonic() - started < 30
+        assert sandboxes.exec(info.id, ["sh", "-c", GONE]).ok
+        assert sandboxes.exec(info.id, ["true"], cancel=threading.Event()).ok  # unset: no effect
 
     # -- files ---------------------------------------------------------------------------------
 
