@@ -193,6 +193,40 @@ def test_the_agent_mode_resumes_the_sessions_conversation_with_a_turns_environme
     assert (status, code) == (409, "no_conversation") and "send it a message" in message
 
 
+def read_until(ws: Any, pattern: bytes) -> re.Match[bytes]:
+    """Read the terminal's output until ``pattern`` matches it."""
+    seen = b""
+    while not (found := re.search(pattern, seen)):
+        seen += ws.receive_bytes()
+    return found
+
+
+@pytest.mark.sandbox
+def test_a_resize_message_gives_the_terminal_its_new_size_and_any_other_text_frame_closes_it(
+    api: TestClient, remote: Path
+) -> None:
+    add_env(api, remote)
+    new_session(api, "demo", "hi")
+    wait_turn(api, "demo", 1)
+    path = f"/api/sessions/demo/terminal?rows=30&cols=90&ticket={ticket(api, 'demo')}"
+    with TestClient(api.app).websocket_connect(path) as ws:
+        ws.send_bytes(b"echo size=$(stty size)\n")
+        read_until(ws, rb"\rsize=30 90")
+        ws.send_text(json.dumps({"type": "resize", "rows": 41, "cols": 123}))
+        ws.send_bytes(b"echo size=$(stty size)\n")
+        read_until(ws, rb"\rsize=41 123")
+        ws.send_text(json.dumps({"type": "resize", "rows": 0, "cols": 80}))
+        with pytest.raises(WebSocketDisconnect) as closed:
+            while True:
+                ws.receive_bytes()
+    assert closed.value.code == 1003
+    assert closed.value.reason.startswith("invalid_input: a text frame is a control message")
+    for rows in ("0", "1001", "99999999999999999999", "x"):
+        path = f"/api/sessions/demo/terminal?rows={rows}&cols=80&ticket={ticket(api, 'demo')}"
+        status, code, message = refused(api, path)
+        assert (status, code) == (400, "invalid_input") and "from 1 to 1000" in message
+
+
 @pytest.mark.sandbox
 def test_a_program_left_running_when_its_client_goes_is_killed_and_lets_the_session_go(
     api: TestClient, runtime: Runtime, remote: Path
@@ -205,9 +239,7 @@ def test_a_program_left_running_when_its_client_goes_is_killed_and_lets_the_sess
     with TestClient(api.app).websocket_connect(
             f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as ws:
         ws.send_bytes(b"echo sleeping; sleep 6061\n")
-        seen = b""
-        while b"\rsleeping" not in seen:  # the output, after the echo of the typed line
-            seen += ws.receive_bytes()
+        read_until(ws, rb"\rsleeping")  # the output, after the echo of the typed line
         assert runtime.db.get_session(session_id).shells
     gone_by = time.monotonic() + terminal.HANGUP_SECONDS + 30
     while runtime.db.get_session(session_id).shells:

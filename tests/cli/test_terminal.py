@@ -3,10 +3,16 @@ would (its own process, standard input a pipe) against a real ``hangar serve``."
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import select
+import signal
+import struct
 import subprocess
+import termios
+import time
 from pathlib import Path
 
 from tests.cli.conftest import Cli, Server, _serve_command
@@ -69,3 +75,66 @@ def test_the_terminal_opens_with_a_ticket_as_a_shell_or_as_the_agent(
 
     code, _, err = cli("session", "shell", "--agent", "demo", "--", "ls")
     assert code == 2 and "takes no CMD" in err
+
+
+class OnATerminal:
+    """The CLI in a process of its own on a pseudo terminal of ours, as in a person's window:
+    its size set with :meth:`resize` (as a window's is, SIGWINCH included)."""
+
+    def __init__(self, *argv: str, rows: int, cols: int) -> None:
+        self.master, slave = os.openpty()
+        self._size(slave, rows, cols)
+        self.proc = subprocess.Popen([*_serve_command(), *argv], stdin=slave, stdout=slave,
+                                     stderr=slave, env=dict(os.environ))  # fmt: skip
+        self.slave, self.seen = slave, b""
+
+    def _size(self, fd: int, rows: int, cols: int) -> None:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    def resize(self, rows: int, cols: int) -> None:
+        self._size(self.slave, rows, cols)
+        self.proc.send_signal(signal.SIGWINCH)
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.master, keys)
+
+    def until(self, pattern: bytes, limit: float = 120) -> re.Match[bytes]:
+        """Read the screen until ``pattern`` shows (a bounded wait)."""
+        deadline = time.monotonic() + limit
+        while not (found := re.search(pattern, self.seen)):
+            left = deadline - time.monotonic()
+            assert left > 0, f"{pattern!r} never showed; the screen: {self.seen[-2000:]!r}"
+            if select.select([self.master], [], [], min(left, 1.0))[0]:
+                self.seen += os.read(self.master, 65536)
+        return found
+
+    def close(self) -> int:
+        self.type(b"exit\n")
+        try:
+            return self.proc.wait(timeout=60)
+        finally:
+            self.proc.kill()
+            self.proc.wait()
+            os.close(self.master)
+            os.close(self.slave)
+
+
+def test_the_terminal_follows_the_windows_size(server: Server, cli: Cli, remote: Path) -> None:
+    assert cli("env", "add", "app", "--repo", str(remote))[0] == 0
+    code, _, err = cli("session", "new", "sized", "hi", "--env", "app", "--harness",
+                       "antigravity", "-w")  # fmt: skip
+    assert code == 0, err
+    window = OnATerminal("session", "shell", "sized", rows=30, cols=100)
+    try:
+        window.until(rb"\$ ")
+        window.type(b"echo size1=$(stty size)\n")
+        window.until(rb"size1=30 100")
+        window.resize(45, 132)
+        asked = 2
+        while not re.search(rb"size\d+=45 132", window.seen):  # the resize is on its way
+            assert asked < 40, window.seen[-2000:]
+            window.type(f"echo size{asked}=$(stty size)\n".encode())
+            window.until(rf"size{asked}=\d+ \d+".encode())
+            asked += 1
+    finally:
+        assert window.close() == 0

@@ -290,6 +290,16 @@ def test_fork_asks_how_many_and_links_the_forks_and_archive_asks_first(
     expect(page.get_by_role("heading", name=names[0])).to_be_visible()
 
 
+def terminal_size(page: Page, n: int) -> tuple[int, int]:
+    """The rows and columns the shell in the page's terminal has (asked as the ``n``-th)."""
+    page.keyboard.type(f"echo size{n}=$(stty size)\n")
+    rows = page.locator("#terminal .xterm-rows")
+    expect(rows).to_contain_text(re.compile(rf"size{n}=\d+ \d+"))
+    found = re.search(rf"size{n}=(\d+) (\d+)", rows.inner_text())
+    assert found, rows.inner_text()
+    return int(found.group(1)), int(found.group(2))
+
+
 def test_the_shell_terminal_runs_git_log_in_the_restored_sandbox(
     standin_server: Server, remote: Path, page: Page
 ) -> None:
@@ -311,6 +321,12 @@ def test_the_shell_terminal_runs_git_log_in_the_restored_sandbox(
     page.keyboard.type("git log --oneline | cat\n")
     expect(page.locator("#terminal .xterm-rows")).to_contain_text("the agent was here")
     expect(page.locator("#terminal .xterm-rows")).to_contain_text("seed 1")
+
+    # A narrower window fits the terminal again, and the shell is told its new width.
+    wide = terminal_size(page, 1)
+    page.set_viewport_size({"width": 760, "height": 900})
+    asked = iter(range(2, 40))
+    until(lambda: terminal_size(page, next(asked))[1] < wide[1])
 
     # An open terminal counts as activity; "exit" ends it and says how.
     assert api(server, "GET", "/api/sessions/shelled")["open_terminals"] == 1

@@ -396,6 +396,18 @@ class TerminalTicket(Body):
         "here with its reason (a browser is told nothing of a refused websocket)")
 
 
+TERMINAL_MAX_SIZE = 1000
+"""The most rows, or columns, a terminal may have."""
+
+
+class TerminalResize(Body):
+    """A terminal's control message (a text frame): the terminal now has this size."""
+
+    type: Literal["resize"]
+    rows: int = Field(ge=1, le=TERMINAL_MAX_SIZE)
+    cols: int = Field(ge=1, le=TERMINAL_MAX_SIZE)
+
+
 class TerminalTicketView(BaseModel):
     """A ticket for one terminal of one session: pass it as ``?ticket=`` to the terminal's
     websocket. It opens one terminal, once."""

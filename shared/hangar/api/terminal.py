@@ -23,13 +23,16 @@ environment, never on a command line), ``$HANGAR_IO`` and the harness's settings
 named a conversation that is 409 ``no_conversation``, and while a turn runs 409
 ``session_busy``. Either runs under ``script`` (util-linux),
 which gives it a pseudo terminal inside the sandbox, sized by the ``rows`` and ``cols`` query
-parameters, with ``TERM`` from ``term``, as the agent, in the repo folder. A session without a
-sandbox is 409 ``session_not_running`` (open it first). Frames:
+parameters (1 to 1,000 each), with ``TERM`` from ``term``, as the agent, in the repo folder. A
+session without a sandbox is 409 ``session_not_running`` (open it first). Frames:
 
-- client to server: binary (or text) frames are keystrokes, passed through unchanged; an empty
-  frame ends the input, as a closed pipe does (``script`` then sends the program its
-  end-of-file key once the terminal is in line mode, so ``bash -i`` ends after what came
-  before it), and the output still comes until the program ends;
+- client to server: binary frames are keystrokes, passed through unchanged; an empty one ends
+  the input, as a closed pipe does (``script`` then sends the program its end-of-file key once
+  the terminal is in line mode, so ``bash -i`` ends after what came before it), and the output
+  still comes until the program ends. Text frames are control messages, JSON:
+  ``{"type": "resize", "rows": R, "cols": C}`` gives the pseudo terminal its new size (the
+  program gets SIGWINCH and redraws), in order with the keystrokes around it. Any other text
+  frame closes the terminal with 1003 and the reason ``invalid_input: ...``;
 - server to client: binary frames are the terminal's output;
 - when the program ends the server closes with code 1000 and the reason ``exit N``; when it
   could not run, with 1011 and the reason ``CODE: MESSAGE``. Closing the socket hangs up:
@@ -47,6 +50,7 @@ from __future__ import annotations
 import logging
 import queue
 import re
+import secrets
 import shlex
 import threading
 from collections.abc import Iterator, Mapping
@@ -55,6 +59,7 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -63,7 +68,12 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from hangar.api import tickets
 from hangar.api.routes import Endpoint, Query, param, parse, reply
-from hangar.api.schemas import TerminalTicket, TerminalTicketView
+from hangar.api.schemas import (
+    TERMINAL_MAX_SIZE,
+    TerminalResize,
+    TerminalTicket,
+    TerminalTicketView,
+)
 from hangar.api.streams import ClientGone
 from hangar.errors import HangarError, InvalidInput, Unauthorized
 
@@ -84,8 +94,9 @@ QUERY = [
           "this request"),
     Query("mode", "string", "shell (default: bash) or agent (the harness resuming the "
           "session's conversation)"),
-    Query("rows", "integer", "the terminal's height"),
-    Query("cols", "integer", "the terminal's width"),
+    Query("rows", "integer", f"the terminal's height (1 to {TERMINAL_MAX_SIZE}); later "
+          'sizes come as text frames {"type": "resize", "rows": R, "cols": C}'),
+    Query("cols", "integer", f"the terminal's width (1 to {TERMINAL_MAX_SIZE})"),
     Query("term", "string", "TERM for the shell (default xterm-256color)"),
 ]
 MODES = ("shell", "agent")
@@ -95,18 +106,28 @@ SHELL = ["bash", "-i"]
 _TERM = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
 
 
-def pty_setup(rows: str | None, cols: str | None, term: str | None) -> str:
-    """The shell words that set the pseudo terminal's TERM and size up; InvalidInput for a
-    size or TERM that is not plain."""
+def pty_setup(rows: str | None, cols: str | None, term: str | None, tty_file: str) -> str:
+    """The shell words that set the pseudo terminal's TERM and size up and write its device's
+    path to ``tty_file`` (for :func:`resize_argv`); InvalidInput for a size or TERM that is
+    not plain."""
     term = term or "xterm-256color"
     if not _TERM.match(term):
         raise InvalidInput(f"term {term!r} is not a terminal type", field="term")
-    setup = f"export TERM={term}; "
+    setup = f"export TERM={term}; tty > {tty_file} 2>/dev/null; "
     if rows or cols:
-        if not (rows or "").isdigit() or not (cols or "").isdigit():
-            raise InvalidInput("rows and cols must both be numbers", field="rows")
+        for name, value in (("rows", rows), ("cols", cols)):
+            if not (value or "").isdigit() or not 1 <= int(value or 0) <= TERMINAL_MAX_SIZE:
+                raise InvalidInput(f"rows and cols must both be numbers from 1 to "
+                                   f"{TERMINAL_MAX_SIZE}", field=name)  # fmt: skip
         setup += f"stty rows {int(rows or 0)} cols {int(cols or 0)} 2>/dev/null; "
     return setup
+
+
+def resize_argv(tty_file: str, size: TerminalResize) -> list[str]:
+    """The command that gives the terminal whose device path is in ``tty_file`` a new size.
+    The sandbox wrote that path (it may be anything): it is one quoted word to ``stty -F``."""
+    script = 'stty -F "$(cat "$1")" rows "$2" cols "$3"'
+    return ["sh", "-c", script, "sh", tty_file, str(size.rows), str(size.cols)]
 
 
 def terminal_argv(command: list[str], setup: str) -> list[str]:
@@ -169,6 +190,9 @@ class _Screen:
         pass
 
 
+RESIZE_EXAMPLE = '{"type": "resize", "rows": 40, "cols": 120}'
+
+
 async def _deny(ws: WebSocket, exc: HangarError) -> None:
     if "websocket.http.response" in ws.scope.get("extensions", {}):
         await ws.send_denial_response(JSONResponse(exc.to_dict(), status_code=exc.status))
@@ -179,7 +203,20 @@ async def _deny(ws: WebSocket, exc: HangarError) -> None:
 def terminal_route(runtime: Runtime) -> WebSocketRoute:
     service = runtime.sessions
 
-    def admit(ref: str, q: Mapping[str, str]) -> tuple[str, list[str], dict[str, str] | None]:
+    def resize(session_id: str, tty_file: str, size: TerminalResize) -> None:
+        """Give the terminal its new size; a failure is logged (the terminal goes on)."""
+        try:
+            code = service.exec(session_id, resize_argv(tty_file, size), timeout=10)
+        except HangarError as exc:
+            logger.warning("could not resize a terminal of session %s: %s", session_id, exc)
+            return
+        if code != 0:
+            logger.warning("could not resize a terminal of session %s: stty exited %d",
+                           session_id, code)  # fmt: skip
+
+    def admit(
+        ref: str, q: Mapping[str, str], tty_file: str
+    ) -> tuple[str, list[str], dict[str, str] | None]:
         """The session's id, the command and its extra environment (None for a shell; the
         agent's has one), once the ticket is used up and everything checked; a HangarError to
         deny the upgrade with otherwise."""
@@ -191,7 +228,7 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
         if session.id != ticketed:
             raise Unauthorized("this terminal ticket is for another session")
         mode = _mode(q.get("mode"))
-        setup = pty_setup(q.get("rows"), q.get("cols"), q.get("term"))
+        setup = pty_setup(q.get("rows"), q.get("cols"), q.get("term"), tty_file)
         if mode == "agent":
             invocation = service.agent_command(session.id)  # no_conversation, not running: 409
             return session.id, terminal_argv(invocation.argv, setup), invocation.env
@@ -200,8 +237,10 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
 
     async def terminal(ws: WebSocket) -> None:
         ref = str(ws.path_params["ref"])
+        tty_file = f"/tmp/hangar-tty-{secrets.token_hex(8)}"  # the sandbox's own /tmp
         try:
-            session_id, argv, env = await run_in_threadpool(admit, ref, dict(ws.query_params))
+            session_id, argv, env = await run_in_threadpool(
+                admit, ref, dict(ws.query_params), tty_file)
         except HangarError as exc:
             await _deny(ws, exc)
             return
@@ -244,8 +283,16 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
                     if message["type"] == "websocket.disconnect":
                         return
                     data = message.get("bytes")
-                    if data is None:
-                        data = (message.get("text") or "").encode()
+                    if data is None:  # a text frame: a control message
+                        try:
+                            size = TerminalResize.model_validate_json(message.get("text") or "")
+                        except ValidationError as exc:
+                            close.append((1003, f"invalid_input: a text frame is a control "
+                                                f"message such as {RESIZE_EXAMPLE}; "
+                                                f"{exc.errors()[0]['msg']}"))  # fmt: skip
+                            return
+                        await run_in_threadpool(resize, session_id, tty_file, size)
+                        continue
                     if open_input and not data:  # an empty frame: end of input
                         keys.put(None)
                         open_input = False

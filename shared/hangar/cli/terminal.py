@@ -5,7 +5,8 @@ the websocket with ``?ticket=`` (the token never goes in the URL) and ``mode=she
 ``--agent``, ``mode=agent`` (the session's harness resuming its conversation). The local
 terminal goes into raw mode (restored on the way out), keystrokes go up as binary frames and
 output comes down the same way; the exit status is the program's, from the close reason
-(``exit N``). When standard input ends (a pipe or a file; a terminal in raw mode never does),
+(``exit N``). When the local terminal changes size (SIGWINCH), the new size goes up as a
+control message, so the program redraws to fit. When standard input ends (a pipe or a file; a terminal in raw mode never does),
 the server is told with an empty frame, the program gets end-of-file as from a closed pipe,
 and the output is read until it ends: ``echo make | hangar session shell NAME`` shows all
 that ``make`` prints, then the shell ends.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import sys
 import termios
 import threading
@@ -47,10 +49,19 @@ def terminal(api: Client, name: str, mode: str = "shell") -> int:
         raise ApiError("unreachable", f"cannot open a terminal at {where}: {exc}") from None
     saved = termios.tcgetattr(fd_in) if os.isatty(fd_in) else None
     done = threading.Event()
+    resized = threading.Event()  # set by SIGWINCH; the keys thread sends the new size
 
     def keys() -> None:
         while not done.is_set():
             ready, _, _ = select.select([fd_in], [], [], 0.2)
+            if resized.is_set():
+                resized.clear()
+                size = os.get_terminal_size(fd_out)
+                try:
+                    ws.send(json.dumps({"type": "resize", "rows": size.lines,
+                                        "cols": size.columns}))  # fmt: skip
+                except ConnectionClosed:
+                    return
             if not ready:
                 continue
             data = os.read(fd_in, 4096)
@@ -62,6 +73,9 @@ def terminal(api: Client, name: str, mode: str = "shell") -> int:
             except ConnectionClosed:
                 return
 
+    watching = os.isatty(fd_out)
+    if watching:
+        previous = signal.signal(signal.SIGWINCH, lambda *_: resized.set())
     with ws:
         try:
             if saved is not None:
@@ -73,6 +87,8 @@ def terminal(api: Client, name: str, mode: str = "shell") -> int:
             pass
         finally:
             done.set()
+            if watching:
+                signal.signal(signal.SIGWINCH, previous or signal.SIG_DFL)
             if saved is not None:
                 termios.tcsetattr(fd_in, termios.TCSADRAIN, saved)
     reason = (ws.close_reason or "").strip()

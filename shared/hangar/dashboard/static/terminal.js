@@ -61,8 +61,20 @@ export async function openTerminal(box, name, mode, onEnd) {
   };
   term.onData(send);
   term.onBinary((data) => send(Uint8Array.from(data, (c) => c.charCodeAt(0))));
+  // A new size goes up as a text frame (keystrokes are binary), so the program redraws to fit.
+  term.onResize(({ rows, cols }) => {
+    if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "resize", rows, cols }));
+  });
+  let pending = null;
+  const refit = new ResizeObserver(() => {
+    clearTimeout(pending);
+    pending = setTimeout(() => fit.fit(), 100); // once a drag settles
+  });
+  refit.observe(box);
   return {
     close() {
+      refit.disconnect();
+      clearTimeout(pending);
       ws.close(1000, "closed");
       term.dispose();
     },
