@@ -208,8 +208,12 @@ def test_a_resize_message_gives_the_terminal_its_new_size_and_any_other_text_fra
     add_env(api, remote)
     new_session(api, "demo", "hi")
     wait_turn(api, "demo", 1)
-    path = f"/api/sessions/demo/terminal?rows=30&cols=90&ticket={ticket(api, 'demo')}"
-    with TestClient(api.app).websocket_connect(path) as ws:
+
+    def opened(query: str) -> Any:
+        return TestClient(api.app).websocket_connect(
+            f"/api/sessions/demo/terminal?{query}&ticket={ticket(api, 'demo')}")
+
+    with opened("rows=30&cols=90") as ws:
         ws.send_bytes(b"echo size=$(stty size)\n")
         read_until(ws, rb"\rsize=30 90")
         ws.send_text(json.dumps({"type": "resize", "rows": 41, "cols": 123}))
@@ -220,11 +224,29 @@ def test_a_resize_message_gives_the_terminal_its_new_size_and_any_other_text_fra
             while True:
                 ws.receive_bytes()
     assert closed.value.code == 1003
-    assert closed.value.reason.startswith("invalid_input: a text frame is a control message")
-    for rows in ("0", "1001", "99999999999999999999", "x"):
-        path = f"/api/sessions/demo/terminal?rows={rows}&cols=80&ticket={ticket(api, 'demo')}"
-        status, code, message = refused(api, path)
-        assert (status, code) == (400, "invalid_input") and "from 1 to 1000" in message
+    assert closed.value.reason == ("invalid_input: not a control message (rows: Input should "
+                                   "be greater than or equal to 1)")  # fmt: skip
+    # A resize at once, before the terminal has started, waits for it (and is not undone).
+    with opened("rows=30&cols=90") as ws:
+        ws.send_text(json.dumps({"type": "resize", "rows": 2000, "cols": 77}))
+        ws.send_bytes(b"echo size=$(stty size)\n")
+        read_until(ws, rb"\rsize=1000 77")  # sizes above 1,000 are taken as 1,000
+        ws.send_text("keys as text")
+        with pytest.raises(WebSocketDisconnect) as closed:
+            while True:
+                ws.receive_bytes()
+    assert (closed.value.code, closed.value.reason) == (
+        1003, "invalid_input: not a control message (frame: Invalid JSON: expected value at "
+        "line 1 column 1)")  # fmt: skip
+    for query, size in (("rows=0&cols=0", None), ("rows=1001&cols=99999999999999999999", "1000 1000")):
+        with opened(query) as ws:
+            ws.send_bytes(b"echo size=$(stty size); exit\n")
+            shown = read_until(ws, rb"\rsize=(\d+ \d+)").group(1).decode()
+            assert size is None or shown == size, (query, shown)
+    for rows in ("x", "-1", "%C2%B2", "5%0A"):
+        status, code, message = refused(api, f"/api/sessions/demo/terminal?rows={rows}&cols=80"
+                                        f"&ticket={ticket(api, 'demo')}")  # fmt: skip
+        assert (status, code) == (400, "invalid_input") and "rows must be a number" in message
 
 
 @pytest.mark.sandbox

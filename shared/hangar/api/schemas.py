@@ -396,16 +396,13 @@ class TerminalTicket(Body):
         "here with its reason (a browser is told nothing of a refused websocket)")
 
 
-TERMINAL_MAX_SIZE = 1000
-"""The most rows, or columns, a terminal may have."""
-
-
 class TerminalResize(Body):
-    """A terminal's control message (a text frame): the terminal now has this size."""
+    """A terminal's control message (a text frame): the terminal now has this size (sizes
+    above 1,000 are taken as 1,000)."""
 
     type: Literal["resize"]
-    rows: int = Field(ge=1, le=TERMINAL_MAX_SIZE)
-    cols: int = Field(ge=1, le=TERMINAL_MAX_SIZE)
+    rows: int = Field(ge=1)
+    cols: int = Field(ge=1)
 
 
 class TerminalTicketView(BaseModel):

@@ -23,8 +23,9 @@ environment, never on a command line), ``$HANGAR_IO`` and the harness's settings
 named a conversation that is 409 ``no_conversation``, and while a turn runs 409
 ``session_busy``. Either runs under ``script`` (util-linux),
 which gives it a pseudo terminal inside the sandbox, sized by the ``rows`` and ``cols`` query
-parameters (1 to 1,000 each), with ``TERM`` from ``term``, as the agent, in the repo folder. A
-session without a sandbox is 409 ``session_not_running`` (open it first). Frames:
+parameters (0 or none: left alone; above 1,000: 1,000), with ``TERM`` from ``term``, as the
+agent, in the repo folder (:mod:`hangar.api.pty`). A session without a sandbox is 409
+``session_not_running`` (open it first). Frames:
 
 - client to server: binary frames are keystrokes, passed through unchanged; an empty one ends
   the input, as a closed pipe does (``script`` then sends the program its end-of-file key once
@@ -32,7 +33,8 @@ session without a sandbox is 409 ``session_not_running`` (open it first). Frames
   still comes until the program ends. Text frames are control messages, JSON:
   ``{"type": "resize", "rows": R, "cols": C}`` gives the pseudo terminal its new size (the
   program gets SIGWINCH and redraws), in order with the keystrokes around it. Any other text
-  frame closes the terminal with 1003 and the reason ``invalid_input: ...``;
+  frame closes the terminal with 1003 and the reason ``invalid_input: ...`` (text frames
+  were keystrokes before: a client that sends keystrokes as text must send binary now);
 - server to client: binary frames are the terminal's output;
 - when the program ends the server closes with code 1000 and the reason ``exit N``; when it
   could not run, with 1011 and the reason ``CODE: MESSAGE``. Closing the socket hangs up:
@@ -49,11 +51,9 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
-import secrets
-import shlex
 import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, cast
 
 import anyio
@@ -66,14 +66,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from hangar.api import tickets
+from hangar.api import pty, tickets
 from hangar.api.routes import Endpoint, Query, param, parse, reply
-from hangar.api.schemas import (
-    TERMINAL_MAX_SIZE,
-    TerminalResize,
-    TerminalTicket,
-    TerminalTicketView,
-)
+from hangar.api.schemas import TerminalResize, TerminalTicket, TerminalTicketView
 from hangar.api.streams import ClientGone
 from hangar.errors import HangarError, InvalidInput, Unauthorized
 
@@ -94,47 +89,16 @@ QUERY = [
           "this request"),
     Query("mode", "string", "shell (default: bash) or agent (the harness resuming the "
           "session's conversation)"),
-    Query("rows", "integer", f"the terminal's height (1 to {TERMINAL_MAX_SIZE}); later "
-          'sizes come as text frames {"type": "resize", "rows": R, "cols": C}'),
-    Query("cols", "integer", f"the terminal's width (1 to {TERMINAL_MAX_SIZE})"),
+    Query("rows", "integer", f"the terminal's height (at most {pty.MAX_SIZE} are used; 0 or "
+          'none leaves it alone); later sizes come as text frames {"type": "resize", "rows": '
+          'R, "cols": C}'),
+    Query("cols", "integer", "the terminal's width (as rows)"),
     Query("term", "string", "TERM for the shell (default xterm-256color)"),
 ]
 MODES = ("shell", "agent")
 HANGUP_SECONDS = 5.0
 """How long a terminal's program has to end by itself once its client has gone."""
 SHELL = ["bash", "-i"]
-_TERM = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
-
-
-def pty_setup(rows: str | None, cols: str | None, term: str | None, tty_file: str) -> str:
-    """The shell words that set the pseudo terminal's TERM and size up and write its device's
-    path to ``tty_file`` (for :func:`resize_argv`); InvalidInput for a size or TERM that is
-    not plain."""
-    term = term or "xterm-256color"
-    if not _TERM.match(term):
-        raise InvalidInput(f"term {term!r} is not a terminal type", field="term")
-    setup = f"export TERM={term}; tty > {tty_file} 2>/dev/null; "
-    if rows or cols:
-        for name, value in (("rows", rows), ("cols", cols)):
-            if not (value or "").isdigit() or not 1 <= int(value or 0) <= TERMINAL_MAX_SIZE:
-                raise InvalidInput(f"rows and cols must both be numbers from 1 to "
-                                   f"{TERMINAL_MAX_SIZE}", field=name)  # fmt: skip
-        setup += f"stty rows {int(rows or 0)} cols {int(cols or 0)} 2>/dev/null; "
-    return setup
-
-
-def resize_argv(tty_file: str, size: TerminalResize) -> list[str]:
-    """The command that gives the terminal whose device path is in ``tty_file`` a new size.
-    The sandbox wrote that path (it may be anything): it is one quoted word to ``stty -F``."""
-    script = 'stty -F "$(cat "$1")" rows "$2" cols "$3"'
-    return ["sh", "-c", script, "sh", tty_file, str(size.rows), str(size.cols)]
-
-
-def terminal_argv(command: list[str], setup: str) -> list[str]:
-    """``command`` under ``script``, in a pseudo terminal set up by ``setup`` (see
-    :func:`pty_setup`). It all goes on a command line: never a secret in ``command``."""
-    # -e: script exits with the command's status; -f: output is flushed as it comes.
-    return ["script", "-qefc", setup + "exec " + shlex.join(command), "/dev/null"]
 
 
 def _mode(raw: str | None) -> str:
@@ -190,9 +154,6 @@ class _Screen:
         pass
 
 
-RESIZE_EXAMPLE = '{"type": "resize", "rows": 40, "cols": 120}'
-
-
 async def _deny(ws: WebSocket, exc: HangarError) -> None:
     if "websocket.http.response" in ws.scope.get("extensions", {}):
         await ws.send_denial_response(JSONResponse(exc.to_dict(), status_code=exc.status))
@@ -200,25 +161,34 @@ async def _deny(ws: WebSocket, exc: HangarError) -> None:
         await ws.close(code=4000 + exc.status, reason=_reason(f"{exc.code}: {exc.message}"))
 
 
+@dataclass(frozen=True)
+class _Admitted:
+    """A terminal let in: its session and sandbox, the command line, and the program's extra
+    environment (the agent's; None for a shell)."""
+
+    session_id: str
+    sandbox_id: str
+    argv: list[str]
+    env: dict[str, str] | None
+
+
 def terminal_route(runtime: Runtime) -> WebSocketRoute:
     service = runtime.sessions
 
-    def resize(session_id: str, tty_file: str, size: TerminalResize) -> None:
-        """Give the terminal its new size; a failure is logged (the terminal goes on)."""
+    def in_sandbox(sandbox_id: str, argv: list[str], what: str) -> None:
+        """Run a small command of the terminal's own (no lease: the terminal holds one); a
+        failure is logged, and the terminal goes on."""
         try:
-            code = service.exec(session_id, resize_argv(tty_file, size), timeout=10)
+            result = runtime.sandboxes.exec(sandbox_id, argv, timeout=10)
         except HangarError as exc:
-            logger.warning("could not resize a terminal of session %s: %s", session_id, exc)
+            logger.warning("could not %s in sandbox %s: %s", what, sandbox_id, exc)
             return
-        if code != 0:
-            logger.warning("could not resize a terminal of session %s: stty exited %d",
-                           session_id, code)  # fmt: skip
+        if not result.ok:
+            logger.warning("could not %s in sandbox %s: exit %d", what, sandbox_id,
+                           result.exit_code)  # fmt: skip
 
-    def admit(
-        ref: str, q: Mapping[str, str], tty_file: str
-    ) -> tuple[str, list[str], dict[str, str] | None]:
-        """The session's id, the command and its extra environment (None for a shell; the
-        agent's has one), once the ticket is used up and everything checked; a HangarError to
+    def admit(ref: str, q: Mapping[str, str], device_file: str) -> _Admitted:
+        """What to run, once the ticket is used up and everything checked; a HangarError to
         deny the upgrade with otherwise."""
         if "ticket" not in q and "token" in q:
             raise Unauthorized("?token= is not accepted here: get a ticket with POST "
@@ -228,19 +198,22 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
         if session.id != ticketed:
             raise Unauthorized("this terminal ticket is for another session")
         mode = _mode(q.get("mode"))
-        setup = pty_setup(q.get("rows"), q.get("cols"), q.get("term"), tty_file)
+        words = pty.setup(q.get("term"), pty.size_of(q.get("rows"), q.get("cols")), device_file)
         if mode == "agent":
             invocation = service.agent_command(session.id)  # no_conversation, not running: 409
-            return session.id, terminal_argv(invocation.argv, setup), invocation.env
-        service.require_running(session.id)  # session_not_running: 409
-        return session.id, terminal_argv(SHELL, setup), None
+            command, env = invocation.argv, invocation.env
+        else:
+            session = service.require_running(session.id)  # session_not_running: 409
+            command, env = SHELL, None
+        running = service.resolve(session.id)
+        assert running.sandbox_id is not None  # both checks above found one
+        return _Admitted(session.id, running.sandbox_id, pty.under_script(command, words), env)
 
     async def terminal(ws: WebSocket) -> None:
         ref = str(ws.path_params["ref"])
-        tty_file = f"/tmp/hangar-tty-{secrets.token_hex(8)}"  # the sandbox's own /tmp
+        device_file = pty.tty_file()
         try:
-            session_id, argv, env = await run_in_threadpool(
-                admit, ref, dict(ws.query_params), tty_file)
+            admitted = await run_in_threadpool(admit, ref, dict(ws.query_params), device_file)
         except HangarError as exc:
             await _deny(ws, exc)
             return
@@ -251,6 +224,8 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
         screen = cast(BinaryIO, _Screen(ws, token))
         close: list[tuple[int, str]] = []
         hang_up = threading.Event()
+        timers: list[threading.Timer] = []
+        session_id, sandbox_id = admitted.session_id, admitted.sandbox_id
 
         def stdin() -> Iterator[bytes]:
             while (chunk := keys.get()) is not None:
@@ -258,9 +233,9 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
 
         def run() -> None:
             try:
-                code = service.exec(session_id, argv, stdin=stdin(), stdout=screen,
-                                    stderr=screen, env=env, agent=env is not None,
-                                    cancel=hang_up)  # fmt: skip
+                code = service.exec(session_id, admitted.argv, stdin=stdin(), stdout=screen,
+                                    stderr=screen, env=admitted.env,
+                                    agent=admitted.env is not None, cancel=hang_up)  # fmt: skip
                 close.append((1000, f"exit {code}"))
             except ClientGone:
                 close.append((1000, "client gone"))
@@ -270,6 +245,9 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
                 logger.exception("terminal in session %s failed", ref)
                 close.append((1011, "internal: the terminal failed; see the server's log"))
             finally:
+                for timer in timers:
+                    timer.cancel()
+                in_sandbox(sandbox_id, pty.forget(device_file), "remove a terminal's file")
                 try:
                     anyio.from_thread.run_sync(ended.set, token=token)
                 except RuntimeError:
@@ -287,11 +265,13 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
                         try:
                             size = TerminalResize.model_validate_json(message.get("text") or "")
                         except ValidationError as exc:
-                            close.append((1003, f"invalid_input: a text frame is a control "
-                                                f"message such as {RESIZE_EXAMPLE}; "
-                                                f"{exc.errors()[0]['msg']}"))  # fmt: skip
+                            error = exc.errors()[0]
+                            where = ".".join(str(x) for x in error["loc"]) or "frame"
+                            close.append((1003, f"invalid_input: not a control message "
+                                                f"({where}: {error['msg']})"))  # fmt: skip
                             return
-                        await run_in_threadpool(resize, session_id, tty_file, size)
+                        argv = pty.resize(device_file, size.rows, size.cols)
+                        await run_in_threadpool(in_sandbox, sandbox_id, argv, "resize a terminal")
                         continue
                     if open_input and not data:  # an empty frame: end of input
                         keys.put(None)
@@ -304,6 +284,7 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
                 if not ended.is_set():  # a timer, not a task: this handler may be going away
                     timer = threading.Timer(HANGUP_SECONDS, hang_up.set)  # then it is killed
                     timer.daemon = True
+                    timers.append(timer)
                     timer.start()
 
         threading.Thread(target=run, name="hangar-terminal", daemon=True).start()

@@ -26,6 +26,9 @@ from urllib.parse import urlencode
 
 from hangar.cli.client import ApiError, Client, session_path
 
+MAX_SIZE = 1000
+"""The most rows, or columns, the server uses."""
+
 
 def terminal(api: Client, name: str, mode: str = "shell") -> int:
     """Open session ``name``'s terminal (``mode`` shell or agent) on this one; its exit
@@ -35,9 +38,8 @@ def terminal(api: Client, name: str, mode: str = "shell") -> int:
 
     fd_in, fd_out = sys.stdin.fileno(), sys.stdout.fileno()
     query = {"mode": mode, "term": os.environ.get("TERM") or "xterm-256color"}
-    if os.isatty(fd_out):
-        size = os.get_terminal_size(fd_out)
-        query.update(rows=str(size.lines), cols=str(size.columns))
+    if (size := _size(fd_out)) is not None:
+        query.update(rows=str(size[0]), cols=str(size[1]))
     where = api.url.replace("http", "ws", 1) + session_path(name, "terminal")
     ticket = api.call("POST", session_path(name, "terminal-ticket"), {"mode": mode})
     query["ticket"] = ticket["ticket"]  # asked with the mode: what keeps it closed is said now
@@ -52,28 +54,27 @@ def terminal(api: Client, name: str, mode: str = "shell") -> int:
     resized = threading.Event()  # set by SIGWINCH; the keys thread sends the new size
 
     def keys() -> None:
+        reading = True
         while not done.is_set():
-            ready, _, _ = select.select([fd_in], [], [], 0.2)
-            if resized.is_set():
-                resized.clear()
-                size = os.get_terminal_size(fd_out)
-                try:
-                    ws.send(json.dumps({"type": "resize", "rows": size.lines,
-                                        "cols": size.columns}))  # fmt: skip
-                except ConnectionClosed:
-                    return
-            if not ready:
-                continue
-            data = os.read(fd_in, 4096)
+            ready, _, _ = select.select([fd_in] if reading else [], [], [], 0.2)
             try:
+                if resized.is_set():
+                    resized.clear()
+                    if (size := _size(fd_out)) is not None:
+                        ws.send(json.dumps({"type": "resize", "rows": size[0], "cols": size[1]}))
+                if not ready:
+                    continue
+                data = os.read(fd_in, 4096)
                 if not data:  # end of input: an empty frame says so, and the output comes
                     ws.send(b"")  # on until the program ends (bash -i ends on it)
-                    return
-                ws.send(data)
+                    reading = False
+                else:
+                    ws.send(data)
             except ConnectionClosed:
                 return
 
-    watching = os.isatty(fd_out)
+    # SIGWINCH: the window changed size (a handler can only be set from the main thread)
+    watching = os.isatty(fd_out) and threading.current_thread() is threading.main_thread()
     if watching:
         previous = signal.signal(signal.SIGWINCH, lambda *_: resized.set())
     with ws:
@@ -96,6 +97,18 @@ def terminal(api: Client, name: str, mode: str = "shell") -> int:
         return int(reason[5:])
     code, _, message = reason.partition(": ")
     raise ApiError(code or "closed", message or "the terminal closed without an exit status")
+
+
+def _size(fd: int) -> tuple[int, int] | None:
+    """The terminal's rows and columns, at most 1,000 each; None when ``fd`` is no terminal or
+    has no size (0 by 0, as some containers' are)."""
+    try:
+        size = os.get_terminal_size(fd)
+    except OSError:
+        return None
+    if size.lines <= 0 or size.columns <= 0:
+        return None
+    return min(size.lines, MAX_SIZE), min(size.columns, MAX_SIZE)
 
 
 def _refused(status: int, body: bytes) -> ApiError:

@@ -33,7 +33,6 @@ Contract for every backend (checked by :mod:`hangar.testing.sandboxes`):
 from __future__ import annotations
 
 import threading
-
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime

@@ -46,19 +46,50 @@ from urllib.parse import unquote, urlsplit
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from hangar.config import Settings
-from hangar.errors import DestroyVetoed, ExecTimeout, HangarError, InvalidInput, InvalidSettings
-from hangar.errors import SandboxError
-from hangar.errors import SandboxNotFound, SandboxUnavailable
-from hangar.sandboxes import HANGAR_BIN, HANGAR_DIR, HANGAR_TMP, HOME, ExecResult, PreDestroyHook
-from hangar.sandboxes import first_on_path
-from hangar.sandboxes import SandboxInfo
-from hangar.sandboxes import SandboxSpec, SandboxUser, Stdin
-from hangar.sandboxes import layout
-from hangar.sandboxes.isolation import Cgroups, Limits, LimitsMode, UidClaim, claim_uids
-from hangar.sandboxes.isolation import resolve_mode
+from hangar.errors import (
+    DestroyVetoed,
+    ExecTimeout,
+    HangarError,
+    InvalidInput,
+    InvalidSettings,
+    SandboxError,
+    SandboxNotFound,
+    SandboxUnavailable,
+)
+from hangar.sandboxes import (
+    HANGAR_BIN,
+    HANGAR_DIR,
+    HANGAR_TMP,
+    HOME,
+    ExecResult,
+    PreDestroyHook,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxUser,
+    Stdin,
+    first_on_path,
+    layout,
+)
+from hangar.sandboxes.isolation import (
+    Cgroups,
+    Limits,
+    LimitsMode,
+    UidClaim,
+    claim_uids,
+    resolve_mode,
+)
 from hangar.sandboxes.layout import HANGAR_PATH, HARNESS_MOUNT, SANDBOX_PATH
-from hangar.sandboxes.processes import HOST_ENV, feed, host_tool, kill, kill_tree, pump
-from hangar.sandboxes.processes import read_some, start_time
+from hangar.sandboxes.processes import (
+    HOST_ENV,
+    feed,
+    finish,
+    host_tool,
+    kill,
+    kill_tree,
+    pump,
+    read_some,
+    start_time,
+)
 
 __all__ = ["HARNESS_MOUNT", "HANGAR_CAPS", "LocalSandboxes"]
 
@@ -338,12 +369,12 @@ class LocalSandboxes:
                 proc.stdout.fileno(): out.append if stdout is None else stdout.write,
                 proc.stderr.fileno(): err.append if stderr is None else stderr.write,
             }
-            if not pump(proc, streams, deadline, cancel):
-                if cancel is not None and cancel.is_set():
+            if not (pump(proc, streams, deadline, cancel) and finish(proc, deadline, cancel)):
+                if cancel is not None and cancel.is_set() and proc.poll() is None:
                     kill_tree(proc)
                     return ExecResult(128 + signal.SIGKILL, b"".join(out), b"".join(err))
-                raise subprocess.TimeoutExpired(command, timeout or 0)
-            proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                if proc.poll() is None:
+                    raise subprocess.TimeoutExpired(command, timeout or 0)
         except subprocess.TimeoutExpired:
             kill_tree(proc)
             message = f"{argv[0]} timed out after {timeout} s in sandbox {sandbox_id}"

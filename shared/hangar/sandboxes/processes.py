@@ -109,6 +109,22 @@ def pump(
     return True
 
 
+def finish(
+    proc: subprocess.Popen[bytes], deadline: float | None, cancel: threading.Event | None
+) -> bool:
+    """Wait for the command to exit (its pipes may have closed before it did); False if the
+    deadline passes or ``cancel`` is set first (looked at every 0.1 s)."""
+    while True:
+        wait = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+        try:
+            proc.wait(max(0.0, wait))
+            return True
+        except subprocess.TimeoutExpired:
+            if (deadline is not None and time.monotonic() >= deadline) or (
+                    cancel is not None and cancel.is_set()):  # fmt: skip
+                return False
+
+
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the child's process group and every descendant (those that left it), then reap."""
     doomed = _descendants(proc.pid)  # before the kill: orphans would be re-parented away

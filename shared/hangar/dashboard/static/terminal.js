@@ -30,13 +30,15 @@ export async function openTerminal(box, name, mode, onEnd) {
   term.open(box);
   fit.fit();
   let ws = null;
+  const asked = { rows: 0, cols: 0 }; // the size the websocket was opened with
   try {
     // Asked with the mode, so what keeps the terminal closed is said here (a browser is told
     // nothing of a refused websocket).
     const { ticket } = await call("POST", sessionPath(name, "terminal-ticket"), { mode });
     const url = new URL(sessionPath(name, "terminal"), location.href);
     url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
-    url.search = new URLSearchParams({ ticket, mode, rows: String(term.rows), cols: String(term.cols) });
+    Object.assign(asked, { rows: term.rows, cols: term.cols });
+    url.search = new URLSearchParams({ ticket, mode, rows: String(asked.rows), cols: String(asked.cols) });
     ws = new WebSocket(url);
   } catch (err) {
     term.dispose();
@@ -48,6 +50,8 @@ export async function openTerminal(box, name, mode, onEnd) {
   ws.addEventListener("open", () => {
     opened = true;
     term.focus();
+    // Refitted while it connected (its stylesheet came late, or the window changed)?
+    if (term.rows !== asked.rows || term.cols !== asked.cols) sendSize(term);
   });
   ws.addEventListener("message", (event) => {
     term.write(typeof event.data === "string" ? event.data : new Uint8Array(event.data));
@@ -62,9 +66,11 @@ export async function openTerminal(box, name, mode, onEnd) {
   term.onData(send);
   term.onBinary((data) => send(Uint8Array.from(data, (c) => c.charCodeAt(0))));
   // A new size goes up as a text frame (keystrokes are binary), so the program redraws to fit.
-  term.onResize(({ rows, cols }) => {
-    if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "resize", rows, cols }));
-  });
+  function sendSize({ rows, cols }) {
+    if (ws.readyState !== WebSocket.OPEN || rows < 1 || cols < 1) return;
+    ws.send(JSON.stringify({ type: "resize", rows: Math.min(rows, 1000), cols: Math.min(cols, 1000) }));
+  }
+  term.onResize(sendSize);
   let pending = null;
   const refit = new ResizeObserver(() => {
     clearTimeout(pending);
