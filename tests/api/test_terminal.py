@@ -250,6 +250,25 @@ def test_a_resize_message_gives_the_terminal_its_new_size_and_any_other_text_fra
 
 
 @pytest.mark.sandbox
+def test_an_empty_frame_ends_the_input_and_the_output_still_comes_until_the_program_ends(
+    api: TestClient, remote: Path
+) -> None:
+    add_env(api, remote)
+    new_session(api, "demo", "hi")
+    wait_turn(api, "demo", 1)
+    with TestClient(api.app).websocket_connect(
+            f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as ws:
+        ws.send_bytes(b"echo typed-$((6*7)); (exit 3)\n")
+        ws.send_bytes(b"")
+        seen = b""
+        with pytest.raises(WebSocketDisconnect) as closed:
+            while True:
+                seen += ws.receive_bytes()
+    assert (closed.value.code, closed.value.reason) == (1000, "exit 3")
+    assert b"\rtyped-42" in seen
+
+
+@pytest.mark.sandbox
 def test_a_program_left_running_when_its_client_goes_is_killed_and_lets_the_session_go(
     api: TestClient, runtime: Runtime, remote: Path
 ) -> None:

@@ -104,6 +104,8 @@ export function renderList(main, ctx) {
   });
 
   function filtersChanged() {
+    cursor = null;
+    more.hidden = true;
     const q = new URLSearchParams();
     if (state.value) q.set("state", state.value);
     if (prefix.value) q.set("prefix", prefix.value);
@@ -115,6 +117,7 @@ export function renderList(main, ctx) {
   let typing = null;
   prefix.addEventListener("input", () => {
     clearTimeout(typing);
+    more.hidden = true; // the cursor is the old filters' until the list is read again
     typing = setTimeout(filtersChanged, 250);
   });
   main.querySelector("form").addEventListener("submit", (e) => {
