@@ -46,6 +46,24 @@ def refused(client: TestClient, path: str) -> tuple[int, str, str]:
     return denied.value.status_code, error["code"], error["message"]
 
 
+@pytest.fixture
+def demo(api: TestClient, remote: Path) -> str:
+    """A session "demo" whose first turn has ended, its sandbox up; its id."""
+    add_env(api, remote)
+    new_session(api, "demo", "hi")
+    wait_turn(api, "demo", 1)
+    return str(api.get("/api/sessions/demo").json()["id"])
+
+
+def closing(ws: Any) -> tuple[int, str, bytes]:
+    """The close code and reason of a terminal, and what it showed until it closed."""
+    seen = b""
+    with pytest.raises(WebSocketDisconnect) as closed:
+        while True:
+            seen += ws.receive_bytes()
+    return closed.value.code, closed.value.reason, seen
+
+
 def test_a_ticket_is_made_for_one_session_only_its_hash_is_stored_and_it_expires_in_a_minute(
     api: TestClient, runtime: Runtime
 ) -> None:
@@ -137,11 +155,8 @@ def test_an_expired_ticket_is_refused_and_making_a_ticket_sweeps_the_expired_one
 
 @pytest.mark.sandbox
 def test_the_agent_mode_resumes_the_sessions_conversation_with_a_turns_environment(
-    api: TestClient, runtime: Runtime, remote: Path
+    api: TestClient, runtime: Runtime, demo: str
 ) -> None:
-    add_env(api, remote)
-    new_session(api, "demo", "hi")
-    wait_turn(api, "demo", 1)
     view = api.get("/api/sessions/demo").json()
     conversation = view["harness_session"]
     path = f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}&mode=agent&rows=30&cols=90"
@@ -158,10 +173,9 @@ def test_the_agent_mode_resumes_the_sessions_conversation_with_a_turns_environme
         assert (busy.status_code, busy.json()["error"]["code"]) == (409, "session_busy")
         assert "talking to" in busy.json()["error"]["message"]
         ws.send_bytes(b"/exit\n")
-        with pytest.raises(WebSocketDisconnect) as closed:
-            while True:
-                seen += ws.receive_bytes()
-    assert (closed.value.code, closed.value.reason) == (1000, "exit 0")
+        code, reason, rest = closing(ws)
+        seen += rest
+    assert (code, reason) == (1000, "exit 0")
     argv = re.search(rb"agy interactive argv=(\[.*?\])", seen)
     assert argv and json.loads(argv.group(1)) == ["--conversation", conversation]
     assert b"seen=2 io=/root/.hangar/sessions/demo secret=yes" in seen  # the turn's environment
@@ -179,9 +193,7 @@ def test_the_agent_mode_resumes_the_sessions_conversation_with_a_turns_environme
     with TestClient(api.app).websocket_connect(
             f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as shell:
         shell.send_bytes(b"touch /tmp/go; exit\n")
-        with pytest.raises(WebSocketDisconnect):
-            while True:
-                shell.receive_bytes()
+        assert closing(shell)[:2] == (1000, "exit 0")
     assert running["state"] == "active"
     wait_turn(api, "demo", 2)
 
@@ -202,12 +214,10 @@ def read_until(ws: Any, pattern: bytes) -> re.Match[bytes]:
 
 
 @pytest.mark.sandbox
+@pytest.mark.usefixtures("demo")
 def test_a_resize_message_gives_the_terminal_its_new_size_and_any_other_text_frame_closes_it(
-    api: TestClient, remote: Path
+    api: TestClient,
 ) -> None:
-    add_env(api, remote)
-    new_session(api, "demo", "hi")
-    wait_turn(api, "demo", 1)
 
     def opened(query: str) -> Any:
         return TestClient(api.app).websocket_connect(
@@ -220,11 +230,9 @@ def test_a_resize_message_gives_the_terminal_its_new_size_and_any_other_text_fra
         ws.send_bytes(b"echo size=$(stty size)\n")
         read_until(ws, rb"\rsize=41 123")
         ws.send_text(json.dumps({"type": "resize", "rows": 0, "cols": 80}))
-        with pytest.raises(WebSocketDisconnect) as closed:
-            while True:
-                ws.receive_bytes()
-    assert closed.value.code == 1003
-    assert closed.value.reason == ("invalid_input: not a control message (rows: Input should "
+        code, reason, _ = closing(ws)
+    assert code == 1003
+    assert reason == ("invalid_input: not a control message (rows: Input should "
                                    "be greater than or equal to 1)")  # fmt: skip
     # A resize at once, before the terminal has started, waits for it (and is not undone).
     with opened("rows=30&cols=90") as ws:
@@ -232,10 +240,8 @@ def test_a_resize_message_gives_the_terminal_its_new_size_and_any_other_text_fra
         ws.send_bytes(b"echo size=$(stty size)\n")
         read_until(ws, rb"\rsize=1000 77")  # sizes above 1,000 are taken as 1,000
         ws.send_text("keys as text")
-        with pytest.raises(WebSocketDisconnect) as closed:
-            while True:
-                ws.receive_bytes()
-    assert (closed.value.code, closed.value.reason) == (
+        code, reason, _ = closing(ws)
+    assert (code, reason) == (
         1003, "invalid_input: not a control message (frame: Invalid JSON: expected value at "
         "line 1 column 1)")  # fmt: skip
     for query, size in (("rows=0&cols=0", None), ("rows=1001&cols=99999999999999999999", "1000 1000")):
@@ -250,32 +256,24 @@ def test_a_resize_message_gives_the_terminal_its_new_size_and_any_other_text_fra
 
 
 @pytest.mark.sandbox
+@pytest.mark.usefixtures("demo")
 def test_an_empty_frame_ends_the_input_and_the_output_still_comes_until_the_program_ends(
-    api: TestClient, remote: Path
+    api: TestClient,
 ) -> None:
-    add_env(api, remote)
-    new_session(api, "demo", "hi")
-    wait_turn(api, "demo", 1)
     with TestClient(api.app).websocket_connect(
             f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as ws:
         ws.send_bytes(b"echo typed-$((6*7)); (exit 3)\n")
         ws.send_bytes(b"")
-        seen = b""
-        with pytest.raises(WebSocketDisconnect) as closed:
-            while True:
-                seen += ws.receive_bytes()
-    assert (closed.value.code, closed.value.reason) == (1000, "exit 3")
+        code, reason, seen = closing(ws)
+    assert (code, reason) == (1000, "exit 3")
     assert b"\rtyped-42" in seen
 
 
 @pytest.mark.sandbox
 def test_a_program_left_running_when_its_client_goes_is_killed_and_lets_the_session_go(
-    api: TestClient, runtime: Runtime, remote: Path
+    api: TestClient, runtime: Runtime, demo: str
 ) -> None:
-    add_env(api, remote)
-    new_session(api, "demo", "hi")
-    wait_turn(api, "demo", 1)
-    session_id = api.get("/api/sessions/demo").json()["id"]
+    session_id = demo
     # sleep neither reads its input nor writes: the end of input alone would never end it
     with TestClient(api.app).websocket_connect(
             f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as ws:
