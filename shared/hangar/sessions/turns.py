@@ -270,7 +270,8 @@ class Turns:
         good = turn.outcome in (TurnOutcome.EXITED, TurnOutcome.NEEDS_INPUT)
         asking = turn.outcome is TurnOutcome.NEEDS_INPUT
         try:
-            take_checkpoint(self.checkpointer, self.records, session, CheckpointReason.TURN)
+            with self.transitions.keeping(session.id, token):  # a big one outlasts the lease
+                take_checkpoint(self.checkpointer, self.records, session, CheckpointReason.TURN)
             error = None if good or turn.outcome is TurnOutcome.INTERRUPTED else turn.summary
         except CheckpointError as exc:
             logger.error("checkpoint after turn %d of %s failed: %s", turn.n, session.id, exc)

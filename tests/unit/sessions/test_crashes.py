@@ -283,3 +283,33 @@ def test_a_crash_before_any_change_of_a_flow_leaves_a_session_that_works(
         else:  # this run made fewer changes (its polls of the detached runs): no crash here
             assert fuse.count < k
         check_usable(rig, recover(rig))
+
+
+def test_a_turns_checkpoint_that_outlasts_the_lease_keeps_the_finish_claim(
+    make_rig: Callable[[str], Rig],
+) -> None:
+    rig = make_rig("slow-checkpoint")
+    service = rig.service()
+    new_session(rig, service)
+    take = service.checkpointer.take
+    seen: list[bool] = []
+
+    def slow_take(*args: Any, **kwargs: Any) -> Any:
+        """The checkpoint goes on for several leases; meanwhile the claim must stay live."""
+        until = service.resolve("demo").claim.until  # type: ignore[union-attr]
+        deadline = time.monotonic() + 10 * LEASE
+        while (now := service.resolve("demo")).claim and now.claim.until <= until:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(LEASE / 10)
+        claim = service.resolve("demo").claim
+        seen.append(claim is not None and claim.until > utcnow())
+        return take(*args, **kwargs)
+
+    service.checkpointer.take = slow_take  # type: ignore[method-assign]
+    service.send("demo", "run: echo two > two.txt")
+    rig.drive(service, settled(service, S.IDLE, S.FAILED))
+    assert seen == [True]  # renewed while it ran: nobody could take the finish over
+    session = service.resolve("demo")
+    assert session.state is S.IDLE and session.error is None
+    assert [c.reason.value for c in rig.db.list_checkpoints(session.id)][-1] == "turn"
