@@ -263,10 +263,24 @@ def test_an_empty_frame_ends_the_input_and_the_output_still_comes_until_the_prog
     with TestClient(api.app).websocket_connect(
             f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as ws:
         ws.send_bytes(b"echo typed-$((6*7)); (exit 3)\n")
-        ws.send_bytes(b"")
+        ws.send_bytes(b"")  # at once: it may come before the shell has even started
         code, reason, seen = closing(ws)
     assert (code, reason) == (1000, "exit 3")
     assert b"\rtyped-42" in seen
+    # The end of input when the shell waits at its prompt (its line editor reads keys raw).
+    with TestClient(api.app).websocket_connect(
+            f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as ws:
+        ws.send_bytes(b"echo typed-$((6*8)); (exit 4)\n")
+        read_until(ws, rb"\rtyped-48\r\n.*\$ $")
+        ws.send_bytes(b"")
+        assert closing(ws)[:2] == (1000, "exit 4")
+    # And while a command runs that does not read (it would swallow an end-of-file).
+    with TestClient(api.app).websocket_connect(
+            f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as ws:
+        ws.send_bytes(b"echo waiting; read -t 3 x < /dev/null; sleep 1.5; (exit 5)\n")
+        read_until(ws, rb"\rwaiting")
+        ws.send_bytes(b"")
+        assert closing(ws)[:2] == (1000, "exit 5")
 
 
 @pytest.mark.sandbox

@@ -28,9 +28,11 @@ agent, in the repo folder (:mod:`hangar.api.pty`). A session without a sandbox i
 ``session_not_running`` (open it first). Frames:
 
 - client to server: binary frames are keystrokes, passed through unchanged; an empty one ends
-  the input, as a closed pipe does (``script`` then sends the program its end-of-file key once
-  the terminal is in line mode, so ``bash -i`` ends after what came before it), and the output
-  still comes until the program ends. Text frames are control messages, JSON:
+  the input: the terminal's end-of-file key (Ctrl-D) is typed then, and again every
+  :data:`EOF_EVERY_SECONDS` until the program ends (one typed while a command runs, or before
+  the shell has started, can be swallowed: a terminal's end-of-file is a keystroke, not the
+  end of a pipe), later keystrokes are dropped, and the output still comes until the program
+  ends (``bash -i`` ends after what came before). Text frames are control messages, JSON:
   ``{"type": "resize", "rows": R, "cols": C}`` gives the pseudo terminal its new size (the
   program gets SIGWINCH and redraws), in order with the keystrokes around it. Any other text
   frame closes the terminal with 1003 and the reason ``invalid_input: ...`` (text frames
@@ -96,6 +98,9 @@ QUERY = [
     Query("term", "string", "TERM for the shell (default xterm-256color)"),
 ]
 MODES = ("shell", "agent")
+EOF_KEY = b"\x04"
+EOF_EVERY_SECONDS = 1.0
+"""How often the end-of-file key is typed again once the input has ended."""
 HANGUP_SECONDS = 5.0
 """How long a terminal's program has to end by itself once its client has gone."""
 SHELL = ["bash", "-i"]
@@ -224,12 +229,18 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
         screen = cast(BinaryIO, _Screen(ws, token))
         close: list[tuple[int, str]] = []
         hang_up = threading.Event()
+        finished = threading.Event()  # the program has ended
         timers: list[threading.Timer] = []
         session_id, sandbox_id = admitted.session_id, admitted.sandbox_id
 
         def stdin() -> Iterator[bytes]:
             while (chunk := keys.get()) is not None:
                 yield chunk
+
+        def end_of_input() -> None:
+            while not finished.is_set():
+                keys.put(EOF_KEY)
+                finished.wait(EOF_EVERY_SECONDS)
 
         def run() -> None:
             try:
@@ -245,6 +256,7 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
                 logger.exception("terminal in session %s failed", ref)
                 close.append((1011, "internal: the terminal failed; see the server's log"))
             finally:
+                finished.set()
                 for timer in timers:
                     timer.cancel()
                 in_sandbox(sandbox_id, pty.forget(device_file), "remove a terminal's file")
@@ -274,13 +286,13 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
                         await run_in_threadpool(in_sandbox, sandbox_id, argv, "resize a terminal")
                         continue
                     if open_input and not data:  # an empty frame: end of input
-                        keys.put(None)
                         open_input = False
+                        threading.Thread(target=end_of_input, name="hangar-terminal-eof",
+                                         daemon=True).start()  # fmt: skip
                     elif open_input:
                         keys.put(data)
             finally:  # the client went, or this handler is cancelled, or the program ended
-                if open_input:
-                    keys.put(None)  # end of input: the shell ends
+                keys.put(None)  # the input's end (hangs up the program's terminal)
                 if not ended.is_set():  # a timer, not a task: this handler may be going away
                     timer = threading.Timer(HANGUP_SECONDS, hang_up.set)  # then it is killed
                     timer.daemon = True

@@ -7,7 +7,7 @@ terminal goes into raw mode (restored on the way out), keystrokes go up as binar
 output comes down the same way; the exit status is the program's, from the close reason
 (``exit N``). When the local terminal changes size (SIGWINCH), the new size goes up as a
 control message, so the program redraws to fit. When standard input ends (a pipe or a file; a terminal in raw mode never does),
-the server is told with an empty frame, the program gets end-of-file as from a closed pipe,
+the server is told with an empty frame and types the terminal's end-of-file key (Ctrl-D),
 and the output is read until it ends: ``echo make | hangar session shell NAME`` shows all
 that ``make`` prints, then the shell ends.
 """
