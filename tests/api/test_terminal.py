@@ -55,6 +55,12 @@ def demo(api: TestClient, remote: Path) -> str:
     return str(api.get("/api/sessions/demo").json()["id"])
 
 
+def opened(api: TestClient, query: str = "") -> Any:
+    """A new terminal (a shell unless ``query`` says otherwise) on session "demo"."""
+    return TestClient(api.app).websocket_connect(
+        f"/api/sessions/demo/terminal?{query}&ticket={ticket(api, 'demo')}")
+
+
 def closing(ws: Any) -> tuple[int, str, bytes]:
     """The close code and reason of a terminal, and what it showed until it closed."""
     seen = b""
@@ -159,8 +165,7 @@ def test_the_agent_mode_resumes_the_sessions_conversation_with_a_turns_environme
 ) -> None:
     view = api.get("/api/sessions/demo").json()
     conversation = view["harness_session"]
-    path = f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}&mode=agent&rows=30&cols=90"
-    with TestClient(api.app).websocket_connect(path) as ws:
+    with opened(api, "mode=agent&rows=30&cols=90") as ws:
         seen = b""
         while b"secret=" not in seen or not seen.endswith(b"\n"):
             seen += ws.receive_bytes()
@@ -190,8 +195,7 @@ def test_the_agent_mode_resumes_the_sessions_conversation_with_a_turns_environme
     asked = api.post("/api/sessions/demo/terminal-ticket", json={"mode": "agent"})
     assert (asked.status_code, asked.json()["error"]["code"]) == (409, "session_busy")
     assert api.post("/api/sessions/demo/terminal-ticket", json={"mode": "shell"}).status_code == 201
-    with TestClient(api.app).websocket_connect(
-            f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as shell:
+    with opened(api) as shell:
         shell.send_bytes(b"touch /tmp/go; exit\n")
         assert closing(shell)[:2] == (1000, "exit 0")
     assert running["state"] == "active"
@@ -218,12 +222,7 @@ def read_until(ws: Any, pattern: bytes) -> re.Match[bytes]:
 def test_a_resize_message_gives_the_terminal_its_new_size_and_any_other_text_frame_closes_it(
     api: TestClient,
 ) -> None:
-
-    def opened(query: str) -> Any:
-        return TestClient(api.app).websocket_connect(
-            f"/api/sessions/demo/terminal?{query}&ticket={ticket(api, 'demo')}")
-
-    with opened("rows=30&cols=90") as ws:
+    with opened(api, "rows=30&cols=90") as ws:
         ws.send_bytes(b"echo size=$(stty size)\n")
         read_until(ws, rb"\rsize=30 90")
         ws.send_text(json.dumps({"type": "resize", "rows": 41, "cols": 123}))
@@ -235,7 +234,7 @@ def test_a_resize_message_gives_the_terminal_its_new_size_and_any_other_text_fra
     assert reason == ("invalid_input: not a control message (rows: Input should "
                                    "be greater than or equal to 1)")  # fmt: skip
     # A resize at once, before the terminal has started, waits for it (and is not undone).
-    with opened("rows=30&cols=90") as ws:
+    with opened(api, "rows=30&cols=90") as ws:
         ws.send_text(json.dumps({"type": "resize", "rows": 2000, "cols": 77}))
         ws.send_bytes(b"echo size=$(stty size)\n")
         read_until(ws, rb"\rsize=1000 77")  # sizes above 1,000 are taken as 1,000
@@ -245,7 +244,7 @@ def test_a_resize_message_gives_the_terminal_its_new_size_and_any_other_text_fra
         1003, "invalid_input: not a control message (frame: Invalid JSON: expected value at "
         "line 1 column 1)")  # fmt: skip
     for query, size in (("rows=0&cols=0", None), ("rows=1001&cols=99999999999999999999", "1000 1000")):
-        with opened(query) as ws:
+        with opened(api, query) as ws:
             ws.send_bytes(b"echo size=$(stty size); exit\n")
             shown = read_until(ws, rb"\rsize=(\d+ \d+)").group(1).decode()
             assert size is None or shown == size, (query, shown)
@@ -260,23 +259,20 @@ def test_a_resize_message_gives_the_terminal_its_new_size_and_any_other_text_fra
 def test_an_empty_frame_ends_the_input_and_the_output_still_comes_until_the_program_ends(
     api: TestClient,
 ) -> None:
-    with TestClient(api.app).websocket_connect(
-            f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as ws:
+    with opened(api) as ws:
         ws.send_bytes(b"echo typed-$((6*7)); (exit 3)\n")
         ws.send_bytes(b"")  # at once: it may come before the shell has even started
         code, reason, seen = closing(ws)
     assert (code, reason) == (1000, "exit 3")
     assert b"\rtyped-42" in seen
     # The end of input when the shell waits at its prompt (its line editor reads keys raw).
-    with TestClient(api.app).websocket_connect(
-            f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as ws:
+    with opened(api) as ws:
         ws.send_bytes(b"echo typed-$((6*8)); (exit 4)\n")
         read_until(ws, rb"\rtyped-48\r\n.*\$ $")
         ws.send_bytes(b"")
         assert closing(ws)[:2] == (1000, "exit 4")
     # And while a command runs that does not read (it would swallow an end-of-file).
-    with TestClient(api.app).websocket_connect(
-            f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as ws:
+    with opened(api) as ws:
         ws.send_bytes(b"echo waiting; read -t 3 x < /dev/null; sleep 1.5; (exit 5)\n")
         read_until(ws, rb"\rwaiting")
         ws.send_bytes(b"")
@@ -289,8 +285,7 @@ def test_a_program_left_running_when_its_client_goes_is_killed_and_lets_the_sess
 ) -> None:
     session_id = demo
     # sleep neither reads its input nor writes: the end of input alone would never end it
-    with TestClient(api.app).websocket_connect(
-            f"/api/sessions/demo/terminal?ticket={ticket(api, 'demo')}") as ws:
+    with opened(api) as ws:
         ws.send_bytes(b"echo sleeping; sleep 6061\n")
         read_until(ws, rb"\rsleeping")  # the output, after the echo of the typed line
         assert runtime.db.get_session(session_id).shells

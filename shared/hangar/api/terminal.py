@@ -207,12 +207,12 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
         if mode == "agent":
             invocation = service.agent_command(session.id)  # no_conversation, not running: 409
             command, env = invocation.argv, invocation.env
+            session = service.resolve(session.id)  # as agent_command found it: with a sandbox
         else:
             session = service.require_running(session.id)  # session_not_running: 409
             command, env = SHELL, None
-        running = service.resolve(session.id)
-        assert running.sandbox_id is not None  # both checks above found one
-        return _Admitted(session.id, running.sandbox_id, pty.under_script(command, words), env)
+        assert session.sandbox_id is not None
+        return _Admitted(session.id, session.sandbox_id, pty.under_script(command, words), env)
 
     async def terminal(ws: WebSocket) -> None:
         ref = str(ws.path_params["ref"])

@@ -26,9 +26,6 @@ from urllib.parse import urlencode
 
 from hangar.cli.client import ApiError, Client, session_path
 
-MAX_SIZE = 1000
-"""The most rows, or columns, the server uses."""
-
 
 def terminal(api: Client, name: str, mode: str = "shell") -> int:
     """Open session ``name``'s terminal (``mode`` shell or agent) on this one; its exit
@@ -100,15 +97,15 @@ def terminal(api: Client, name: str, mode: str = "shell") -> int:
 
 
 def _size(fd: int) -> tuple[int, int] | None:
-    """The terminal's rows and columns, at most 1,000 each; None when ``fd`` is no terminal or
-    has no size (0 by 0, as some containers' are)."""
+    """The terminal's rows and columns (the server takes more than 1,000 as 1,000); None when
+    ``fd`` is no terminal or has no size (0 by 0, as some containers' are)."""
     try:
         size = os.get_terminal_size(fd)
     except OSError:
         return None
     if size.lines <= 0 or size.columns <= 0:
         return None
-    return min(size.lines, MAX_SIZE), min(size.columns, MAX_SIZE)
+    return size.lines, size.columns
 
 
 def _refused(status: int, body: bytes) -> ApiError:

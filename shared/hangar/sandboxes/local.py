@@ -46,50 +46,19 @@ from urllib.parse import unquote, urlsplit
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from hangar.config import Settings
-from hangar.errors import (
-    DestroyVetoed,
-    ExecTimeout,
-    HangarError,
-    InvalidInput,
-    InvalidSettings,
-    SandboxError,
-    SandboxNotFound,
-    SandboxUnavailable,
-)
-from hangar.sandboxes import (
-    HANGAR_BIN,
-    HANGAR_DIR,
-    HANGAR_TMP,
-    HOME,
-    ExecResult,
-    PreDestroyHook,
-    SandboxInfo,
-    SandboxSpec,
-    SandboxUser,
-    Stdin,
-    first_on_path,
-    layout,
-)
-from hangar.sandboxes.isolation import (
-    Cgroups,
-    Limits,
-    LimitsMode,
-    UidClaim,
-    claim_uids,
-    resolve_mode,
-)
+from hangar.errors import DestroyVetoed, ExecTimeout, HangarError, InvalidInput, InvalidSettings
+from hangar.errors import SandboxError
+from hangar.errors import SandboxNotFound, SandboxUnavailable
+from hangar.sandboxes import HANGAR_BIN, HANGAR_DIR, HANGAR_TMP, HOME, ExecResult, PreDestroyHook
+from hangar.sandboxes import first_on_path
+from hangar.sandboxes import SandboxInfo
+from hangar.sandboxes import SandboxSpec, SandboxUser, Stdin
+from hangar.sandboxes import layout
+from hangar.sandboxes.isolation import Cgroups, Limits, LimitsMode, UidClaim, claim_uids
+from hangar.sandboxes.isolation import resolve_mode
 from hangar.sandboxes.layout import HANGAR_PATH, HARNESS_MOUNT, SANDBOX_PATH
-from hangar.sandboxes.processes import (
-    HOST_ENV,
-    feed,
-    finish,
-    host_tool,
-    kill,
-    kill_tree,
-    pump,
-    read_some,
-    start_time,
-)
+from hangar.sandboxes.processes import HOST_ENV, feed, finish, host_tool, kill, kill_tree, pump
+from hangar.sandboxes.processes import read_some, start_time
 
 __all__ = ["HARNESS_MOUNT", "HANGAR_CAPS", "LocalSandboxes"]
 

@@ -79,6 +79,17 @@ def feed(
             pass
 
 
+def _stopped(deadline: float | None, cancel: threading.Event | None) -> bool:
+    """Whether the deadline has passed or ``cancel`` is set."""
+    return (deadline is not None and time.monotonic() >= deadline) or (
+        cancel is not None and cancel.is_set())  # fmt: skip
+
+
+def _wait(deadline: float | None) -> float:
+    """How long to wait before looking again: 0.1 s at most, never past the deadline."""
+    return 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
+
+
 def pump(
     proc: subprocess.Popen[bytes],
     streams: dict[int, Callable[[bytes], Any]],
@@ -92,15 +103,14 @@ def pump(
         for fd, sink in streams.items():
             sel.register(fd, selectors.EVENT_READ, sink)
         while sel.get_map():
-            now = time.monotonic()
-            if (deadline is not None and now >= deadline) or (cancel and cancel.is_set()):
+            if _stopped(deadline, cancel):
                 return False
+            now = time.monotonic()
             if exited_at is None and proc.poll() is not None:
                 exited_at = now
             if exited_at is not None and now - exited_at > DRAIN_GRACE:
                 return True  # only background processes still hold the pipes
-            wait = 0.1 if deadline is None else min(0.1, deadline - now)
-            for key, _ in sel.select(wait):
+            for key, _ in sel.select(_wait(deadline)):
                 data = os.read(key.fd, _CHUNK)
                 if data:
                     key.data(data)
@@ -115,13 +125,11 @@ def finish(
     """Wait for the command to exit (its pipes may have closed before it did); False if the
     deadline passes or ``cancel`` is set first (looked at every 0.1 s)."""
     while True:
-        wait = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
         try:
-            proc.wait(max(0.0, wait))
+            proc.wait(_wait(deadline))
             return True
         except subprocess.TimeoutExpired:
-            if (deadline is not None and time.monotonic() >= deadline) or (
-                    cancel is not None and cancel.is_set()):  # fmt: skip
+            if _stopped(deadline, cancel):
                 return False
 
 

@@ -65,10 +65,11 @@ export async function openTerminal(box, name, mode, onEnd) {
   };
   term.onData(send);
   term.onBinary((data) => send(Uint8Array.from(data, (c) => c.charCodeAt(0))));
-  // A new size goes up as a text frame (keystrokes are binary), so the program redraws to fit.
+  // A new size goes up as a text frame (keystrokes are binary), so the program redraws to fit;
+  // the server takes more than 1,000 as 1,000.
   function sendSize({ rows, cols }) {
     if (ws.readyState !== WebSocket.OPEN || rows < 1 || cols < 1) return;
-    ws.send(JSON.stringify({ type: "resize", rows: Math.min(rows, 1000), cols: Math.min(cols, 1000) }));
+    ws.send(JSON.stringify({ type: "resize", rows, cols }));
   }
   term.onResize(sendSize);
   let pending = null;
