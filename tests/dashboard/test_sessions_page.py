@@ -292,10 +292,10 @@ def test_fork_asks_how_many_and_links_the_forks_and_archive_asks_first(
 
 def terminal_size(page: Page, n: int) -> tuple[int, int]:
     """The rows and columns the shell in the page's terminal has (asked as the ``n``-th)."""
-    page.keyboard.type(f"echo size{n}=$(stty size)\n")
+    page.keyboard.type(f"echo size{n}=$(stty size),said\n")  # ",said": the whole answer shows
     rows = page.locator("#terminal .xterm-rows")
-    expect(rows).to_contain_text(re.compile(rf"size{n}=\d+ \d+"))
-    found = re.search(rf"size{n}=(\d+) (\d+)", rows.inner_text())
+    expect(rows).to_contain_text(re.compile(rf"size{n}=\d+ \d+,said"))
+    found = re.search(rf"size{n}=(\d+) (\d+),said", rows.inner_text())
     assert found, rows.inner_text()
     return int(found.group(1)), int(found.group(2))
 
