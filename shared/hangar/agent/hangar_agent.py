@@ -316,6 +316,8 @@ def do_artifact(io, args):
     name = clean_name(given)
     if name is None:
         raise BadInput("NAME %r must be a relative path without '..'" % given)
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in name):
+        raise BadInput("NAME %r holds a control character: hangar would not keep it" % given)
     utf8(name, "NAME")
     try:
         st = os.stat(args.path)  # PATH itself may be a link, to a file or a folder

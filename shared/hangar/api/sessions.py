@@ -17,6 +17,7 @@ import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO, cast
+from urllib.parse import quote
 
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.requests import Request
@@ -181,9 +182,8 @@ async def artifact(runtime: Runtime, request: Request) -> Response:
     ref, path = param(request, "ref"), param(request, "path")
     n = whole(param(request, "turn"), "turn", 1, s.MAX_TURN)
     data = await run_in_threadpool(runtime.sessions.artifact, ref, n, path)
-    name = path.rsplit("/", 1)[-1].replace('"', "")
     return Response(data, media_type="application/octet-stream",
-                    headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
+                    headers={"Content-Disposition": attachment(path.rsplit("/", 1)[-1])})
 
 
 async def progress(runtime: Runtime, request: Request) -> Response:
@@ -203,7 +203,21 @@ async def pull_(runtime: Runtime, request: Request) -> Response:
     package = await run_in_threadpool(runtime.sessions.pull, param(request, "ref"))
     name = f"{package.info.session}-{package.info.checkpoint}.tar"
     return StreamingResponse(iterate_in_threadpool(package.tar()), media_type=pull.MEDIA,
-                             headers={"Content-Disposition": f'attachment; filename="{name}"'})
+                             headers={"Content-Disposition": attachment(name)})
+
+
+def attachment(name: str) -> str:
+    """The Content-Disposition that downloads as ``name``, whatever it holds (RFC 6266):
+    ``filename`` with printable ASCII only (anything else, and ``"``, ``\\`` and ``%``, as
+    ``_``) for clients that know no better, and, when that is not the name itself, the exact
+    name as ``filename*`` (RFC 5987: UTF-8, percent-encoded). Header values are Latin-1: the
+    name as it is would fail the answer."""
+    fallback = "".join(c if " " <= c <= "~" and c not in '"\\%' else "_" for c in name)
+    header = f'attachment; filename="{fallback}"'
+    if fallback == name:
+        return header
+    exact = quote(name.encode("utf-8", "replace"), safe="!#$&+-.^_`|~")
+    return f"{header}; filename*=UTF-8''{exact}"
 
 
 def _int_query(request: Request, name: str, low: int, high: int, default: int) -> int:

@@ -6,7 +6,10 @@ redacted for known secret shapes, and each is sealed under a data key of its own
 ``sessions/<session>/artifacts/<turn>/<path>`` (:func:`artifact_key`). Unchanged files are not
 stored again; a file over the size cap, past the count cap (``HANGAR_EXCHANGE_MAX_ARTIFACTS``)
 or past the turn's total (``..._MAX_ARTIFACTS_MB``) is skipped with a warning on the turn,
-never failing it. Artifacts outlive the sandbox and go with the session.
+never failing it. So is a file whose name holds a control character (CR, LF, ESC and the rest
+that :func:`hangar.inert.inert` escapes): such a name cannot be downloaded by URL or named in a
+header, and a terminal would act on it; the warning shows it escaped. Artifacts outlive the
+sandbox and go with the session.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from hangar.errors import ArtifactNotFound, InvalidInput
 from hangar.exchange import is_text
 from hangar.exchange.handback import Found
 from hangar.exchange.layout import io_path
+from hangar.inert import inert
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal
 from hangar.models import Artifact, Session, Turn
@@ -69,6 +73,10 @@ class Artifacts:
         total = 0
         cap = self.settings.max_artifact_bytes
         for f in found:
+            if inert(f.path) != f.path:
+                warnings.append(f"out/artifacts/{inert(f.path)}: a name with control "
+                                "characters; skipped")  # fmt: skip
+                continue
             if f.sha256 is not None and latest.get(f.path) == f.sha256:
                 continue  # unchanged since it was stored
             where = f"out/artifacts/{f.path}"

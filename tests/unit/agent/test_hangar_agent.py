@@ -241,9 +241,10 @@ def test_artifact_of_a_folder_that_holds_the_exchange_folder_skips_it(io: Path) 
 @pytest.mark.parametrize(
     "args",
     [["{src}", "../escape"], ["{src}", "a/../../escape"], ["{src}", "/abs"], ["{src}", "."],
-     ["{tmp}/missing"], ["{fifo}"], ["{fifo-link}"]],
+     ["{tmp}/missing"], ["{fifo}"], ["{fifo-link}"], ["{src}", "a\r\nb"],
+     ["{src}", "t\x1b]0;x\x07"]],
     ids=["NAME with ..", "NAME leading out", "absolute NAME", "empty NAME", "missing PATH",
-         "a FIFO", "a link to a FIFO"],
+         "a FIFO", "a link to a FIFO", "NAME with CR LF", "NAME with ESC"],
 )  # fmt: skip
 def test_artifact_with_bad_input_exits_2_and_writes_nothing(
     io: Path, tmp_path: Path, args: list[str]
