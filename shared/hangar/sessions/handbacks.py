@@ -5,7 +5,9 @@ or changed artifacts, stored.
 
 A turn with a schema whose result is missing or invalid gets one repair run in the same
 conversation (:func:`repair_prompt`; started and finished by :mod:`.turns`); only a result still
-missing or invalid after it is the turn's ``result_error``. A turn that ends NEEDS_INPUT gets
+missing or invalid after it is the turn's ``result_error``; so is a schema that cannot be
+applied (:func:`~hangar.exchange.schemas.validate` raises InvalidSchema: a repair could not
+help, so none is run). A turn that ends NEEDS_INPUT gets
 no repair and no ``result_error`` (its schema carries over to the answering turn); a turn that
 was interrupted, timed out or failed keeps its outcome, and its question is not carried on.
 Reading is done once per turn (``collected``), so a finisher that takes over from one that died
@@ -20,6 +22,7 @@ from typing import Any
 from hangar.blobs import Blobs
 from hangar.config import Settings
 from hangar.db import Db
+from hangar.errors import InvalidSchema
 from hangar.exchange.artifacts import Artifacts
 from hangar.exchange.handback import Handback, collect
 from hangar.exchange.results import keep_result
@@ -63,7 +66,11 @@ class HandBacks:
             changes.update(outcome=TurnOutcome.NEEDS_INPUT, question=handback.question,
                            question_options=handback.options)  # fmt: skip
         if good and not handback.question:
-            value, why = self._checked(handback, turn.output_schema)
+            try:
+                value, why = self._checked(handback, turn.output_schema)
+            except InvalidSchema as exc:
+                changes["result_error"] = exc.message
+                return self.db.update_turn(turn.model_copy(update=changes))
             if why is None and value is not None:
                 changes.update(keep_result(self.blobs, self.keys, turn, value))
             elif why is not None and turn.output_schema is not None:
@@ -75,8 +82,11 @@ class HandBacks:
     def read_repaired(self, session: Session, turn: Turn, failure: str | None) -> dict[str, Any]:
         """The turn's changes once its repair run has ended (``failure``: why it went wrong)."""
         assert turn.output_schema is not None
-        value, why = self._checked(collect(self.sandboxes, session, self.settings),
-                                   turn.output_schema)  # fmt: skip
+        try:
+            value, why = self._checked(collect(self.sandboxes, session, self.settings),
+                                       turn.output_schema)  # fmt: skip
+        except InvalidSchema as exc:
+            return {"result_error": exc.message}
         if why is None:
             return keep_result(self.blobs, self.keys, turn, value)
         if failure:
