@@ -221,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "latest turn)")  # fmt: skip
     log.add_argument("name")
     log.add_argument("turn", nargs="?", type=_count(1, 1_000_000, "a turn number"))
-    log.add_argument("--raw", action="store_true", help="the harness's JSON lines as they are")
+    log.add_argument("--raw", action="store_true", help="the harness's JSON lines as they are "
+                     "(to a terminal, control characters shown escaped)")  # fmt: skip
     wait = cmd.add_parser("wait", help="follow the latest turn (again) until it ends, then "
                           "print its summary")  # fmt: skip
     wait.add_argument("name")
@@ -284,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str, code: str, status: int) -> int:
+    from hangar.inert import inert  # messages quote the agent's text: shown, never obeyed
+
     text = " ".join(message.split())  # one line, whatever the message held
-    print(f"hangar: {text} ({code})", file=sys.stderr, flush=True)
+    print(inert(f"hangar: {text} ({code})"), file=sys.stderr, flush=True)
     return status

@@ -19,7 +19,7 @@ from hangar.cli.client import ApiError, Client, session_path
 from hangar.cli.exchange import context_items, pull
 from hangar.cli.follow import ensure_running, follow_start, wait_turn
 from hangar.cli.render import describe_event, print_env, print_envs, print_json
-from hangar.cli.render import print_sandboxes, print_session, print_sessions
+from hangar.cli.render import print_sandboxes, print_session, print_sessions, say, show_bytes
 from hangar.config import Settings
 
 INTERRUPT_WAIT = 120.0
@@ -115,9 +115,9 @@ def _env(api: Client, args: argparse.Namespace) -> int:
         if args.json:
             print_json(env)
         else:
-            print(f"added environment {env['name']} ({env['repo']})")
+            say(f"added environment {env['name']} ({env['repo']})")
         for warning in env.get("warnings") or []:
-            print(f"hangar: warning: {warning}", file=sys.stderr)
+            say(f"hangar: warning: {warning}", err=True)
     elif args.action == "list":
         envs = api.call("GET", "/api/envs")
         print_json(envs) if args.json else print_envs(envs)
@@ -127,7 +127,7 @@ def _env(api: Client, args: argparse.Namespace) -> int:
                                                                           _env_change(args))
         print_json(env) if args.json else print_env(env)
         for warning in env.get("warnings") or []:
-            print(f"hangar: warning: {warning}", file=sys.stderr)
+            say(f"hangar: warning: {warning}", err=True)
     else:
         force = "?force=true" if args.force else ""
         api.call("DELETE", f"/api/envs/{quote(args.name, safe='')}{force}")
@@ -186,7 +186,7 @@ def _session(api: Client, args: argparse.Namespace) -> int:
         if args.json:
             print_json(session)
         else:
-            print(f"session {session['name']} is {session['state']}")
+            say(f"session {session['name']} is {session['state']}")
         return 0
     if a == "keep":
         session = api.call("POST", f"{path}/keep", {"idle_minutes": args.idle})
@@ -204,21 +204,21 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     if a == "fork":
         asked = api.call("POST", f"{path}/fork", {"n": args.n})
         forks = [follow_start(api, f["name"]) for f in asked]  # each restores in its sandbox
-        print_json(forks) if args.json else print("\n".join(f["name"] for f in forks))
+        print_json(forks) if args.json else say("\n".join(f["name"] for f in forks), lines=True)
         return 0
     if a == "patch":
-        _write(api.call("GET", f"{path}/patch"))
+        show_bytes(api.call("GET", f"{path}/patch"))
         return 0
     if a == "pull":
         return pull(api, args)
     if a == "log":
         data = api.call("GET", f"{path}/log", params={"turn": args.turn} if args.turn else None)
         if args.raw:
-            _write(data)
+            show_bytes(data)
         for line in [] if args.raw else data.splitlines():
             text = describe_event(line)
             if text:
-                print(text)
+                say(text)
         return 0
     if a == "artifacts":
         return _artifacts(api, args)
@@ -261,9 +261,9 @@ def _artifacts(api: Client, args: argparse.Namespace) -> int:
         if args.json:
             print_json(listed)
         elif not listed:
-            print(f"session {args.name} has no artifacts")
+            say(f"session {args.name} has no artifacts")
         for a in [] if args.json else listed:
-            print(f"turn {a['turn']}  {a['path']}  {a['size']} bytes")
+            say(f"turn {a['turn']}  {a['path']}  {a['size']} bytes")
         return 0
     versions = [a for a in listed if a["path"] == args.get and args.turn in (None, a["turn"])]
     if not versions:
@@ -273,13 +273,13 @@ def _artifacts(api: Client, args: argparse.Namespace) -> int:
     data = api.call("GET", f"{path}/{newest['turn']}/{quote(newest['path'])}")
     target = args.output or newest["path"].rsplit("/", 1)[-1]
     if target == "-":
-        _write(data)
+        show_bytes(data)
         return 0
     if os.path.exists(target) and not args.output:
         raise UsageError(f"{target} exists here; choose where with -o FILE")
     with open(target, "wb") as f:
         f.write(data)
-    print(f"wrote {target} ({len(data)} bytes, turn {newest['turn']})", file=sys.stderr)
+    say(f"wrote {target} ({len(data)} bytes, turn {newest['turn']})", err=True)
     return 0
 
 
@@ -308,7 +308,7 @@ def _interrupt(api: Client, args: argparse.Namespace) -> int:
     if args.json:
         print_json(turn)
     elif turn["finished_at"]:
-        print(f"turn {n} of {args.name} {turn['outcome']}; its work is checkpointed")
+        say(f"turn {n} of {args.name} {turn['outcome']}; its work is checkpointed")
     else:
         print(f"turn {n} of {args.name} was asked to stop and is still ending")
     return 0
@@ -350,6 +350,7 @@ def _sandbox(api: Client, args: argparse.Namespace) -> int:
 
 
 def _write(data: bytes) -> None:
+    """Raw bytes on stdout: ``session shell -- CMD`` is the sandbox's own output, by design."""
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
 

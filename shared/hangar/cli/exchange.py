@@ -17,6 +17,7 @@ from typing import Any
 
 from hangar.cli import UsageError
 from hangar.cli.client import Client, session_path
+from hangar.cli.render import say
 from hangar.exchange import is_text
 from hangar.cli.localgit import PullPackage, apply_pull, from_local
 from hangar.sessions.pull import read_package
@@ -41,7 +42,7 @@ def context_items(api: Client, args: argparse.Namespace) -> list[dict[str, Any]]
     if args.from_local:
         work = from_local(Path.cwd())
         for note in work.notes:
-            print(f"hangar: --from-local: {note}", file=sys.stderr)
+            say(f"hangar: --from-local: {note}", err=True)
         if work.bundle is not None:
             items.append(_item(api, "bundle", work.bundle, base_commit=work.base_commit))
         if work.patch is not None:
@@ -86,11 +87,11 @@ def pull(api: Client, args: argparse.Namespace) -> int:
                          force=args.force)  # fmt: skip
     moved = {"created": "made", "fast-forward": "fast-forwarded", "unchanged": "already at",
              "forced": "moved (--force)"}[outcome.moved]  # fmt: skip
-    print(f"{outcome.branch} {moved} {outcome.head[:12]} (checkpoint {info.checkpoint}, "
-          f"{info.taken_at:%Y-%m-%d %H:%M} UTC)")  # fmt: skip
+    say(f"{outcome.branch} {moved} {outcome.head[:12]} (checkpoint {info.checkpoint}, "
+        f"{info.taken_at:%Y-%m-%d %H:%M} UTC)")  # fmt: skip
     if outcome.checked_out:
         applied = "with its uncommitted changes" if outcome.applied else "(no uncommitted changes)"
-        print(f"switched to {outcome.branch} {applied}")
+        say(f"switched to {outcome.branch} {applied}")
     for note in outcome.notes:
-        print(f"hangar: {note}", file=sys.stderr)
+        say(f"hangar: {note}", err=True)
     return 0

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from hangar.cli.client import ApiError, Client, session_path
-from hangar.cli.render import describe_event, describe_phase, print_json
+from hangar.cli.render import describe_event, describe_phase, inert, print_json, say
 
 WAIT_SLICE = 60.0
 """Seconds one wait call may take before the CLI asks again."""
@@ -55,7 +55,7 @@ def follow_start(api: Client, name: str) -> dict[str, Any]:
                 return session
             if phase and (phase["step"], phase["detail"]) != shown:
                 shown = (phase["step"], phase["detail"])
-                print(f"  {describe_phase(phase)}", file=sys.stderr, flush=True)
+                say(f"  {describe_phase(phase)}", err=True)
             time.sleep(PHASE_POLL)
     except KeyboardInterrupt:
         raise detached(name, "its start") from None
@@ -100,11 +100,11 @@ class Progress:
 
     @staticmethod
     def _print(text: str) -> None:
-        print(f"  {text}", file=sys.stderr, flush=True)
+        say(f"  {text}", err=True)
 
 
 def _same(shown: str, summary: str | None) -> bool:
-    flat = " ".join((summary or "").split())
+    flat = inert(" ".join((summary or "").split()))  # as describe_event shows it
     return shown == flat or (shown.endswith("...") and flat.startswith(shown[:-3]))
 
 
@@ -151,19 +151,19 @@ def wait_turn(api: Client, name: str, n: int, *, as_json: bool = False,
 def print_outcome(name: str, turn: dict[str, Any]) -> None:
     """A turn that ended well: its summary, result, artifacts and question (stdout), and what
     was left out of what it handed back (stderr)."""
-    print(turn["summary"] or "(no summary)")
+    say(turn["summary"] or "(no summary)", lines=True)
     if turn.get("result") is not None:
         print_json(turn["result"])
     for artifact in turn.get("artifacts") or []:
-        print(f"artifact: {artifact['path']} ({artifact['size']} bytes; hangar session "
-              f"artifacts {name} --get {artifact['path']})")  # fmt: skip
+        say(f"artifact: {artifact['path']} ({artifact['size']} bytes; hangar session "
+            f"artifacts {name} --get {artifact['path']})")  # fmt: skip
     for warning in turn.get("warnings") or []:
-        print(f"hangar: warning: {warning}", file=sys.stderr)
+        say(f"hangar: warning: {warning}", err=True)
     if turn["outcome"] == "needs_input":
-        print(f"needs input: {turn['question']}")
+        say(f"needs input: {turn['question']}", lines=True)
         for i, option in enumerate(turn.get("question_options") or [], 1):
-            print(f"  {i}. {option}")
-        print(f'answer with: hangar session send {name} "ANSWER"')
+            say(f"  {i}. {option}")
+        say(f'answer with: hangar session send {name} "ANSWER"')
 
 
 def _follow_log(api: Client, name: str, n: int, progress: Progress) -> None:
