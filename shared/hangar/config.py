@@ -9,6 +9,7 @@ the spec's own names are kept (``session_keep_checkpoints`` is
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -28,6 +29,20 @@ def _default_data_dir(env: Mapping[str, str]) -> Path:
 def _default_harness_dir(env: Mapping[str, str]) -> Path:
     home = env.get("HOME") or str(Path.home())
     return Path(home) / ".local" / "share" / "hangar" / "harnesses"
+
+
+def _default_max_sandboxes(memory_mb: Any) -> int:
+    """As many sandboxes as this machine's memory holds at the agent's memory limit (at least
+    one). A limit that does not parse counts as the default: its own check reports it."""
+    try:
+        per_sandbox = int(memory_mb) if memory_mb not in (None, "") else 4096
+    except (TypeError, ValueError):
+        per_sandbox = 4096
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 1  # a machine that will not say: no overcommitting it
+    return max(1, total // (max(per_sandbox, 1) * 2**20))
 
 
 class Settings(BaseModel):
@@ -87,6 +102,9 @@ class Settings(BaseModel):
         "HANGAR_MAX_BODY_MB)")
     exchange_upload_expiry_minutes: float = Field(
         60, gt=0, description="How long an upload waits to be used before it is dropped")
+    exchange_max_open_uploads: int = Field(
+        20, ge=1, description="Uploads one token may hold at once (begun, neither used nor "
+        "expired); one more is too_many_uploads")
     exchange_max_result_kb: float = Field(
         1024, gt=0, description="The largest out/result.json a turn may hand back, in KiB")
     exchange_max_artifacts: int = Field(
@@ -121,6 +139,11 @@ class Settings(BaseModel):
     sandbox_memory_mb: int = Field(
         4096, ge=64, description="The agent's memory (cgroup: all of it; rlimit: per process)"
     )
+    max_sandboxes: int = Field(
+        ge=1, description="Sandboxes that may live at once; a start past it is "
+        "capacity_exhausted. Default: this machine's memory over HANGAR_SANDBOX_MEMORY_MB "
+        "(at least 1), worked out when the settings are built",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -134,6 +157,8 @@ class Settings(BaseModel):
         values.setdefault("keys", f"local://{data_dir}/vault.key")
         values.setdefault("sandboxes", f"local://{data_dir}/sandboxes")
         values.setdefault("harness_dir", _default_harness_dir({}))
+        if values.get("max_sandboxes") in (None, ""):
+            values["max_sandboxes"] = _default_max_sandboxes(values.get("sandbox_memory_mb"))
         return values
 
     @classmethod

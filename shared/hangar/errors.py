@@ -40,6 +40,8 @@ once shipped; messages may.
     │   ├── RestoreFailed               restore_failed      500
     │   └── NoUsableCheckpoint          no_usable_checkpoint 500
     ├── ArtifactTooLarge                artifact_too_large  413
+    ├── TooManyUploads                  too_many_uploads    429
+    ├── CapacityExhausted               capacity_exhausted  503
     ├── ContextRejected                 context_rejected    422
     ├── UnsafeArchive                   unsafe_archive      422
     ├── HarnessError                    harness_failed      502
@@ -49,6 +51,10 @@ once shipped; messages may.
     ├── CryptoError                     crypto_error        500
     │   └── DecryptionFailed            decryption_failed   500
     └── BackendError                    backend_error       503
+
+An error about a passing shortage (``too_many_uploads``, ``capacity_exhausted``) says in its
+``retry_after`` data field when the same call may succeed, in seconds (REST sends it as the
+``Retry-After`` header too).
 
 Vendor exceptions (sqlite3, OSError from a backend's own files, google.api_core) are translated
 inside the backend module that meets them and never escape it.
@@ -71,6 +77,13 @@ class HangarError(Exception):
         super().__init__(message)
         self.message = message
         self.data: dict[str, Any] = data
+
+    @property
+    def retry_after(self) -> int | None:
+        """Seconds after which the same call may succeed (the ``retry_after`` data field), for
+        errors about a passing shortage; None for the rest."""
+        value = self.data.get("retry_after")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def to_dict(self) -> dict[str, Any]:
         """The wire shape: ``{"error": {"code", "message", ...data}}``; every value JSON can
@@ -179,6 +192,23 @@ class ArtifactTooLarge(HangarError):
 
     code = "artifact_too_large"
     status = 413
+
+
+class TooManyUploads(HangarError):
+    """The token holds as many uploads as it may (``HANGAR_EXCHANGE_MAX_OPEN_UPLOADS``: begun
+    and neither used nor expired): use or let one expire first (``retry_after``: when the
+    oldest expires)."""
+
+    code = "too_many_uploads"
+    status = 429
+
+
+class CapacityExhausted(HangarError):
+    """Every sandbox place is taken (``HANGAR_MAX_SANDBOXES``): the start would overcommit the
+    machine. Nothing was changed; try again once a session is suspended (``retry_after``)."""
+
+    code = "capacity_exhausted"
+    status = 503
 
 
 class EnvironmentNotFound(NotFound):

@@ -44,7 +44,10 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
 def error_response(exc: HangarError) -> JSONResponse:
-    return JSONResponse(exc.to_dict(), status_code=exc.status)
+    """The error's body and status; ``Retry-After`` too when it says when to try again."""
+    wait = exc.retry_after
+    headers = None if wait is None else {"Retry-After": str(wait)}
+    return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers)
 
 
 def create_app(runtime: Runtime, *, receive_ticks: bool = False) -> Starlette:
@@ -56,7 +59,8 @@ def create_app(runtime: Runtime, *, receive_ticks: bool = False) -> Starlette:
         async def endpoint(request: Request) -> Response:
             try:
                 header = request.headers.get("authorization")
-                await run_in_threadpool(authenticate, runtime.db, header)
+                token = await run_in_threadpool(authenticate, runtime.db, header)
+                request.state.token = token  # who asks, for what is counted per token
                 return await handler(runtime, request)
             except HangarError as exc:
                 return error_response(exc)

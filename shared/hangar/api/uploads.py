@@ -16,6 +16,7 @@ from starlette.responses import Response
 from hangar.api import schemas as s
 from hangar.api.routes import Endpoint, param, parse, reply
 from hangar.api.sessions import whole
+from hangar.models import Token
 
 if TYPE_CHECKING:
     from hangar.runtime import Runtime
@@ -25,7 +26,9 @@ MAX_PARTS = 10_000
 
 async def begin(runtime: Runtime, request: Request) -> Response:
     body = await parse(request, s.NewUpload)
-    upload = await run_in_threadpool(runtime.sessions.uploads.begin, body.kind)
+    token: Token = request.state.token  # who asked: uploads are counted per token
+    upload = await run_in_threadpool(
+        lambda: runtime.sessions.uploads.begin(body.kind, token_id=token.id))
     return reply(s.UploadView.of(upload), 201)
 
 
@@ -66,10 +69,12 @@ U = "/api/uploads/{id}"
 ENDPOINTS = [
     Endpoint("POST", "/api/uploads", "Start an upload of one large context item (a bundle or a "
              "patch over a request's size): answers its upload_id and part size; it expires "
-             "after an hour unless used", begin, s.NewUpload, s.UploadView, status=201),
+             "after an hour unless used. A token holds at most HANGAR_EXCHANGE_MAX_OPEN_UPLOADS "
+             "(20) unused uploads: one more is 429 too_many_uploads", begin, s.NewUpload, s.UploadView, status=201),
     Endpoint("GET", U, "An upload's state", get, response=s.UploadView),
-    Endpoint("PUT", U + "/parts/{n}", "Part n (from 1) of the upload: the raw bytes, at most "
-             "part_mb MiB; a part sent again replaces it", put_part, response=s.PartView,
+    Endpoint("PUT", U + "/parts/{n}", "Part n (from 1) of the upload: the raw bytes from "
+             "(n-1) x part_mb MiB on, at most part_mb MiB and never past max_bytes (413); a "
+             "part sent again replaces it", put_part, response=s.PartView,
              raw_body="application/octet-stream"),
     Endpoint("POST", U + "/complete", "Check the parts against the whole's sha256 and the "
              "item's limit; then a context item may name the upload_id", complete,

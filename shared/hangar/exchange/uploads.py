@@ -14,6 +14,18 @@ and a context item then names its ``upload_id``. Everything lives in blobs under
 data. An upload that is not used within ``HANGAR_EXCHANGE_UPLOAD_EXPIRY_MINUTES`` (an hour) is
 gone: reading it answers UploadNotFound and the next upload's start sweeps it away. Using one
 copies its bytes under the turn's context key, and the upload is then deleted.
+
+Bounds. Part ``n`` holds the bytes from ``(n - 1) * part_bytes`` on (parts are cut at the part
+size, the last one shorter), so it may carry at most ``max_bytes - (n - 1) * part_bytes``: no
+part, sent in any order or at the same time as others, takes the stored whole past the item's
+limit. A token holds at most ``HANGAR_EXCHANGE_MAX_OPEN_UPLOADS`` uploads at once, counting
+every upload it began that is neither used nor expired, complete or not (a complete upload
+keeps its bytes until used, so leaving those out would bound nothing); one more is
+TooManyUploads. Every start sweeps the expired ones first, so what uploads hold in blobs is at
+most tokens x that cap x the largest item (``HANGAR_EXCHANGE_MAX_BUNDLE_MB``): 20 x 50 MiB,
+about 1 GiB, per token by default. Only admin tokens reach ``/api/uploads`` (a terminal ticket
+cannot), and hangar makes one, so that is the bound in total too; no cap over all tokens is
+kept, which would let one token's uploads refuse every other's.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hangar.blobs import Blobs, Tally
 from hangar.config import Settings
 from hangar.errors import BlobNotFound, InvalidContext, InvalidInput, PayloadTooLarge
-from hangar.errors import UploadNotFound
+from hangar.errors import TooManyUploads, UploadNotFound
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal
 from hangar.models import ContextKind, utcnow
@@ -50,6 +62,9 @@ class Upload(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
     expires_at: datetime
     key: str = Field(description="its data key, wrapped (base64)")
+    token_id: str | None = Field(
+        None, description="the token that began it, whose uploads it counts among (None: "
+        "begun before uploads were counted)")
     complete: bool = False
     parts: int = 0
     size: int = 0
@@ -58,6 +73,10 @@ class Upload(BaseModel):
     @property
     def max_parts(self) -> int:
         return max(1, math.ceil(self.max_bytes / self.part_bytes))
+
+    def part_limit(self, n: int) -> int:
+        """The most part ``n`` may carry: a part, the rest of the item's limit for the last."""
+        return min(self.part_bytes, self.max_bytes - (n - 1) * self.part_bytes)
 
 
 def item_limit(settings: Settings, kind: ContextKind) -> int:
@@ -85,20 +104,45 @@ class Uploads:
         self.blobs = blobs
         self.keys = keys
 
-    def begin(self, kind: ContextKind) -> Upload:
-        """A new upload for an item of ``kind`` (any but a url); sweeps expired ones first."""
+    def begin(self, kind: ContextKind, *, token_id: str) -> Upload:
+        """A new upload for an item of ``kind`` (any but a url), counted among the uploads of
+        the token ``token_id``; sweeps expired ones first. TooManyUploads when that token holds
+        ``exchange_max_open_uploads`` already (nothing is made). Two starts racing for a
+        token's last place never both stay: each counts again after saving itself and, over
+        the cap, takes itself back (both may then be refused)."""
         if kind is ContextKind.URL:
             raise InvalidInput("a url is not uploaded: give it in the context item",
                                field="kind")  # fmt: skip
-        self.sweep()
+        held = self._held(token_id)
+        if len(held) >= self.settings.exchange_max_open_uploads:
+            raise self._too_many(held)
         part = min(self.settings.exchange_upload_part_mb, self.settings.max_body_mb)
         upload = Upload(
             id=f"upl-{secrets.token_hex(16)}", kind=kind, max_bytes=item_limit(self.settings, kind),
             part_bytes=int(part * 2**20), key=base64.b64encode(self.keys.wrap(new_data_key())).decode(),
             expires_at=utcnow() + timedelta(minutes=self.settings.exchange_upload_expiry_minutes),
+            token_id=token_id,
         )  # fmt: skip
         self._save(upload)
+        held = self._held(token_id)
+        if len(held) > self.settings.exchange_max_open_uploads:
+            self.delete(upload.id)
+            raise self._too_many([u for u in held if u.id != upload.id])
         return upload
+
+    def _held(self, token_id: str) -> list[Upload]:
+        """The uploads the token holds (neither used nor expired), sweeping expired ones."""
+        return [u for u in self._live() if u.token_id == token_id]
+
+    def _too_many(self, held: list[Upload]) -> TooManyUploads:
+        cap = self.settings.exchange_max_open_uploads
+        first = min((u.expires_at for u in held), default=utcnow())
+        wait = max(1, math.ceil((first - utcnow()).total_seconds()))
+        return TooManyUploads(
+            f"this token holds {len(held)} uploads, the most it may (HANGAR_EXCHANGE_MAX_OPEN_"
+            f"UPLOADS={cap}): name one in a request, or wait for one to expire (the first in "
+            f"{wait} s)", limit=cap, retry_after=wait,
+        )  # fmt: skip
 
     def get(self, upload_id: str) -> Upload:
         """The upload; UploadNotFound when there is none, or it expired (it is then removed)."""
@@ -119,8 +163,10 @@ class Uploads:
 
     def put_part(self, upload_id: str, n: int, chunks: Iterable[bytes]) -> int:
         """Seal and store part ``n`` as it streams in (a part sent again replaces it); returns
-        its size. PayloadTooLarge past the part size; InvalidInput for a number past the parts
-        the limit allows, or an upload already complete."""
+        its size. PayloadTooLarge past the part size, or past what the item's limit leaves for
+        part ``n`` (:meth:`Upload.part_limit`), refused as soon as the stream passes it: the
+        part stored before, if any, stays. InvalidInput for a number past the parts the limit
+        allows, or an upload already complete."""
         upload = self.get(upload_id)
         if upload.complete:
             raise InvalidInput(f"upload {upload_id} is complete; start a new one", field="upload")
@@ -128,7 +174,7 @@ class Uploads:
             raise InvalidInput(f"part must be from 1 to {upload.max_parts} (parts of "
                                f"{upload.part_bytes} bytes up to {upload.max_bytes}), not {n}",
                                field="part")  # fmt: skip
-        size = 0
+        size, limit = 0, upload.part_limit(n)
 
         def counted() -> Iterator[bytes]:
             nonlocal size
@@ -137,6 +183,13 @@ class Uploads:
                 if size > upload.part_bytes:
                     raise PayloadTooLarge(f"part {n} is over the part size of "
                                           f"{upload.part_bytes} bytes", limit=upload.part_bytes)
+                if size > limit:
+                    raise PayloadTooLarge(
+                        f"part {n} would take the upload past its max_bytes of "
+                        f"{upload.max_bytes}: part {n} starts at byte {(n - 1) * upload.part_bytes}"
+                        f" (parts are cut at {upload.part_bytes} bytes), so it may carry {limit}",
+                        limit=limit, max_bytes=upload.max_bytes,
+                    )  # fmt: skip
                 yield chunk
 
         key = _part_key(upload_id, n)
@@ -204,16 +257,24 @@ class Uploads:
 
     def sweep(self) -> list[str]:
         """Delete every expired upload; returns their ids."""
-        gone = []
+        gone: list[str] = []
+        self._live(gone)
+        return gone
+
+    def _live(self, gone: list[str] | None = None) -> list[Upload]:
+        """Every upload neither used nor expired; the expired ones are deleted (their ids added
+        to ``gone``)."""
+        live = []
         for key in self.blobs.list("uploads/"):
             if not key.endswith("/meta.json"):
                 continue
             upload_id = key.split("/")[1]
             try:
-                self.get(upload_id)
+                live.append(self.get(upload_id))
             except UploadNotFound:
-                gone.append(upload_id)
-        return gone
+                if gone is not None:
+                    gone.append(upload_id)
+        return live
 
     def _parts(self, upload: Upload, count: int) -> Generator[bytes, None, None]:
         data_key = self._data_key(upload)

@@ -4,7 +4,8 @@ fork flag (or hands off, for a harness that cannot fork).
 
 Contracts: the fork point is a fresh ``manual`` checkpoint when the source is IDLE with its
 sandbox, else its newest checkpoint; InvalidState when it has none, SessionBusy while a turn
-runs. The forks answer at once, STARTING; each restores in a sandbox of its own.
+runs; CapacityExhausted when the sandboxes of all ``n`` would not fit (none is made). The
+forks answer at once, STARTING; each restores in a sandbox of its own.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Forks:
         if source.state in (S.ACTIVE, S.STARTING, S.SUSPENDING):
             raise SessionBusy(f"session {source.name} is busy ({source.state.value})",
                               session=source.name)  # fmt: skip
+        self.startup.capacity.check(n)  # all of them or none
         checkpoint = self._fork_point(source)
         return [self._fork_one(source, checkpoint) for _ in range(n)]
 

@@ -20,6 +20,7 @@ from hangar.sessions.conversations import conversation_dirs
 from hangar.harnesses.runs import read_run, read_stderr, run_started, start_run, stop_run
 from hangar.models import Checkpoint, CheckpointReason, Environment, Session
 from hangar.sandboxes import HOME, WORKSPACE, SandboxInfo, Sandboxes, SandboxSpec
+from hangar.sessions.capacity import admit
 from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
 from hangar.sessions.environments import Environments
 from hangar.sessions.records import Records
@@ -105,11 +106,14 @@ class Provisioner:
 
     def create(self, session: Session, env: Environment) -> SandboxInfo:
         """A new sandbox for the session, with ``hangar-agent`` installed; any other sandbox
-        labelled with it (left by a start that died before recording it) is destroyed first."""
+        labelled with it (left by a start that died before recording it) is destroyed first.
+        CapacityExhausted, with no sandbox left, when it would pass ``HANGAR_MAX_SANDBOXES``
+        (:func:`~hangar.sessions.capacity.admit`)."""
         self.destroy_all(session.id)
         ro_paths = [env.repo] if env.repo.startswith("/") else []
         info = self.sandboxes.create(SandboxSpec(labels={SESSION_LABEL: session.id},
                                                  ro_paths=ro_paths, host_ports=env.host_ports))
+        admit(self.settings, self.sandboxes, info)  # CapacityExhausted: it is gone again
         install_helper(self.sandboxes, info.id)
         return info
 

@@ -224,13 +224,15 @@ class SessionService:
         is checked before anything is created (name, harness, environment, message, schema,
         context). ``output_schema``: the JSON Schema of the turns' results (later sends
         inherit it); ``context``: what comes with the message (:mod:`hangar.exchange.context`),
-        sealed before this answers."""
+        sealed before this answers. CapacityExhausted, nothing made, when no sandbox place is
+        left (:mod:`hangar.sessions.capacity`)."""
         check_name("session", name)
         get_harness(harness)
         environment = self.environments.require(env)
         _check_message(message)
         schema = None if output_schema is None else check_schema(output_schema)
         minutes = 30 if idle_minutes is None else _check_idle(idle_minutes)
+        self._startup.capacity.check()
         session = Session(
             name=name,
             title=title or _title(message),
@@ -260,7 +262,8 @@ class SessionService:
         one of two concurrent sends wins; the other gets SessionBusy. The send is the answer
         to a question the last turn asked (``needs_input``), cleared once the turn starts.
         SessionBusy while someone talks to the agent in a terminal (a turn would write the
-        same conversation)."""
+        same conversation). CapacityExhausted, nothing changed, when the session needs a
+        sandbox and no place is left (so does :meth:`open`)."""
         _check_message(message)
         session = self.resolve(ref)
         if talking(session):
@@ -273,6 +276,7 @@ class SessionService:
         if output_schema is not None:
             changes["output_schema"] = check_schema(output_schema)
         self.environments.require(session.environment)
+        self._startup.capacity.check_for(session)
         n = len(self.db.list_turns(session.id)) + 1
         accepted = self.context.accept(session.id, n, context)
         intent = StartIntent(kind=StartKind.SEND, turn=n, message=message, context=accepted.refs)
@@ -298,6 +302,7 @@ class SessionService:
         follows its phase). A switch while a turn runs or a start is under way is
         SessionBusy."""
         session = self.resolve(ref)
+        self._startup.capacity.check_for(session)  # before the switch: a refusal changes nothing
         changes = switch(session, harness, model)
         if changes:
             session = self._transitions.switch_harness(session, **changes)

@@ -16,8 +16,11 @@ sandbox, the runs and the turn where they were (a sandbox made but never recorde
 a run already started is not started again). After :data:`MAX_ATTEMPTS` take-overs, or on any
 error, the start fails: FAILED with ``start_error`` (the step, what failed, the message), the
 sandbox it made destroyed (it holds nothing yet), the turn it was for FAILED; ``send`` and
-``open`` try again and nothing else is lost. A failure to start the harness itself, in a ready
-sandbox, leaves the session IDLE with that sandbox instead.
+``open`` try again and nothing else is lost. A start with no place left for its sandbox
+(``HANGAR_MAX_SANDBOXES``) is refused at its request, or fails this way with
+``capacity_exhausted`` when it raced past that check (:mod:`hangar.sessions.capacity`). A
+failure to start the harness itself, in a ready sandbox, leaves the session IDLE with that
+sandbox instead.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from hangar.models import CheckpointReason, ClaimKind, Environment, Phase, Sessi
 from hangar.models import SessionState as S, SkippedCheckpoint
 from hangar.models import StartError, StartIntent, StartKind, StartStep, TurnOutcome, utcnow
 from hangar.sandboxes import Sandboxes
+from hangar.sessions.capacity import Capacity
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.environments import Environments
 from hangar.sessions.records import Records
@@ -87,6 +91,7 @@ class Startup:
         self.transitions = transitions
         self.schedule = schedule
         self.turns = turns
+        self.capacity = Capacity(settings, db, sandboxes)
 
     # -- beginning --------------------------------------------------------------------------
 

@@ -94,7 +94,7 @@ def test_an_upload_in_parts_becomes_an_item_and_is_used_up(
     uploads: Uploads, store: ContextStore, blobs: LocalBlobs
 ) -> None:
     data = (PATCH * 40).encode()[:3000]
-    upload = uploads.begin(ContextKind.PATCH)
+    upload = uploads.begin(ContextKind.PATCH, token_id="tok-1")
     assert (upload.part_bytes, upload.max_parts) == (1024, 4)
     for n, offset in enumerate(range(0, len(data), 1024), start=1):
         assert uploads.put_part(upload.id, n, [data[offset:offset + 1024]]) == len(data[offset:offset + 1024])
@@ -112,7 +112,7 @@ def test_an_upload_in_parts_becomes_an_item_and_is_used_up(
 
 
 def test_an_uploads_parts_are_bounded_and_checked_whole(uploads: Uploads) -> None:
-    upload = uploads.begin(ContextKind.PATCH)
+    upload = uploads.begin(ContextKind.PATCH, token_id="tok-1")
     with pytest.raises(PayloadTooLarge, match="over the part size"):
         uploads.put_part(upload.id, 1, [b"x" * 1025])
     with pytest.raises(InvalidInput, match="part must be from 1 to 4"):
@@ -130,12 +130,12 @@ def test_an_uploads_parts_are_bounded_and_checked_whole(uploads: Uploads) -> Non
 
 
 def test_an_expired_upload_is_gone_and_swept(uploads: Uploads, blobs: LocalBlobs) -> None:
-    old = uploads.begin(ContextKind.BUNDLE)
+    old = uploads.begin(ContextKind.BUNDLE, token_id="tok-1")
     uploads.put_part(old.id, 1, [b"x"])
     expired = Upload.model_validate_json(blobs.get(f"uploads/{old.id}/meta.json")).model_copy(
         update={"expires_at": utcnow() - timedelta(seconds=1)})  # fmt: skip
     blobs.put(f"uploads/{old.id}/meta.json", expired.model_dump_json().encode())
-    fresh = uploads.begin(ContextKind.BUNDLE)  # sweeps the expired one
+    fresh = uploads.begin(ContextKind.BUNDLE, token_id="tok-1")  # sweeps the expired one
     assert all(k.startswith(f"uploads/{fresh.id}/") for k in blobs.list("uploads/"))
     with pytest.raises(UploadNotFound):
         uploads.get(old.id)
