@@ -7,10 +7,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 # Debian packages the local sandboxes and the in-sandbox scripts need.
-DEB_PACKAGES := bubblewrap git tar zstd util-linux slirp4netns
+DEB_PACKAGES := bubblewrap git tar zstd util-linux slirp4netns nftables
 # What only the tests need besides: the browser the dashboard's tests drive (Playwright for
-# Python through executable_path; Playwright's own browser download is not used).
-TEST_DEB_PACKAGES := chromium
+# Python through executable_path; Playwright's own browser download is not used), and ip, which
+# makes the network namespaces the sandbox network tests stand for the host's interfaces with.
+TEST_DEB_PACKAGES := chromium iproute2
 # The harness CLIs the tests run for real, pinned (newer Claude Code releases want Node 22).
 HARNESS_PACKAGES := @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 \
 	@mariozechner/pi-coding-agent@0.73.1

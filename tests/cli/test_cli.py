@@ -190,8 +190,11 @@ def test_doctor_reports_the_isolation_in_force_and_previous_layout_sandboxes(
     monkeypatch.setenv("HANGAR_HARNESS_DIR", str(server.data_dir.parent / "harnesses"))
     _, out, _ = cli("doctor")
     lines = out.splitlines()
-    for layer in ("user namespace:", "uid split:", "own network:", "limits on the agent:"):
+    for layer in ("user namespace:", "uid split:", "own network:", "network filter:",
+                  "limits on the agent:"):  # fmt: skip
         assert any(line.startswith("OK") and layer in line for line in lines), (layer, out)
+    assert any(line.startswith("INFO") and "network rule: ip daddr { 169.254.0.0/16" in line
+               for line in lines), out  # fmt: skip
     assert any(line.startswith("OK") and "cgroup v1" in line for line in lines), out
     assert any(line.startswith("OK") and "no sandbox of the previous layout" in line
                for line in lines)  # fmt: skip

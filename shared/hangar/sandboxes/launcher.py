@@ -14,6 +14,9 @@ CONFIG is one JSON object::
     hold_fds        descriptors this launcher was given that the sandbox must hold for its life
                     (the uid claim's lock)
     slirp4netns     the slirp4netns binary; the sandbox's own network goes through it
+    nft             the nft binary, and ``rules`` the nftables script it loads into the
+                    sandbox's network namespace (what the sandbox may reach:
+                    :mod:`hangar.sandboxes.network`)
     host_ports      host loopback ports reachable from the sandbox's own loopback
     timeout         seconds for each step
 
@@ -21,10 +24,12 @@ Steps: a private mount namespace with the binds staged; a user namespace created
 running as ``hangar_uid``, whose two-line uid and gid maps root writes (``0 -> hangar_uid``,
 ``1000 -> agent_uid``) and in which nobody can create a further user namespace; bubblewrap run
 as ``hangar_uid`` inside it (``--userns``), with its own network, PID, IPC and UTS
-namespaces; slirp4netns for egress with the host's loopback unreachable; and, for host ports, a
-relay that listens on the sandbox's loopback and connects to the host's. The init holds the
-write end of a "life" pipe whose read end slirp4netns and the relay watch: when the sandbox
-ends, so do they.
+namespaces; the packet filter loaded into its network namespace and slirp4netns for egress with
+the host's loopback unreachable, the two at once, both done before the report; and, for host
+ports, a relay that listens on the sandbox's loopback and connects to the host's. The init
+holds the write end of a "life" pipe whose read end slirp4netns and the relay watch: when the
+sandbox ends, so do they.
+
 
 REPORT_FD gets one JSON line: ``{"ok": true, "init_pid", "helpers": [pids]}`` or
 ``{"ok": false, "error"}``; on failure everything started is killed.
@@ -203,6 +208,46 @@ def start_slirp(cfg, init_pid, life_r, deadline):
     return pid
 
 
+def start_rules(cfg, init_pid):
+    """``nft -f`` run in the sandbox's network namespace, reading ``rules`` from a pipe; returns
+    (pid, pidfd, stderr's read end) for :func:`finish_rules`."""
+    in_r, in_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            theirs = os.open("/proc/%d/ns/net" % init_pid, os.O_RDONLY)
+            call(libc.setns(theirs, CLONE_NEWNET), "setns(sandbox network)")
+            os.dup2(in_r, 0)
+            os.dup2(err_w, 2)
+            os.execv(cfg["nft"], [cfg["nft"], "-f", "/dev/stdin"])
+        except BaseException as exc:
+            os.write(2, ("nft: %s\n" % exc).encode())
+            os._exit(127)
+    os.close(in_r)
+    os.close(err_w)
+    with open(in_w, "wb") as script:  # nft reads all of it before it answers
+        script.write(cfg["rules"].encode())
+    return pid, os.pidfd_open(pid), err_r
+
+
+def finish_rules(started, deadline):
+    """Wait for :func:`start_rules`'s nft; Failure with what it said unless it loaded them."""
+    pid, pidfd, err_r = started
+    try:
+        if not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise Failure("the sandbox's network rules were not loaded in time")
+        _, status = os.waitpid(pid, 0)
+        said = os.read(err_r, 4096).decode(errors="replace").strip()
+        if status != 0:
+            raise Failure("the sandbox's network rules could not be loaded: %s" % (said or status))
+    finally:
+        os.close(pidfd)
+        os.close(err_r)
+
+
 def start_relay(cfg, init_pid, life_r, report):
     """A process in the host's network namespace that holds listeners made in the sandbox's:
     a connection to the sandbox's 127.0.0.1:PORT is relayed to the host's 127.0.0.1:PORT."""
@@ -309,8 +354,12 @@ def main():
         os.close(nsfd)
         for fd in cfg["hold_fds"]:
             os.close(fd)
-        helpers = [start_slirp(cfg, init_pid, life_r, deadline)]
-        started.extend(helpers)
+        rules = start_rules(cfg, init_pid)
+        try:
+            helpers = [start_slirp(cfg, init_pid, life_r, deadline)]
+            started.extend(helpers)
+        finally:
+            finish_rules(rules, deadline)
         if cfg["host_ports"]:
             helpers.append(start_relay(cfg, init_pid, life_r, report))
             started.append(helpers[-1])

@@ -4,8 +4,9 @@ Each sandbox runs in its own user namespace as two unprivileged host uids of its
 split, :mod:`hangar.sandboxes.isolation`): hangar's tools as uid 0 inside, with only the
 capabilities they need and only over the namespace; the agent as uid 1000, with none. It has
 its own network namespace, whose egress goes through slirp4netns with the host's loopback
-unreachable except the spec's ``host_ports``; its own PID, IPC, UTS and mount namespaces; and
-limits on the agent's processes and memory. The folder and what is shown inside are described
+unreachable except the spec's ``host_ports``, and whose packet filter refuses every other
+address of the host and the link-local ranges (:mod:`hangar.sandboxes.network`); its own PID,
+IPC, UTS and mount namespaces; and limits on the agent's processes and memory. The folder and what is shown inside are described
 in :mod:`hangar.sandboxes.layout`.
 
 A sandbox is started by :mod:`hangar.sandboxes.launcher` in its own session, so it outlives the
@@ -53,7 +54,7 @@ from hangar.sandboxes import HANGAR_BIN, HANGAR_DIR, HANGAR_TMP, HOME, ExecResul
 from hangar.sandboxes import first_on_path
 from hangar.sandboxes import SandboxInfo
 from hangar.sandboxes import SandboxSpec, SandboxUser, Stdin
-from hangar.sandboxes import layout
+from hangar.sandboxes import layout, network
 from hangar.sandboxes.isolation import Cgroups, Limits, LimitsMode, UidClaim, claim_uids
 from hangar.sandboxes.isolation import resolve_mode
 from hangar.sandboxes.layout import HANGAR_PATH, HARNESS_MOUNT, SANDBOX_PATH
@@ -79,7 +80,8 @@ _RECORD = "record.json"
 _START_TIMEOUT = 15.0  # seconds for the launcher, bubblewrap and the network to be up
 _KILL_TIMEOUT = 10.0  # seconds for a killed init to be gone
 _HELPER_GRACE = 2.0  # seconds for slirp4netns and the relay to see the sandbox end
-_TOOLS = ("setsid", "nsenter", "setpriv", "slirp4netns", "prlimit")
+_TOOLS = ("setsid", "nsenter", "setpriv", "slirp4netns", "prlimit", "nft")
+_PACKAGES = {"slirp4netns": "slirp4netns", "nft": "nftables"}  # the rest are util-linux's
 
 # Join the agent's cgroups, then become the rest of the command: sh -c JOIN sh N FILE... CMD...
 _JOIN = (
@@ -188,9 +190,9 @@ class LocalSandboxes:
     def create(self, spec: SandboxSpec) -> SandboxInfo:
         """Start a sandbox; returns once it accepts exec and its network is up.
 
-        Raises SandboxUnavailable when bubblewrap, util-linux tools or slirp4netns are missing,
-        InvalidInput for a bad ``ro_paths`` entry, env name or host port, and SandboxError when
-        the sandbox cannot start.
+        Raises SandboxUnavailable when bubblewrap, util-linux tools, slirp4netns or nft are
+        missing, InvalidInput for a bad ``ro_paths`` entry, env name or host port, and
+        SandboxError when the sandbox cannot start (the network rules not loaded included).
         """
         tools = self._tools()
         ro_paths = [self._check_ro_path(p) for p in spec.ro_paths]
@@ -425,6 +427,14 @@ class LocalSandboxes:
         """Run ``hook(info)`` before every destroy, in the order added."""
         self._hooks.append(hook)
 
+    def network_rules(self, sandbox_id: str) -> str:
+        """The packet filter the kernel holds for the sandbox's network namespace, as ``nft``
+        lists it (empty for a sandbox of the previous layout, which has none). SandboxNotFound
+        if it is missing or dead; SandboxError if nft cannot list it."""
+        record = self._live_record(sandbox_id)
+        return network.listed(record.init_pid) if record.layout >= LAYOUT else ""
+
+
     # -- starting ----------------------------------------------------------------------------
 
     def _new_folder(self) -> tuple[str, Path]:
@@ -454,7 +464,7 @@ class LocalSandboxes:
         for name in _TOOLS:
             found = host_tool(name)
             if found is None:
-                package = "slirp4netns" if name == "slirp4netns" else "util-linux"
+                package = _PACKAGES.get(name, "util-linux")
                 raise SandboxUnavailable(f"{name} ({package}) is not installed; run `make install`",
                                          tool=name)  # fmt: skip
             tools[name] = found
@@ -497,6 +507,8 @@ class LocalSandboxes:
             "init": ["/usr/bin/python3", "-I", "-S", "-c", layout.INIT],
             "hold_fds": [claim.fd],
             "slirp4netns": tools["slirp4netns"],
+            "nft": tools["nft"],
+            "rules": network.ruleset(network.host_addresses()),
             "host_ports": list(ports),
             "timeout": _START_TIMEOUT,
         }

@@ -1,6 +1,8 @@
 """The doctor's look at what isolates local sandboxes on this machine: it makes a probe sandbox
-and asks it, from inside, who its processes run as, which network it has and what limits the
-agent; it counts sandboxes of the previous layout still running."""
+and asks it, from inside, who its processes run as, which network it has, what it may reach
+(the packet filter's rules, and a connection to the metadata server's address and to one of the
+host's own, both refused inside the sandbox before any packet leaves) and what limits the agent;
+it counts sandboxes of the previous layout still running."""
 
 from __future__ import annotations
 
@@ -11,7 +13,20 @@ from hangar.cli.doctor.report import Report
 from hangar.config import Settings
 from hangar.errors import HangarError
 from hangar.sandboxes import SandboxSpec, SandboxUser
+from hangar.sandboxes.network import host_addresses, refused
 from hangar.sandboxes.isolation import INNER_AGENT, LimitsMode
+
+# Each HOST:PORT tried from inside: "HOST:PORT ERRNO-NAME" ("connected" when it was not refused).
+_TRY = """
+import errno, socket, sys
+for target in sys.argv[1:]:
+    host, _, port = target.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        print(target, "connected")
+    except OSError as exc:
+        print(target, errno.errorcode.get(exc.errno, type(exc).__name__))
+"""
 
 
 def isolation(report: Report, settings: Settings) -> None:
@@ -47,6 +62,10 @@ def isolation(report: Report, settings: Settings) -> None:
             agent = probe.exec(info.id, ["sh", "-c", "id -u; cat /proc/self/uid_map"])
             ours = probe.exec(info.id, ["id", "-u"], user=SandboxUser.HANGAR)
             network = probe.exec(info.id, ["cat", "/proc/net/dev", "/proc/net/route"])
+            rules = probe.network_rules(info.id)
+            host = host_addresses()
+            targets = ["169.254.169.254:80"] + [f"{n.network_address}:80" for n in host.v4[:1]]
+            tried = probe.exec(info.id, ["/usr/bin/python3", "-I", "-c", _TRY, *targets])
         except HangarError as exc:
             report.line("FAIL", f"the probe sandbox does not answer: {exc.message}")
             return
@@ -68,8 +87,27 @@ def isolation(report: Report, settings: Settings) -> None:
     report.check(own_net, "own network: egress through slirp4netns, the host's loopback refused "
                  "(an environment's --host-port opens one port)",
                  "own network: the probe sandbox has no tap0 interface")  # fmt: skip
+    said = tried.stdout.decode().splitlines()
+    outcomes = dict(line.split(" ", 1) for line in said if " " in line)
+    through = [f"{t} {outcomes.get(t, 'untried')}" for t in targets
+               if outcomes.get(t) != "EHOSTUNREACH"]  # fmt: skip
+    report.check(tried.ok and not through,
+                 f"network filter: the agent is refused {', '.join(targets)}; refused are the "
+                 "host's own addresses (as they were when the sandbox started) and the "
+                 f"link-local, multicast and broadcast ranges ({len(refused(host))} "
+                 "destinations); everything else egresses",
+                 "network filter: from the probe sandbox, "
+                 + (", ".join(through) if tried.ok else _tail(tried.stderr))
+                 + " (expected: refused, EHOSTUNREACH)")  # fmt: skip
+    for rule in rules.splitlines():
+        if "reject" in rule or "accept" in rule:
+            report.line("INFO", f"network rule: {rule.strip()}")
     how = ("cgroup v1 pids and memory (all the agent's processes together)"
            if limits.mode is LimitsMode.CGROUP
            else "rlimits (memory per process: RLIMIT_AS)")  # fmt: skip
     report.line("OK", f"limits on the agent: {limits.max_pids} processes and threads, "
                 f"{limits.memory_mb} MB, through {how}")  # fmt: skip
+
+
+def _tail(data: bytes) -> str:
+    return data.decode(errors="replace").strip()[-300:] or "no output"

@@ -18,6 +18,7 @@ SANDBOX_TOOLS = {
     "nsenter": "util-linux: exec into local sandboxes",
     "setpriv": "util-linux: dropping capabilities in local sandboxes",
     "slirp4netns": "each local sandbox's own network",
+    "nft": "nftables: what each local sandbox may reach",
     "prlimit": "util-linux: the agent's limits where cgroups are not usable",
     "git": "cloning repos and checking environments",
     "script": "util-linux: session shell terminals",
