@@ -89,6 +89,9 @@ class Settings(BaseModel):
     session_keep_checkpoints: int = Field(5, ge=1)
     session_max_part_mb: float = Field(100, gt=0)
     session_max_untracked_mb: float = Field(20, gt=0)
+    session_max_restore_mb: float = Field(
+        4096, gt=0, description="What one restore may write (the head's tree and every archive, "
+        "uncompressed), in MiB; a checkpoint past it is not counted as known to restore")
     session_checkpoint_minutes: float = Field(10, ge=0)
     exchange_max_patch_mb: float = Field(
         10, gt=0, description="Patch items, and the largest get_session_patch, in MiB")
@@ -204,6 +207,10 @@ class Settings(BaseModel):
     @property
     def max_bundle_bytes(self) -> int:
         return int(self.exchange_max_bundle_mb * 1024 * 1024)
+
+    @property
+    def max_restore_bytes(self) -> int:
+        return int(self.session_max_restore_mb * 1024 * 1024)
 
     @property
     def max_context_bytes(self) -> int:

@@ -15,6 +15,7 @@ import re
 import secrets
 from datetime import UTC, datetime
 from enum import StrEnum
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -261,6 +262,9 @@ class Session(Record):
     restore_skipped: list[SkippedCheckpoint] = Field(
         default_factory=list, description="newer checkpoints the last restore could not use"
     )
+    restore_warnings: list[str] = Field(
+        default_factory=list, description="what the last restore could not put back as it was"
+    )
     turn_count: int | None = Field(default=None, description="how many turns it has (None: a "
                                    "record from before it was kept here)")
     last_summary: str | None = Field(default=None, description="the last finished turn's summary")
@@ -405,6 +409,11 @@ class Checkpoint(Record):
     parts: list[CheckpointPart] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     fingerprint: str | None = None
+    verified: bool = Field(
+        default=False,
+        description="it passed, in the sandbox, the checks of everything its restore depends on "
+        "(False: an older hangar's, or one over the restore cap)",
+    )
     wrapped_key: str = Field(description="the checkpoint's data key, wrapped by the keys port, base64")
 
     def part(self, name: str) -> CheckpointPart | None:
@@ -413,6 +422,28 @@ class Checkpoint(Record):
     @property
     def total_size(self) -> int:
         return sum(p.stored_size for p in self.parts)
+
+
+def last_good_checkpoint(checkpoints: Sequence[Checkpoint], session: Session) -> str | None:
+    """The id of the newest of ``checkpoints`` (oldest first) known to restore: the one the
+    session's sandbox was last restored from, or a newer one that passed the checks and that
+    no restore has failed on since; None when none is known. Pruning never drops it."""
+    failed = {s.checkpoint_id for s in session.restore_skipped}
+    for checkpoint in reversed(checkpoints):
+        if checkpoint.id == session.restored_from or (
+            checkpoint.verified and checkpoint.id not in failed
+        ):
+            return checkpoint.id
+    return None
+
+
+def pruned(checkpoints: Sequence[Checkpoint], keep: int, session: Session) -> list[Checkpoint]:
+    """Which of ``checkpoints`` (oldest first) pruning to ``keep`` drops, oldest first: all but
+    the newest ``keep``, except the last good one (:func:`last_good_checkpoint`) and the one
+    the session was last restored from, whatever ``keep`` says: a run of checkpoints the agent
+    made unrestorable must never push out the last one that restores."""
+    spared = {last_good_checkpoint(checkpoints, session), session.restored_from}
+    return [c for c in checkpoints[: max(0, len(checkpoints) - keep)] if c.id not in spared]
 
 
 class SkippedCheckpoint(BaseModel):

@@ -19,7 +19,7 @@ from hangar.exchange.context import ContextItem
 from hangar.exchange.uploads import Upload
 from hangar.harnesses import get_harness
 from hangar.models import Checkpoint, ContextKind, ContextRef, Environment, Session
-from hangar.models import SessionDetail, Turn
+from hangar.models import SessionDetail, Turn, last_good_checkpoint
 from hangar.redact import redact
 from hangar.sandboxes import SandboxInfo
 from hangar.sessions.environments import loopback_warnings
@@ -277,11 +277,13 @@ class CheckpointView(BaseModel):
     base: str | None
     warnings: list[str]
     size: int = Field(description="bytes stored")
+    verified: bool = Field(description="it passed the checks of everything its restore "
+                           "depends on, when it was taken")
 
     @classmethod
     def of(cls, c: Checkpoint) -> CheckpointView:
         return cls(id=c.id, ts=c.ts, reason=c.reason.value, head=c.head, base=c.base,
-                   warnings=c.warnings, size=c.total_size)  # fmt: skip
+                   warnings=c.warnings, size=c.total_size, verified=c.verified)  # fmt: skip
 
 
 class SessionSummary(BaseModel):
@@ -318,6 +320,8 @@ class SessionSummary(BaseModel):
     restore_skipped: list[dict[str, str]] = Field(description="newer checkpoints that restore "
                                                   "could not use, with why: "
                                                   "{checkpoint_id, code, message}")
+    restore_warnings: list[str] = Field(description="what the last restore could not put back "
+                                        "as it was (a branch left detached, paths git refuses)")
     resume_hint: str | None = Field(description="what to type in the terminal to carry on")
     summary: str | None = Field(description="the last turn's summary (redacted in lists)")
     turn_count: int | None = Field(description="how many turns it has")
@@ -340,6 +344,7 @@ class SessionSummary(BaseModel):
             turn_count=s.turn_count,
             open_terminals=len(live(s.shells)),
             restore_skipped=[k.model_dump() for k in s.restore_skipped],
+            restore_warnings=s.restore_warnings,
             resume_hint=hint, summary=summary,
         )  # fmt: skip
 
@@ -356,6 +361,9 @@ class SessionView(SessionSummary):
 
     turns: list[TurnView]
     checkpoints: list[CheckpointView]
+    good_checkpoint: str | None = Field(description="the newest checkpoint known to restore (it "
+                                        "restored, or passed the checks since no restore failed "
+                                        "on it): pruning never drops it")
     conversations: dict[str, str] = Field(description="harness -> its conversation id, for "
                                           "every harness the session has used")
 
@@ -367,6 +375,7 @@ class SessionView(SessionSummary):
             "conversations": {h: c.id for h, c in sorted(s.conversations.items())},
             "turns": [TurnView.of(t) for t in s.turns],
             "checkpoints": [CheckpointView.of(c) for c in s.checkpoints],
+            "good_checkpoint": last_good_checkpoint(s.checkpoints, s),
         })  # fmt: skip
 
 

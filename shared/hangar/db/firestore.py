@@ -59,7 +59,7 @@ from hangar.errors import (
 )
 from hangar.gcloud import translate, vendor_errors
 from hangar.models import (
-    Checkpoint, Environment, Record, Session, SessionState, TickDue, Token, Turn,
+    Checkpoint, Environment, Record, Session, SessionState, TickDue, Token, Turn, pruned,
 )
 
 if TYPE_CHECKING:
@@ -545,7 +545,8 @@ class FirestoreDb:
 
     def record_checkpoint(self, checkpoint: Checkpoint, keep: int) -> list[Checkpoint]:
         """Insert the record (version 1) and, in the same transaction, drop all but the newest
-        ``keep`` of the session's checkpoints by ``ts`` (ties: by id). Returns the dropped
+        ``keep`` of the session's checkpoints by ``ts`` (ties: by id), sparing the last good one
+        (:func:`hangar.models.pruned`). Returns the dropped
         records, oldest first; the new one is among them, and not stored, when it is older than
         the ``keep`` newest. AlreadyExists if the id is taken (nothing is dropped then);
         SessionNotFound if the session is gone; InvalidInput if ``keep`` is below 1."""
@@ -564,20 +565,21 @@ class FirestoreDb:
                                       session_id=stored.session_id)  # fmt: skip
             if existing.exists:
                 raise AlreadyExists(f"checkpoint id {stored.id!r} exists", id=stored.id)
-            ranked: list[tuple[int, str, Snapshot | None]] = [
-                (micros(snap.get("ts")), snap.id, snap) for snap in history
-            ]
-            ranked.append((micros(stored.ts), ref.id, None))
-            ranked.sort(key=lambda entry: entry[:2])
-            dropped = [snap for *_, snap in ranked[: max(0, len(ranked) - keep)]]
             # Parsed before the commit: a record that does not parse undoes the whole call.
-            records = [stored if snap is None else _load(Checkpoint, snap) for snap in dropped]
-            for snap in dropped:
-                if snap is not None:
+            ranked: list[tuple[int, str, Snapshot | None, Checkpoint]] = [
+                (micros(snap.get("ts")), snap.id, snap, _load(Checkpoint, snap))
+                for snap in history
+            ]
+            ranked.append((micros(stored.ts), ref.id, None, stored))
+            ranked.sort(key=lambda entry: entry[:2])
+            dropped = pruned([c for *_, c in ranked], keep, _load(Session, owner))
+            gone = {c.id for c in dropped}
+            for _, snap_id, snap, _ in ranked:
+                if snap is not None and snap_id in gone:
                     tx.delete(snap.reference)
-            if None not in dropped:
+            if stored.id not in gone:
                 tx.create(ref, fields)
-            return records
+            return dropped
 
         return self._transact("record a checkpoint", body)
 

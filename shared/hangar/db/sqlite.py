@@ -122,8 +122,8 @@ class SqliteDb:
     def from_url(cls, url: str) -> SqliteDb:
         """Open ``sqlite:///ABSOLUTE/PATH`` (extra leading slashes are fine, so
         ``sqlite:////abs/path`` is the same file) or ``sqlite:///:memory:``; makes the parent
-        folder. InvalidSettings for any other shape; BackendError if the folder or file cannot
-        be made or opened."""
+        folder (0700 where it makes one) and the file (0600). InvalidSettings for any other
+        shape; BackendError if the folder or file cannot be made or opened."""
         scheme, sep, rest = url.partition(":")
         if scheme != "sqlite" or not sep or not rest.startswith("///"):
             raise InvalidSettings(
@@ -485,7 +485,8 @@ class SqliteDb:
 
     def record_checkpoint(self, checkpoint: Checkpoint, keep: int) -> list[Checkpoint]:
         """Insert the record (version 1) and, in the same transaction, drop all but the newest
-        ``keep`` of the session's checkpoints by ``ts`` (ties: the later inserted is newer).
+        ``keep`` of the session's checkpoints by ``ts`` (ties: the later inserted is newer),
+        sparing the last good one (:func:`hangar.models.pruned`).
         Returns the dropped records, oldest first. AlreadyExists if the id is taken (nothing is
         dropped then); SessionNotFound if the session is gone (a checkpoint that finished while
         its session was deleted must not outlive it); InvalidInput if ``keep`` is below 1."""
@@ -495,20 +496,24 @@ class SqliteDb:
         columns = {"id": stored.id, "session_id": stored.session_id, "ts": micros(stored.ts)}
         clash = _exists(f"checkpoint id {stored.id!r} exists", id=stored.id)
         with self._write() as conn:
-            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (stored.session_id,)).fetchone() is None:
+            owner = conn.execute("SELECT doc FROM sessions WHERE id = ?",
+                                 (stored.session_id,)).fetchone()  # fmt: skip
+            if owner is None:
                 raise SessionNotFound(
                     f"no session {stored.session_id!r}", session_id=stored.session_id
                 )
             self._insert(conn, "checkpoints", {**columns, "version": 1, "doc": doc}, clash)
-            dropped = conn.execute(
-                "SELECT rowid, doc FROM checkpoints WHERE session_id = ?"
-                " ORDER BY ts DESC, rowid DESC LIMIT -1 OFFSET ?",
-                (stored.session_id, keep),
+            rows = conn.execute(
+                "SELECT rowid, doc FROM checkpoints WHERE session_id = ? ORDER BY ts, rowid",
+                (stored.session_id,),
             ).fetchall()
             # Parsed before the commit: a record that does not parse undoes the whole call.
-            records = [_load(Checkpoint, row[1]) for row in reversed(dropped)]
-            conn.executemany("DELETE FROM checkpoints WHERE rowid = ?", [(r[0],) for r in dropped])
-        return records
+            history = [(row[0], _load(Checkpoint, row[1])) for row in rows]
+            dropped = pruned([c for _, c in history], keep, _load(Session, owner[0]))
+            gone = {c.id for c in dropped}
+            conn.executemany("DELETE FROM checkpoints WHERE rowid = ?",
+                             [(rowid,) for rowid, c in history if c.id in gone])  # fmt: skip
+        return dropped
 
     def list_checkpoints(self, session_id: str) -> list[Checkpoint]:
         """Oldest first, newest last (by ``ts``; ties in insertion order)."""

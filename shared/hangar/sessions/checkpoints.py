@@ -112,6 +112,7 @@ class _Manifest(BaseModel):
     head: str
     branch: str | None
     unchanged: bool
+    checked: bool = False
     base: str | None = None
     warnings: list[str] = []
     parts: list[_PackedPart] = []
@@ -166,6 +167,7 @@ class Checkpointer:
             "max_part": self.settings.max_part_bytes,
             "max_untracked": self.settings.max_untracked_bytes,
             "max_patch": self.settings.max_patch_bytes,
+            "max_restore": self.settings.max_restore_bytes,
             "skip_if_fingerprint": previous,
             "tmp": HANGAR_TMP,
         }
@@ -245,6 +247,7 @@ class Checkpointer:
             exchange_dir=target.exchange_dir,
             warnings=manifest.warnings,
             fingerprint=manifest.fingerprint,
+            verified=manifest.checked,
             wrapped_key=wrapped,
         )
         stored: list[str] = []

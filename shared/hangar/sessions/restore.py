@@ -56,6 +56,7 @@ class RestoreReport:
 
     checkpoint: Checkpoint
     skipped: list[SkippedCheckpoint] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def fell_back(self) -> bool:
@@ -82,12 +83,12 @@ class Restorer:
         skipped: list[SkippedCheckpoint] = []
         for checkpoint in reversed(checkpoints):
             try:
-                self.restore_checkpoint(checkpoint, sandbox_id, repo_dir, home=home)
+                warnings = self.restore_checkpoint(checkpoint, sandbox_id, repo_dir, home=home)
             except (RestoreFailed, DecryptionFailed, BlobNotFound, UnsafeArchive) as exc:
                 logger.warning("checkpoint %s did not restore: %s", checkpoint.id, exc.message)
                 skipped.append(SkippedCheckpoint(checkpoint.id, exc.code, exc.message))
                 continue
-            return RestoreReport(checkpoint=checkpoint, skipped=skipped)
+            return RestoreReport(checkpoint=checkpoint, skipped=skipped, warnings=warnings)
         if not checkpoints:
             return None
         raise NoUsableCheckpoint(
@@ -99,11 +100,13 @@ class Restorer:
 
     def restore_checkpoint(
         self, checkpoint: Checkpoint, sandbox_id: str, repo_dir: str, *, home: str = HOME
-    ) -> None:
-        """Restore one checkpoint. Raises DecryptionFailed or BlobNotFound (before the sandbox is
-        touched), UnsafeArchive (an archive member would land outside its folder: refused before
-        anything is unpacked, or mid-unpack if a process in the sandbox races the restore; never
-        written outside the repo or HOME), or RestoreFailed."""
+    ) -> list[str]:
+        """Restore one checkpoint; returns its warnings (what could not be put back as it was:
+        a branch left detached, paths git refuses). Raises DecryptionFailed or BlobNotFound
+        (before the sandbox is touched), UnsafeArchive (an archive member would land outside its
+        folder: refused before anything is unpacked, or mid-unpack if a process in the sandbox
+        races the restore; never written outside the repo or HOME), or RestoreFailed (past the
+        restore cap too)."""
         if checkpoint.head is None:
             raise RestoreFailed(f"checkpoint {checkpoint.id} has no head", checkpoint=checkpoint.id)
         data_key = self.parts.data_key(checkpoint)
@@ -128,6 +131,7 @@ class Restorer:
                 "conversation_dirs": checkpoint.conversation_dirs,
                 "exchange_dir": checkpoint.exchange_dir,
                 "tmp": HANGAR_TMP,
+                "max_bytes": self.settings.max_restore_bytes,
                 "parts": [entry for entry, _ in opened],
             }
 
@@ -149,17 +153,27 @@ class Restorer:
                 raise RestoreFailed(
                     f"restoring {checkpoint.id} timed out", checkpoint=checkpoint.id
                 ) from None
-        _raise_for_result(checkpoint, result.exit_code, result.stdout, result.stderr)
+        return _warnings_of(checkpoint, result.exit_code, result.stdout, result.stderr)
 
 
-def _raise_for_result(checkpoint: Checkpoint, exit_code: int, stdout: bytes, stderr: bytes) -> None:
+_MAX_WARNINGS = 20
+
+
+def _warnings_of(checkpoint: Checkpoint, exit_code: int, stdout: bytes, stderr: bytes) -> list[str]:
+    """The restore's warnings when it succeeded (bounded: the sandbox's answer is untrusted);
+    otherwise raises UnsafeArchive or RestoreFailed with its message."""
     lines = stdout.strip().splitlines()
     try:
         answer = json.loads(lines[-1]) if lines else {}
     except ValueError:
         answer = {}
+    if not isinstance(answer, dict):
+        answer = {}
     if exit_code == 0 and answer.get("ok") is True:
-        return
+        warnings = answer.get("warnings")
+        if not isinstance(warnings, list):
+            return []
+        return [str(w)[:1000] for w in warnings[:_MAX_WARNINGS]]
     message = str(answer.get("error") or stderr.decode(errors="replace").strip()[-2000:])
     step = str(answer.get("step", "unknown"))
     text = f"restoring {checkpoint.id} failed at {step}: {message}"

@@ -244,10 +244,11 @@ class Startup:
             assert intent.source and intent.checkpoint
             checkpoint = self.db.get_checkpoint(intent.source, intent.checkpoint)
             with self.transitions.keeping(session.id, token):
-                self.restorer.restore_checkpoint(checkpoint, session.sandbox_id,
-                                                 repo_dir_for(session.repo or ""))  # fmt: skip
+                warnings = self.restorer.restore_checkpoint(
+                    checkpoint, session.sandbox_id, repo_dir_for(session.repo or ""))
                 take_checkpoint(self.checkpointer, self.records, session, CheckpointReason.MANUAL)
-            changes: dict[str, object] = {"restored_from": checkpoint.id, "restore_skipped": []}
+            changes: dict[str, object] = {"restored_from": checkpoint.id, "restore_skipped": [],
+                                          "restore_warnings": warnings}  # fmt: skip
         else:
             with self.transitions.keeping(session.id, token):
                 report = self.provisioner.restore(session)
@@ -256,6 +257,7 @@ class Startup:
                 "restore_skipped": [SkippedCheckpoint(checkpoint_id=s.checkpoint_id, code=s.code,
                                                       message=s.message)
                                     for s in (report.skipped if report else [])],
+                "restore_warnings": report.warnings if report else [],
             }  # fmt: skip
         session = self.db.get_session(session.id)
         self._after_restore(session, token, **changes)

@@ -586,6 +586,23 @@ class DbConformance:
         assert _ids(db.record_checkpoint(middle, keep=2)) == [early.id]
         assert _ids(db.list_checkpoints("ses-1")) == [middle.id, late.id]
 
+    def test_pruning_never_drops_the_checkpoint_last_restored_nor_the_newest_checked_one(
+        self, db: Db
+    ) -> None:
+        _sessions(db, "ses-1")
+        restored = make_checkpoint("ses-1", 1, verified=True)
+        db.record_checkpoint(restored, keep=5)
+        session = db.get_session("ses-1")
+        db.update_session(session.model_copy(update={"restored_from": restored.id}))
+        unchecked = [make_checkpoint("ses-1", minute) for minute in (2, 3, 4, 5)]
+        for checkpoint in unchecked:
+            db.record_checkpoint(checkpoint, keep=2)
+        # The agent broke the three newest: the one restored from is spared, whatever keep says.
+        assert _ids(db.list_checkpoints("ses-1")) == [restored.id] + _ids(unchecked[-2:])
+        checked = make_checkpoint("ses-1", 6, verified=True)
+        assert _ids(db.record_checkpoint(checked, keep=1)) == _ids(unchecked[-2:])
+        assert _ids(db.list_checkpoints("ses-1")) == [restored.id, checked.id]
+
     def test_record_checkpoint_with_a_taken_id_raises_already_exists_and_prunes_nothing(
         self, db: Db
     ) -> None:
