@@ -30,7 +30,6 @@ ports, a relay that listens on the sandbox's loopback and connects to the host's
 holds the write end of a "life" pipe whose read end slirp4netns and the relay watch: when the
 sandbox ends, so do they.
 
-
 REPORT_FD gets one JSON line: ``{"ok": true, "init_pid", "helpers": [pids]}`` or
 ``{"ok": false, "error"}``; on failure everything started is killed.
 """

@@ -6,8 +6,8 @@ capabilities they need and only over the namespace; the agent as uid 1000, with 
 its own network namespace, whose egress goes through slirp4netns with the host's loopback
 unreachable except the spec's ``host_ports``, and whose packet filter refuses every other
 address of the host and the link-local ranges (:mod:`hangar.sandboxes.network`); its own PID,
-IPC, UTS and mount namespaces; and limits on the agent's processes and memory. The folder and what is shown inside are described
-in :mod:`hangar.sandboxes.layout`.
+IPC, UTS and mount namespaces; and limits on the agent's processes and memory. The folder and
+what is shown inside are described in :mod:`hangar.sandboxes.layout`.
 
 A sandbox is started by :mod:`hangar.sandboxes.launcher` in its own session, so it outlives the
 process that made it. The record keeps the init's host pid and start time: a sandbox is live
@@ -433,7 +433,6 @@ class LocalSandboxes:
         if it is missing or dead; SandboxError if nft cannot list it."""
         record = self._live_record(sandbox_id)
         return network.listed(record.init_pid) if record.layout >= LAYOUT else ""
-
 
     # -- starting ----------------------------------------------------------------------------
 
