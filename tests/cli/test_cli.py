@@ -286,8 +286,10 @@ def test_session_get_says_which_checkpoint_a_restore_used_and_why_newer_ones_wer
     assert view["restored_from"] == older
     assert [(k["checkpoint_id"], k["code"]) for k in view["restore_skipped"]] == [
         (newest, "decryption_failed")]
+    assert view["good_checkpoint"] == older  # the newest failed its restore: not known good
     _, out, _ = cli("session", "get", "demo")
     assert f"restored from: {older}, after 1 newer that did not restore:" in out
+    assert f"checkpoint {older}: turn, just now, the last known to restore\n" in out
 
 
 def test_session_list_pages_with_limit_and_all_with_columns_that_fit(
