@@ -14,6 +14,7 @@ from pathlib import Path
 from hangar.db import Db
 from hangar.errors import Forbidden, TokenNotFound, Unauthorized
 from hangar.models import Token, utcnow
+from hangar.private import private_dirs
 
 ADMIN = "admin"
 TOKEN_FILE = "admin-token"
@@ -54,7 +55,7 @@ def ensure_admin_token(db: Db, path: Path) -> bool:
     made = not secret
     if made:
         secret = secrets.token_urlsafe(32)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(path.parent)
         path.unlink(missing_ok=True)  # an empty file left by a crash
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:

@@ -2,7 +2,9 @@
 
 At start it brings records of an older hangar up to date (:mod:`hangar.sessions.migrations`),
 takes over the claims a previous process left, and checkpoints and destroys every sandbox made by an older layout of the sandbox
-backend (their sessions become SUSPENDED and resume in a current one). On first start it makes
+backend (their sessions become SUSPENDED and resume in a current one). First of all it makes
+the data folder private, tightening one left open (:func:`hangar.private.tighten`: the folder
+0700, hangar's files in it 0600, each change said). On first start it makes
 an admin token, writes it to ``DATA_DIR/admin-token`` (mode 0600) and
 says where it is (never what it is). It starts the in-process ticker, so turns finish, idle
 sessions suspend and expired sandboxes are reaped with nobody calling in, and serves the REST
@@ -20,7 +22,6 @@ import logging
 import os
 import signal
 import socket
-import stat
 import sys
 from types import FrameType
 
@@ -28,6 +29,7 @@ from hangar.api.auth import TOKEN_FILE, ensure_admin_token
 from hangar.api.ticks import PATH as TICKS_PATH
 from hangar.config import Settings
 from hangar.errors import InvalidSettings
+from hangar.private import tighten
 from hangar.sessions.migrations import migrate
 
 GRACE_SECONDS = 5
@@ -58,7 +60,12 @@ def serve(settings: Settings, host: str, port: int) -> int:
     sock = listen(host, port)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        for change in tighten(settings.data_dir):  # 0700, and hangar's files in it 0600
+            _say(change)
+    except OSError as exc:
+        raise InvalidSettings(f"cannot make the data folder {settings.data_dir}: "
+                              f"{exc.strerror}", setting="HANGAR_DATA_DIR") from None  # fmt: skip
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     receive_ticks = settings.ticks.startswith("cloudtasks:") and not settings.ticks_url
@@ -72,8 +79,6 @@ def serve(settings: Settings, host: str, port: int) -> int:
             _say(f"made an admin token; it is in {token_file} (mode 0600)")
         else:
             _say(f"the admin token is in {token_file}")
-        if stat.S_IMODE(token_file.stat().st_mode) & 0o077:
-            _say(f"warning: {token_file} can be read by others; chmod 600 it")
         migrate(runtime.db)
         runtime.sessions.recover()
         replaced = runtime.sessions.replace_outdated_sandboxes()

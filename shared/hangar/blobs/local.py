@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 from hangar.blobs import check_key
 from hangar.errors import AlreadyExists, BackendError, BlobNotFound, InvalidSettings
+from hangar.private import private_dirs
 
 
 class LocalBlobs:
@@ -38,7 +39,7 @@ class LocalBlobs:
     def put(self, key: str, data: bytes | Iterable[bytes], *, if_absent: bool = False) -> int:
         path = self._path(key)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_dirs(path.parent)  # files are 0600 already: mkstemp makes them so
             if if_absent and path.exists():
                 raise AlreadyExists(f"blob {key!r} exists", key=key)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".put-")

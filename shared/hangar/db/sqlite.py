@@ -41,6 +41,7 @@ from hangar.errors import (
 from hangar.models import (
     Checkpoint, Environment, Record, Session, SessionState, TickDue, Token, Turn,
 )
+from hangar.private import private_dirs, private_file
 
 SCHEMA_VERSION: Final = 1
 """Stored in ``PRAGMA user_version``; a file with a higher number is refused, a lower one is
@@ -139,9 +140,15 @@ class SqliteDb:
             )
         file = Path(path)
         try:
-            file.parent.mkdir(parents=True, exist_ok=True)
+            private_dirs(file.parent)
         except OSError as exc:
             raise BackendError(f"cannot make the folder for {file}: {exc}") from None
+        try:
+            # Made 0600 before SQLite makes it (0644 under the usual umask): its -wal and -shm
+            # files take the database's mode.
+            private_file(file)
+        except OSError as exc:
+            raise BackendError(f"cannot make {file}: {exc.strerror}") from None
         return cls(file)
 
     # ----------------------------------------------------------------- connections

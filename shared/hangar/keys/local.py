@@ -16,6 +16,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from hangar.errors import BackendError, DecryptionFailed, InvalidSettings
+from hangar.private import private_dirs
 
 _VERSION = b"\x01"
 _AAD = b"hangar/data-key"
@@ -45,7 +46,7 @@ class LocalKeys:
 
     def _load_or_create(self) -> bytes:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dirs(self.path.parent)
             if not self.path.exists():
                 # Written whole beside the key file, then linked into place: a process starting
                 # at the same moment sees no key or the whole key, and both end on one key.

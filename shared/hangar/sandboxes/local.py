@@ -516,7 +516,8 @@ class LocalSandboxes:
         try:
             argv = [tools["setsid"], "--fork", _launcher_python(), "-I", "-S", "-c",
                     _source(launcher), json.dumps(config), str(report_w)]  # fmt: skip
-            with open(folder / "init.log", "wb") as log:
+            log_fd = os.open(folder / "init.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(log_fd, "wb") as log:
                 try:
                     # setsid forks the launcher off and exits at once: no child of ours lingers.
                     subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -674,8 +675,10 @@ def _check_ports(ports: Sequence[int]) -> list[int]:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
+    """A file of hangar's own (0600), replaced whole."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
