@@ -142,6 +142,10 @@ class Settings(BaseModel):
     sandbox_memory_mb: int = Field(
         4096, ge=64, description="The agent's memory (cgroup: all of it; rlimit: per process)"
     )
+    sandbox_disk_gb: float = Field(
+        20, ge=0, le=1 << 20, description="What a local sandbox may write, in GiB (fractions "
+        "allowed, 32 MiB at least): past it writes fail inside with ENOSPC; 0: no cap",
+    )
     max_sandboxes: int = Field(
         ge=1, description="Sandboxes that may live at once; a start past it is "
         "capacity_exhausted. Default: this machine's memory over HANGAR_SANDBOX_MEMORY_MB "

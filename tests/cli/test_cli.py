@@ -191,7 +191,7 @@ def test_doctor_reports_the_isolation_in_force_and_previous_layout_sandboxes(
     _, out, _ = cli("doctor")
     lines = out.splitlines()
     for layer in ("user namespace:", "uid split:", "own network:", "network filter:",
-                  "limits on the agent:"):  # fmt: skip
+                  "limits on the agent:", "disk: each sandbox writes to an ext4 volume"):  # fmt: skip
         assert any(line.startswith("OK") and layer in line for line in lines), (layer, out)
     assert any(line.startswith("INFO") and "network rule: ip daddr { 169.254.0.0/16" in line
                for line in lines), out  # fmt: skip

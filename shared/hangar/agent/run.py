@@ -144,6 +144,12 @@ def supervise(run, started_w):
     identity = read_json(IDENTITY)
     log = os.open(os.path.join(run, "log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     err = os.open(os.path.join(run, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    # Every file of ours is made before the command runs: a command that uses up the disk's
+    # inodes cannot keep its status from being written (the bytes come from hangar's reserve).
+    pid_tmp = os.path.join(run, "pid.tmp")
+    pid_fd = os.open(pid_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    exit_tmp = os.path.join(run, "exit.tmp")
+    exit_fd = os.open(exit_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     stopped = []
 
     def stop(signum, frame):
@@ -154,8 +160,9 @@ def supervise(run, started_w):
     child = start_child(run, spec, env, identity, log, err)
     os.close(log)
     os.close(err)
-    with open(os.path.join(run, "pid"), "w") as f:
-        f.write("%d %d\n" % (os.getpid(), child))
+    os.write(pid_fd, b"%d %d\n" % (os.getpid(), child))
+    os.close(pid_fd)
+    os.replace(pid_tmp, os.path.join(run, "pid"))
     signal.signal(signal.SIGTERM, stop)
     os.write(started_w, b"ok")
     os.close(started_w)
@@ -169,7 +176,9 @@ def supervise(run, started_w):
     code = 128 - code if code < 0 else code
     if stopped:
         code = 130
-    write_atomically(os.path.join(run, "exit"), "%d\n" % code)
+    os.write(exit_fd, b"%d\n" % code)
+    os.close(exit_fd)
+    os.replace(exit_tmp, os.path.join(run, "exit"))
 
 
 def main():

@@ -19,8 +19,13 @@ CONFIG is one JSON object::
                     :mod:`hangar.sandboxes.network`)
     host_ports      host loopback ports reachable from the sandbox's own loopback
     timeout         seconds for each step
+    volume          the sandbox's disk, or null: {"image", "options", "tree"}: the ext4 image
+                    to attach to a loop device and mount at STAGE/volume (nosuid, nodev,
+                    ``options``), then ``tree`` made on it (see :func:`make_tree`)
 
-Steps: a private mount namespace with the binds staged; a user namespace created by a child
+Steps: a private mount namespace with the binds staged and the volume mounted (in this
+namespace only: the kernel unmounts it, and frees its loop device, when the sandbox's last
+process is gone); a user namespace created by a child
 running as ``hangar_uid``, whose two-line uid and gid maps root writes (``0 -> hangar_uid``,
 ``1000 -> agent_uid``) and in which nobody can create a further user namespace; bubblewrap run
 as ``hangar_uid`` inside it (``--userns``), with its own network, PID, IPC and UTS
@@ -50,6 +55,8 @@ CLONE_NEWNET = 0x40000000
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MS_NOSUID = 2
+MS_NODEV = 4
 INNER_AGENT = 1000
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -96,6 +103,69 @@ def stage_binds(cfg):
         else:
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
         mount(bind["src"], target, None, MS_BIND)
+    volume = cfg.get("volume")
+    if volume:
+        target = os.path.join(stage, "volume")
+        os.mkdir(target)
+        mount_volume(volume["image"], target, volume["options"])
+        make_tree(target, volume["tree"])
+
+
+LOOP_CTL_GET_FREE = 0x4C82
+LOOP_CONFIGURE = 0x4C0A
+LO_FLAGS_AUTOCLEAR = 4
+
+
+def mount_volume(image, target, options):
+    """Attach ``image`` to a free loop device (autoclear: it is freed with its last user) and
+    mount its ext4 at ``target``."""
+    import errno
+    import fcntl
+    import struct
+
+    ctl = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        for _ in range(64):  # another launcher may take the free device first: ask again
+            number = fcntl.ioctl(ctl, LOOP_CTL_GET_FREE)
+            dev = os.open("/dev/loop%d" % number, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                backing = os.open(image, os.O_RDWR | os.O_CLOEXEC)
+                try:
+                    # struct loop_config: fd, block_size, struct loop_info64, 8 reserved u64s
+                    info = struct.pack("=5Q4I64s64s32s2Q", 0, 0, 0, 0, 0, 0, 0, 0,
+                                       LO_FLAGS_AUTOCLEAR, image.encode()[:63], b"", b"", 0, 0)
+                    fcntl.ioctl(dev, LOOP_CONFIGURE, struct.pack("=II", backing, 0) + info
+                                + bytes(64))
+                except OSError as exc:
+                    if exc.errno == errno.EBUSY:  # taken meanwhile
+                        continue
+                    raise Failure("attach the sandbox's disk: %s" % exc) from None
+                finally:
+                    os.close(backing)
+                mount("/dev/loop%d" % number, target, "ext4", MS_NOSUID | MS_NODEV, options)
+                return
+            finally:
+                os.close(dev)  # the mount holds the device now; without one, it is freed
+        raise Failure("no free loop device for the sandbox's disk")
+    finally:
+        os.close(ctl)
+
+
+def make_tree(base, tree):
+    """Make ``tree`` under ``base``, in order: ``{"path", "uid", "mode"}`` is a folder,
+    with ``"text"`` a file holding that text."""
+    for entry in tree:
+        path = os.path.join(base, entry["path"])
+        if "text" in entry:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, entry["text"].encode())
+            finally:
+                os.close(fd)
+        else:
+            os.mkdir(path)
+        os.chown(path, entry["uid"], entry["uid"])
+        os.chmod(path, entry["mode"])  # after making it: the umask would mask the bits
 
 
 def make_userns(cfg, deadline):

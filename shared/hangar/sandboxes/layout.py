@@ -4,22 +4,29 @@
 
     record.json     the backend's record (root's, 0600)
     init.log        what the launcher and bubblewrap said (root's, 0600)
+    disk.img        the sandbox's volume (:mod:`hangar.sandboxes.disk`), holding the tree below
+    etc/            passwd, group, hosts, resolv.conf and gitconfig shown over the host's /etc
+
+The tree (:func:`volume_tree`: on the volume, or in the folder itself when there is no disk
+cap)::
+
     home/           HOME inside (/root): the agent's, 0700
     workspace/      /workspace: the agent's
     tmp/            /tmp: shared, sticky
+    shm/            /dev/shm: shared, sticky
     hangar/         /hangar: hangar's uid's, 0711, holding
         runs/         detached runs (0711: the agent reads the files it must, writes none)
         bin/          hangar's commands for the agent (hangar-agent), first on its PATH (0755)
-        tmp/          hangar's scratch space and locks (0700)
+        tmp/          hangar's scratch space and locks (0700; with a disk, a tmpfs of its own)
         lib/          the in-sandbox scripts, by digest, with their bytecode (0700)
         sandbox.json  who the agent is and its limits, for the run supervisor
         harnesses/    where the harness folder is shown, read-only
         limits/       where the agent's cgroup files are shown (hangar's only)
-    etc/            passwd, group, hosts, resolv.conf and gitconfig shown over the host's /etc
 
 Inside: a tmpfs root; ``/usr``, ``/opt`` and every entry of ``/etc`` read-only from the host
-(``/bin`` and the like mirrored), the files of ``etc/`` in place of the host's; its own ``/proc``, ``/dev``, ``/dev/shm``;
-the folders above; each ``ro_paths`` entry read-only at its own path. Nothing else of the host.
+(``/bin`` and the like mirrored), the files of ``etc/`` in place of the host's; its own ``/proc``
+and ``/dev``; the folders above; each ``ro_paths`` entry read-only at its own path. Nothing
+else of the host.
 """
 
 from __future__ import annotations
@@ -28,8 +35,9 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
 
-from hangar.sandboxes import HANGAR_BIN, HANGAR_DIR, HOME, WORKSPACE
+from hangar.sandboxes import HANGAR_BIN, HANGAR_DIR, HANGAR_TMP, HOME, WORKSPACE
 from hangar.sandboxes.isolation import INNER_AGENT, Limits, LimitsMode
 
 HARNESS_MOUNT = f"{HANGAR_DIR}/harnesses"
@@ -74,29 +82,15 @@ while True:
 
 
 def make_folder(folder: Path, hostname: str, hangar_uid: int, agent_uid: int,
-                limits: Limits, cgroup_files: Sequence[str]) -> None:  # fmt: skip
-    """Fill a new sandbox folder (it exists, empty) with its tree, owners and files."""
+                limits: Limits, cgroup_files: Sequence[str], *,
+                volume: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+    """Fill a new sandbox folder (it exists, empty) with ``etc/`` and, unless the tree goes on
+    a ``volume`` (then the launcher makes it there), the tree; returns the tree."""
+    from hangar.sandboxes.launcher import make_tree
+
     os.chmod(folder, 0o711)
-    tree = [
-        ("home", agent_uid, 0o700),
-        ("workspace", agent_uid, 0o755),
-        ("tmp", hangar_uid, 0o1777),
-        ("hangar", hangar_uid, 0o711),
-        ("hangar/runs", hangar_uid, 0o711),
-        ("hangar/bin", hangar_uid, 0o755),
-        ("hangar/tmp", hangar_uid, 0o700),
-        ("hangar/lib", hangar_uid, 0o700),
-        ("hangar/harnesses", hangar_uid, 0o755),
-        ("hangar/limits", hangar_uid, 0o700),
-        ("etc", 0, 0o755),
-    ]
-    for name, owner, mode in tree:
-        path = folder / name
-        path.mkdir()
-        os.chown(path, owner, owner)
-        os.chmod(path, mode)  # after mkdir: the umask would mask the bits
-    for name in ("pids.procs", "memory.procs")[: len(cgroup_files)]:
-        (folder / "hangar/limits" / name).touch(mode=0o600)
+    (folder / "etc").mkdir()
+    os.chmod(folder / "etc", 0o755)
     etc = {
         "passwd": "root:x:0:0:hangar:/hangar:/bin/sh\n"
         f"agent:x:{INNER_AGENT}:{INNER_AGENT}:agent:{HOME}:/bin/bash\n"
@@ -111,6 +105,31 @@ def make_folder(folder: Path, hostname: str, hangar_uid: int, agent_uid: int,
     for name, text in etc.items():
         (folder / "etc" / name).write_text(text)
         os.chmod(folder / "etc" / name, 0o644)
+    tree = volume_tree(hangar_uid, agent_uid, limits, cgroup_files)
+    if not volume:
+        make_tree(str(folder), tree)
+    return tree
+
+
+def volume_tree(hangar_uid: int, agent_uid: int, limits: Limits,
+                cgroup_files: Sequence[str]) -> list[dict[str, Any]]:  # fmt: skip
+    """What a sandbox can write, as :func:`hangar.sandboxes.launcher.make_tree` makes it."""
+    folders = [
+        ("home", agent_uid, 0o700),
+        ("workspace", agent_uid, 0o755),
+        ("tmp", hangar_uid, 0o1777),
+        ("shm", hangar_uid, 0o1777),
+        ("hangar", hangar_uid, 0o711),
+        ("hangar/runs", hangar_uid, 0o711),
+        ("hangar/bin", hangar_uid, 0o755),
+        ("hangar/tmp", hangar_uid, 0o700),
+        ("hangar/lib", hangar_uid, 0o700),
+        ("hangar/harnesses", hangar_uid, 0o755),
+        ("hangar/limits", hangar_uid, 0o700),
+    ]
+    tree: list[dict[str, Any]] = [{"path": p, "uid": u, "mode": m} for p, u, m in folders]
+    for name in ("pids.procs", "memory.procs")[: len(cgroup_files)]:
+        tree.append({"path": f"hangar/limits/{name}", "uid": 0, "mode": 0o600, "text": ""})
     described = {
         "agent": {"uid": INNER_AGENT, "gid": INNER_AGENT, "home": HOME, "path": SANDBOX_PATH},
         "cgroup_procs": [f"{LIMITS_DIR}/{n}" for n in ("pids.procs", "memory.procs")][
@@ -120,10 +139,9 @@ def make_folder(folder: Path, hostname: str, hangar_uid: int, agent_uid: int,
         if limits.mode is LimitsMode.RLIMIT
         else {},
     }
-    sandbox_json = folder / "hangar" / "sandbox.json"
-    sandbox_json.write_text(json.dumps(described))
-    os.chown(sandbox_json, hangar_uid, hangar_uid)
-    os.chmod(sandbox_json, 0o644)
+    tree.append({"path": "hangar/sandbox.json", "uid": hangar_uid, "mode": 0o644,
+                 "text": json.dumps(described)})  # fmt: skip
+    return tree
 
 
 def _host_text(path: str) -> str:
@@ -141,14 +159,17 @@ def binds_and_args(
     ro_paths: Sequence[str],
     harness_dir: Path | None,
     cgroup_files: Sequence[str],
+    scratch: int | None = None,
 ) -> tuple[list[dict[str, str]], list[str]]:
     """The launcher's staged binds and bubblewrap's options (all but the command).
 
     Every host path under a folder the unprivileged bubblewrap cannot pass through (the data
     folder, /root, pytest's temp folders) is staged first; the system folders and the cgroup
-    files are reachable as they are."""
+    files are reachable as they are. With ``scratch`` (bytes), the tree is the one the launcher
+    mounts at STAGE/volume, and hangar's scratch folder is a tmpfs of that size."""
     binds = [{"src": str(folder), "name": "sandbox", "kind": "dir"}]
     box = f"{stage}/sandbox"
+    vol = box if scratch is None else f"{stage}/volume"
     args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
     args += ["--unshare-cgroup-try", "--as-pid-1", "--hostname", hostname, "--tmpfs", "/"]
     for d in SYSTEM_DIRS:
@@ -160,9 +181,11 @@ def binds_and_args(
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
     args += etc_args(f"{box}/etc")
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
-    args += ["--bind", f"{box}/home", HOME, "--bind", f"{box}/workspace", WORKSPACE]
-    args += ["--bind", f"{box}/tmp", "/tmp", "--bind", f"{box}/hangar", HANGAR_DIR]
+    args += ["--proc", "/proc", "--dev", "/dev", "--bind", f"{vol}/shm", "/dev/shm"]
+    args += ["--bind", f"{vol}/home", HOME, "--bind", f"{vol}/workspace", WORKSPACE]
+    args += ["--bind", f"{vol}/tmp", "/tmp", "--bind", f"{vol}/hangar", HANGAR_DIR]
+    if scratch is not None:  # off the volume: the agent can starve it of neither blocks nor inodes
+        args += ["--perms", "0700", "--size", str(scratch), "--tmpfs", HANGAR_TMP]
     for src, name in zip(cgroup_files, ("pids.procs", "memory.procs"), strict=False):
         args += ["--bind", src, f"{LIMITS_DIR}/{name}"]
     if harness_dir is not None and harness_dir.is_dir():

@@ -21,6 +21,7 @@ from hangar.errors import InvalidInput, InvalidSettings, SandboxNotFound, Sandbo
 from hangar.sandboxes import HOME, SandboxSpec, SandboxUser, open_sandboxes
 from hangar.sandboxes.local import HARNESS_MOUNT, LocalSandboxes
 from hangar.testing.sandboxes import SandboxesConformance, run
+from tests.unit.sandboxes.test_disk import until_no_loop_device_under
 
 pytestmark = pytest.mark.sandbox
 
@@ -62,7 +63,10 @@ def sandboxes(data_dir: Path, harness_dir: Path) -> Iterator[LocalSandboxes]:
     yield backend
     for info in LocalSandboxes(data_dir / "sandboxes").list():
         backend.destroy(info.id, hooks=False)
-    assert list((data_dir / "sandboxes").iterdir()) == []
+    # Nothing is left but the disk template, and no loop device holds a sandbox's disk.
+    left = [p.name for p in (data_dir / "sandboxes").iterdir() if not p.name.startswith(".disk-")]
+    assert left == []
+    until_no_loop_device_under(data_dir)
 
 
 class TestLocalSandboxes(SandboxesConformance):

@@ -1,18 +1,20 @@
 """The doctor's look at what isolates local sandboxes on this machine: it makes a probe sandbox
 and asks it, from inside, who its processes run as, which network it has, what it may reach
 (the packet filter's rules, and a connection to the metadata server's address and to one of the
-host's own, both refused inside the sandbox before any packet leaves) and what limits the agent;
-it counts sandboxes of the previous layout still running."""
+host's own, both refused inside the sandbox before any packet leaves), what limits the agent
+and what caps its disk; it counts sandboxes of the previous layout still running."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
 from hangar.cli.doctor.report import Report
 from hangar.config import Settings
 from hangar.errors import HangarError
-from hangar.sandboxes import SandboxSpec, SandboxUser
+from hangar.sandboxes import HANGAR_TMP, SandboxSpec, SandboxUser
+from hangar.sandboxes.disk import Disk
 from hangar.sandboxes.network import host_addresses, refused
 from hangar.sandboxes.isolation import INNER_AGENT, LimitsMode
 
@@ -50,9 +52,12 @@ def isolation(report: Report, settings: Settings) -> None:
                  "network namespaces) still run: restart hangar serve, which checkpoints and "
                  f"replaces them ({', '.join(outdated[:5])})", "WARN")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="hangar-doctor-") as tmp:
+        disk = backend.disk
         probe = LocalSandboxes(Path(tmp) / "sandboxes", None, uid_base=backend.uid_base,
                                limits=limits.mode, max_pids=limits.max_pids,
-                               memory_mb=limits.memory_mb)  # fmt: skip
+                               memory_mb=limits.memory_mb,
+                               disk_gb=disk.cap / 2**30 if disk else 0,
+                               scratch_mb=disk.scratch / 2**20 if disk else 0)  # fmt: skip
         try:
             info = probe.create(SandboxSpec())
         except HangarError as exc:
@@ -66,6 +71,8 @@ def isolation(report: Report, settings: Settings) -> None:
             host = host_addresses()
             targets = ["169.254.169.254:80"] + [f"{n.network_address}:80" for n in host.v4[:1]]
             tried = probe.exec(info.id, ["/usr/bin/python3", "-I", "-c", _TRY, *targets])
+            volumes = probe.exec(info.id, ["stat", "-f", "-c", "%n %T %S %b %i", "/workspace",
+                                           "/dev/shm", HANGAR_TMP], user=SandboxUser.HANGAR)
         except HangarError as exc:
             report.line("FAIL", f"the probe sandbox does not answer: {exc.message}")
             return
@@ -107,6 +114,39 @@ def isolation(report: Report, settings: Settings) -> None:
            else "rlimits (memory per process: RLIMIT_AS)")  # fmt: skip
     report.line("OK", f"limits on the agent: {limits.max_pids} processes and threads, "
                 f"{limits.memory_mb} MB, through {how}")  # fmt: skip
+    _disk(report, settings, backend.root, disk, volumes.stdout.decode())
+
+
+def _disk(report: Report, settings: Settings, root: Path, disk: Disk | None, seen: str) -> None:
+    """The disk cap as the probe sandbox saw it (``stat -f`` of its /workspace, /dev/shm and
+    hangar's scratch folder), and whether the host's disk holds every sandbox's cap."""
+    if disk is None:
+        report.line("WARN", "disk: no cap (HANGAR_SANDBOX_DISK_GB=0): a sandbox's writes can "
+                    "fill the host's disk")  # fmt: skip
+        return
+    found = {f[0]: f[1:] for f in (line.split() for line in seen.splitlines()) if len(f) == 5}
+    work, shm, scratch = (found.get(p) for p in ("/workspace", "/dev/shm", HANGAR_TMP))
+    size = int(work[1]) * int(work[2]) if work else 0
+    capped = (work is not None and work[0] == "ext2/ext3" and shm == work and scratch is not None
+              and scratch[0] == "tmpfs" and disk.cap * 0.9 <= size <= disk.size)  # fmt: skip
+    report.check(capped, f"disk: each sandbox writes to an ext4 volume of its own of "
+                 f"{disk.cap / 2**30:g} GiB (HOME, /workspace, /tmp, /dev/shm, /hangar; a loop "
+                 "device mounted in the sandbox's mount namespace alone): past it, writes fail "
+                 f"inside with ENOSPC; hangar's scratch folder is a tmpfs of "
+                 f"{disk.scratch >> 20} MiB beside it",
+                 f"disk: the probe sandbox's folders are not on a capped volume of their own: "
+                 f"{seen.strip() or 'no answer'}")  # fmt: skip
+    try:
+        st = os.statvfs(root if root.exists() else root.parent)
+    except OSError:
+        return
+    free, most = st.f_bavail * st.f_frsize, settings.max_sandboxes * disk.size
+    report.check(most <= free, f"disk: {settings.max_sandboxes} sandboxes (HANGAR_MAX_SANDBOXES) "
+                 f"at their cap fit in the {free / 2**30:.0f} GiB free for them",
+                 f"disk: {settings.max_sandboxes} sandboxes (HANGAR_MAX_SANDBOXES) at their cap "
+                 f"would write {most / 2**30:.0f} GiB, more than the {free / 2**30:.0f} GiB free "
+                 f"where they live ({root}): lower HANGAR_SANDBOX_DISK_GB or "
+                 "HANGAR_MAX_SANDBOXES", "WARN")  # fmt: skip
 
 
 def _tail(data: bytes) -> str:

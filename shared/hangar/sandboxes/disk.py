@@ -1,0 +1,166 @@
+"""A local sandbox's disk: everything the sandbox can write is on a filesystem of its own.
+
+**The volume.** Each sandbox gets a sparse file, ``<folder>/disk.img``, holding an ext4
+filesystem of ``HANGAR_SANDBOX_DISK_GB``. The launcher attaches it to a loop device (with
+autoclear) and mounts it inside its own private mount namespace only: the host's mount table
+never shows it, and the kernel unmounts it and frees the loop device by itself once the
+sandbox's last process has ended. So a restart of ``hangar serve`` changes nothing (the mount
+belongs to the sandbox, not to the server), a crash leaks no mount or loop device, and destroy
+frees the space by removing the folder, file included. Everything the agent can write lives on
+it: HOME, ``/workspace``, ``/tmp``, ``/dev/shm`` and ``/hangar`` (its runs' logs take the
+agent's output). Past the cap, writes fail inside the sandbox with ENOSPC; the host's disk only
+ever holds the blocks written (the file is sparse), at most the cap.
+
+**hangar's share.** On top of the cap, 1% of it (8 MiB at least) is ext4's reserved blocks,
+which only hangar's host uid (``resuid``/``resgid``) may use: a run's exit status, a restore,
+still get written when the agent has filled its share. The agent gets the cap less ext4's own
+bookkeeping (a few percent). hangar's scratch folder ``/hangar/tmp``
+(checkpoint and restore staging, locks) is not on the volume at all but a tmpfs of its own of
+``scratch_mb`` (memory only while something is staged): the agent can starve it of neither
+blocks nor inodes, and cannot write to it.
+
+**Cost.** The filesystem is made once per sandboxes folder and size with ``mkfs.ext4`` (a
+template, ``<root>/.disk-<bytes>.img``, made under a temporary name and renamed into place);
+each sandbox's image is a sparse copy of the template's few MiB of metadata. Attaching and
+mounting are two system calls in the launcher. No journal (nothing on the volume outlives the
+sandbox, which a reboot ends), inode tables left to initialise as they are used.
+
+Limits, documented: the caps of many sandboxes together may exceed the host's free space (the
+images are sparse; ``hangar doctor`` compares them); and if the host's disk does fill, the
+sandboxes' writes fail with I/O errors.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from hangar.errors import SandboxError, SandboxUnavailable
+from hangar.sandboxes.processes import HOST_ENV, host_tool
+
+IMAGE = "disk.img"
+"""The sandbox's volume, in its folder on the host (root's, 0600)."""
+LOOP_CONTROL = "/dev/loop-control"
+RESERVED_MIN = 8 << 20
+"""hangar's uid's share of a volume (ext4's reserved blocks): 1%, and at least this."""
+MIN_BYTES = 32 << 20
+"""The smallest volume: ext4's own bookkeeping needs a few MiB."""
+_MKFS_FEATURES = "^has_journal,^resize_inode"
+_MKFS_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Disk:
+    """One sandbox's disk: the agent's ``cap`` and a scratch tmpfs of ``scratch`` bytes."""
+
+    cap: int
+    scratch: int
+
+    @property
+    def reserved(self) -> int:
+        return max(self.cap // 100, RESERVED_MIN) // 4096 * 4096
+
+    @property
+    def size(self) -> int:
+        """The volume's size: the agent's cap and hangar's share."""
+        return self.cap + self.reserved
+
+    def mount_options(self, hangar_uid: int) -> str:
+        """The volume's ext4 options: the reserve is hangar's uid's; inode tables are left
+        uninitialised (zeroing them would write a sparse image full)."""
+        return f"noinit_itable,resuid={hangar_uid},resgid={hangar_uid}"
+
+
+def disk_for(disk_gb: float, scratch_mb: float) -> Disk | None:
+    """The disk of the settings, or None for no cap (``HANGAR_SANDBOX_DISK_GB=0``)."""
+    if disk_gb <= 0:
+        return None
+    cap = max(int(disk_gb * (1 << 30)), MIN_BYTES) // 4096 * 4096
+    return Disk(cap=cap, scratch=max(int(scratch_mb * (1 << 20)), 1 << 20))
+
+
+def usable(disk: Disk) -> str | None:
+    """None when volumes can be made and mounted here; else why not (the tools to install)."""
+    if host_tool("mkfs.ext4") is None:
+        return "mkfs.ext4 (e2fsprogs) is not installed; run `make install`"
+    if not os.path.exists(LOOP_CONTROL):
+        return f"{LOOP_CONTROL} is missing: this machine gives no loop devices"
+    return None
+
+
+def make_image(root: Path, folder: Path, disk: Disk) -> Path:
+    """Write ``folder/disk.img``: a sparse copy of the root's template, made first if missing.
+
+    SandboxUnavailable when mkfs.ext4 or loop devices are missing; SandboxError when the
+    template cannot be made or copied."""
+    why = usable(disk)
+    if why is not None:
+        raise SandboxUnavailable(f"sandbox disks: {why} (or set HANGAR_SANDBOX_DISK_GB=0 to "
+                                 "run sandboxes without a disk cap)", tool="mkfs.ext4")  # fmt: skip
+    template = root / f".disk-{disk.size}.img"
+    if not template.exists():
+        _make_template(template, disk)
+    image = folder / IMAGE
+    try:
+        _sparse_copy(template, image)
+    except OSError as exc:
+        raise SandboxError(f"cannot make the sandbox's disk {image}: {exc}") from exc
+    return image
+
+
+def _make_template(template: Path, disk: Disk) -> None:
+    part = template.with_name(f"{template.name}.{os.getpid()}.tmp")
+    try:
+        with open(part, "wb") as f:
+            f.truncate(disk.size)
+        os.chmod(part, 0o600)
+        subprocess.run(
+            [host_tool("mkfs.ext4") or "mkfs.ext4", "-q", "-F", "-O", _MKFS_FEATURES,
+             "-E", "lazy_itable_init=1,nodiscard", "-m", f"{100 * disk.reserved / disk.size:.4f}",
+             "-L", "hangar-sandbox", str(part)],
+            env=HOST_ENV, stdin=subprocess.DEVNULL, capture_output=True, check=True,
+            timeout=_MKFS_TIMEOUT,
+        )  # fmt: skip
+        os.replace(part, template)  # two makers at once: either one's is whole
+    except subprocess.CalledProcessError as exc:
+        said = exc.stderr.decode(errors="replace").strip()
+        raise SandboxError(f"mkfs.ext4 could not make the sandbox disk template: {said}") from exc
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SandboxError(f"cannot make the sandbox disk template {template}: {exc}") from exc
+    finally:
+        try:
+            os.unlink(part)
+        except FileNotFoundError:
+            pass
+
+
+def _sparse_copy(src: Path, dst: Path) -> None:
+    """Copy ``src`` to a new ``dst`` (0600) leaving its holes as holes."""
+    fin = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            size = os.fstat(fin).st_size
+            os.ftruncate(fout, size)
+            offset = 0
+            while offset < size:
+                try:
+                    data = os.lseek(fin, offset, os.SEEK_DATA)
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:  # only a hole is left
+                        break
+                    raise
+                hole = os.lseek(fin, data, os.SEEK_HOLE)
+                while data < hole:
+                    copied = os.copy_file_range(fin, fout, hole - data, data, data)
+                    if copied == 0:
+                        raise OSError(errno.EIO, f"{src} ended early")
+                    data += copied
+                offset = hole
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
