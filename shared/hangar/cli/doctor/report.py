@@ -14,6 +14,7 @@ from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from hangar.errors import HangarError
+from hangar.inert import inert
 
 T = TypeVar("T")
 
@@ -34,7 +35,7 @@ class Report:
 
     def line(self, level: str, text: str) -> None:
         self.failed = self.failed or level == "FAIL"
-        print(f"{level:4}  {text}", flush=True)
+        print(inert(f"{level:4}  {text}", lines=True), flush=True)  # probes quote sandboxes
 
     def check(self, ok: bool, good: str, bad: str, level: str = "FAIL") -> bool:
         self.line("OK", good) if ok else self.line(level, bad)
