@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 # Debian packages the local sandboxes and the in-sandbox scripts need.
-DEB_PACKAGES := bubblewrap git tar zstd util-linux slirp4netns nftables
+DEB_PACKAGES := bubblewrap git tar zstd util-linux slirp4netns nftables e2fsprogs
 # What only the tests need besides: the browser the dashboard's tests drive (Playwright for
 # Python through executable_path; Playwright's own browser download is not used), and ip, which
 # makes the network namespaces the sandbox network tests stand for the host's interfaces with.

@@ -101,40 +101,54 @@ def make_image(root: Path, folder: Path, disk: Disk) -> Path:
         raise SandboxUnavailable(f"sandbox disks: {why} (or set HANGAR_SANDBOX_DISK_GB=0 to "
                                  "run sandboxes without a disk cap)", tool="mkfs.ext4")  # fmt: skip
     template = root / f".disk-{disk.size}.img"
-    if not template.exists():
-        _make_template(template, disk)
     image = folder / IMAGE
     try:
-        _sparse_copy(template, image)
+        if not template.exists():
+            part = template.with_name(f"{template.name}.{os.getpid()}.tmp")
+            try:
+                _mkfs(part, disk)
+                os.replace(part, template)  # two makers at once: either one's is whole
+            finally:
+                if part.exists():
+                    part.unlink()
+        if _holes_show(template):
+            _sparse_copy(template, image)
+        else:  # a filesystem that reports no holes: copying would write the whole image
+            _mkfs(image, disk)
     except OSError as exc:
         raise SandboxError(f"cannot make the sandbox's disk {image}: {exc}") from exc
     return image
 
 
-def _make_template(template: Path, disk: Disk) -> None:
-    part = template.with_name(f"{template.name}.{os.getpid()}.tmp")
+def _mkfs(path: Path, disk: Disk) -> None:
+    """A new sparse file at ``path`` (0600) holding an empty ext4 of ``disk.size``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        with open(part, "wb") as f:
-            f.truncate(disk.size)
-        os.chmod(part, 0o600)
+        os.ftruncate(fd, disk.size)
+    finally:
+        os.close(fd)
+    try:
         subprocess.run(
             [host_tool("mkfs.ext4") or "mkfs.ext4", "-q", "-F", "-O", _MKFS_FEATURES,
              "-E", "lazy_itable_init=1,nodiscard", "-m", f"{100 * disk.reserved / disk.size:.4f}",
-             "-L", "hangar-sandbox", str(part)],
+             "-L", "hangar-sandbox", str(path)],
             env=HOST_ENV, stdin=subprocess.DEVNULL, capture_output=True, check=True,
             timeout=_MKFS_TIMEOUT,
         )  # fmt: skip
-        os.replace(part, template)  # two makers at once: either one's is whole
     except subprocess.CalledProcessError as exc:
         said = exc.stderr.decode(errors="replace").strip()
-        raise SandboxError(f"mkfs.ext4 could not make the sandbox disk template: {said}") from exc
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise SandboxError(f"cannot make the sandbox disk template {template}: {exc}") from exc
+        raise SandboxError(f"mkfs.ext4 could not make a sandbox disk: {said}") from exc
+    except subprocess.SubprocessError as exc:
+        raise SandboxError(f"mkfs.ext4 could not make a sandbox disk: {exc}") from exc
+
+
+def _holes_show(path: Path) -> bool:
+    """Whether the filesystem says where ``path``'s holes are (SEEK_HOLE before its end)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.lseek(fd, 0, os.SEEK_HOLE) < os.fstat(fd).st_size
     finally:
-        try:
-            os.unlink(part)
-        except FileNotFoundError:
-            pass
+        os.close(fd)
 
 
 def _sparse_copy(src: Path, dst: Path) -> None:
@@ -155,7 +169,7 @@ def _sparse_copy(src: Path, dst: Path) -> None:
                     raise
                 hole = os.lseek(fin, data, os.SEEK_HOLE)
                 while data < hole:
-                    copied = os.copy_file_range(fin, fout, hole - data, data, data)
+                    copied = _copy_range(fin, fout, hole - data, data)
                     if copied == 0:
                         raise OSError(errno.EIO, f"{src} ended early")
                     data += copied
@@ -164,3 +178,15 @@ def _sparse_copy(src: Path, dst: Path) -> None:
             os.close(fout)
     finally:
         os.close(fin)
+
+
+def _copy_range(fin: int, fout: int, count: int, offset: int) -> int:
+    """Copy up to ``count`` bytes at ``offset`` in the kernel, or through here where the
+    filesystem will not (across filesystems, or one without copy_file_range)."""
+    try:
+        return os.copy_file_range(fin, fout, count, offset, offset)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise
+    data = os.pread(fin, min(count, 1 << 20), offset)
+    return os.pwrite(fout, data, offset) if data else 0
