@@ -39,7 +39,7 @@ from hangar.errors import (
     VersionConflict,
 )
 from hangar.models import (
-    Checkpoint, Environment, Record, Session, SessionState, TickDue, Token, Turn,
+    Checkpoint, Environment, Record, Session, SessionState, TickDue, Token, Turn, pruned,
 )
 from hangar.private import private_dirs, private_file
 
