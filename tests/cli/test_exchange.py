@@ -31,6 +31,12 @@ def test_a_schema_a_result_and_artifacts_from_the_cli(
     code, _, err = cli("session", "new", "rep", TURN, "--env", "app", "--harness",
                        "antigravity", "--schema", str(schema))  # fmt: skip
     assert code == 1 and "(invalid_schema)" in err
+    for ref, says in (("http://127.0.0.1:9/x.json", "is not inside the schema"),
+                      ("#/$defs/nope", "points to nothing in the schema")):  # fmt: skip
+        schema.write_text(json.dumps({"$ref": ref}))
+        code, _, err = cli("session", "new", "rep", TURN, "--env", "app", "--harness",
+                           "antigravity", "--schema", str(schema))  # fmt: skip
+        assert code == 1 and "(invalid_schema)" in err and says in err and ref in err, err
     (tmp_path / "broken.json").write_text("{not json")
     code, _, err = cli("session", "new", "rep", TURN, "--env", "app", "--schema",
                        str(tmp_path / "broken.json"))  # fmt: skip

@@ -36,6 +36,9 @@ ASK = "\n".join([
     "run: hangar-agent question --option 'Keep them' --option 'Rename them' 'Keep the old names?'",
 ])  # fmt: skip
 ANSWER = "Keep them\nrun: hangar-agent result '{\"tests_added\": 0}'\nrun: hangar-agent done 'Kept.'"
+REFUSED = [{"$ref": "http://127.0.0.1:9/x.json"}, {"$ref": "file:///etc/hostname"},
+           {"$ref": "other.json"}, {"$ref": "#/$defs/nope"}]  # fmt: skip
+"""Schemas that refer outside themselves or to nothing in themselves: invalid_schema."""
 
 
 def mcp_of(server: Server) -> Mcp:
@@ -72,6 +75,10 @@ def every_tool(mcp: Mcp, ok: Callable[..., str], remote: Path) -> None:
                    output_schema={"type": "nope"})  # fmt: skip
     assert bad.is_error and bad.body["error"]["code"] == "invalid_schema"
     assert bad.text == bad.body
+    for schema in REFUSED:
+        bad = mcp.call("new_session", name="ex", message="x", env="app", harness="antigravity",
+                       output_schema=schema)  # fmt: skip
+        assert bad.is_error and bad.body["error"]["code"] == "invalid_schema", bad.body
     assert mcp.ok("list_sessions") == {"sessions": [], "next_cursor": None}  # nothing started
     unknown = mcp.call("get_session", ref="nope")
     assert unknown.is_error and unknown.body["error"]["code"] == "session_not_found"
@@ -117,7 +124,10 @@ def every_tool(mcp: Mcp, ok: Callable[..., str], remote: Path) -> None:
     assert mcp.ok("keep_session", ref="ex", idle_minutes=0)["idle_minutes"] == 0
 
     conversation = detail["harness_session"]
-    assert mcp.ok("send_to_session", ref="ex", message=ASK)["turn"] == 2
+    for schema in REFUSED:
+        bad = mcp.call("send_to_session", ref="ex", message=ASK, output_schema=schema)
+        assert bad.is_error and bad.body["error"]["code"] == "invalid_schema", bad.body
+    assert mcp.ok("send_to_session", ref="ex", message=ASK)["turn"] == 2  # nothing started
     asked = mcp.ok("wait_for_turn", ref="ex", timeout_seconds=120)
     assert (asked["outcome"], asked["question"]) == ("needs_input", "Keep the old names?")
     assert asked["question_options"] == ["Keep them", "Rename them"]
