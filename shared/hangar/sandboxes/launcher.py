@@ -16,7 +16,9 @@ CONFIG is one JSON object::
     slirp4netns     the slirp4netns binary; the sandbox's own network goes through it
     nft             the nft binary, and ``rules`` the nftables script it loads into the
                     sandbox's network namespace (what the sandbox may reach:
-                    :mod:`hangar.sandboxes.network`)
+                    :mod:`hangar.sandboxes.network`); ``known`` the networks it refuses
+                    already (and loopback), ``sets`` {"4", "6"}: the sets an address the host
+                    gets later is added to
     host_ports      host loopback ports reachable from the sandbox's own loopback
     timeout         seconds for each step
     volume          the sandbox's disk, or null: {"image", "options", "tree"}: the ext4 image
@@ -30,10 +32,11 @@ running as ``hangar_uid``, whose two-line uid and gid maps root writes (``0 -> h
 ``1000 -> agent_uid``) and in which nobody can create a further user namespace; bubblewrap run
 as ``hangar_uid`` inside it (``--userns``), with its own network, PID, IPC and UTS
 namespaces; the packet filter loaded into its network namespace and slirp4netns for egress with
-the host's loopback unreachable, the two at once, both done before the report; and, for host
-ports, a relay that listens on the sandbox's loopback and connects to the host's. The init
-holds the write end of a "life" pipe whose read end slirp4netns and the relay watch: when the
-sandbox ends, so do they.
+the host's loopback unreachable, the two at once, both done before the report; a watcher that
+adds each address the host gets later to the filter; and, for host ports, a relay that listens
+on the sandbox's loopback and connects to the host's. The init holds the write end of a "life"
+pipe whose read end slirp4netns, the watcher and the relay watch: when the sandbox ends, so do
+they.
 
 REPORT_FD gets one JSON line: ``{"ok": true, "init_pid", "helpers": [pids]}`` or
 ``{"ok": false, "error"}``; on failure everything started is killed.
@@ -277,9 +280,9 @@ def start_slirp(cfg, init_pid, life_r, deadline):
     return pid
 
 
-def start_rules(cfg, init_pid):
-    """``nft -f`` run in the sandbox's network namespace, reading ``rules`` from a pipe; returns
-    (pid, pidfd, stderr's read end) for :func:`finish_rules`."""
+def start_nft(cfg, init_pid, script):
+    """``nft -f`` run in the sandbox's network namespace, reading ``script`` from a pipe; returns
+    (pid, pidfd, stderr's read end) for :func:`finish_nft`."""
     in_r, in_w = os.pipe()
     err_r, err_w = os.pipe()
     pid = os.fork()
@@ -295,13 +298,13 @@ def start_rules(cfg, init_pid):
             os._exit(127)
     os.close(in_r)
     os.close(err_w)
-    with open(in_w, "wb") as script:  # nft reads all of it before it answers
-        script.write(cfg["rules"].encode())
+    with open(in_w, "wb") as pipe:  # nft reads all of it before it answers
+        pipe.write(script.encode())
     return pid, os.pidfd_open(pid), err_r
 
 
-def finish_rules(started, deadline):
-    """Wait for :func:`start_rules`'s nft; Failure with what it said unless it loaded them."""
+def finish_nft(started, deadline):
+    """Wait for :func:`start_nft`'s nft; Failure with what it said unless it succeeded."""
     pid, pidfd, err_r = started
     try:
         if not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
@@ -315,6 +318,114 @@ def finish_rules(started, deadline):
     finally:
         os.close(pidfd)
         os.close(err_r)
+
+
+RTMGRP_IPV4_IFADDR = 0x10
+RTMGRP_IPV6_IFADDR = 0x100
+RTM_NEWADDR = 20
+RTM_GETADDR = 22
+NLM_F_REQUEST_DUMP = 0x301
+IFA_ADDRESS = 1
+IFA_LOCAL = 2
+IFA_BROADCAST = 4
+
+
+def start_watcher(cfg, init_pid, life_r, report):
+    """A process in the host's network namespace (root: it enters the sandbox's to run nft)
+    that follows the host's addresses: one the host gets after the rules were written is added
+    to the rules' sets within milliseconds. It first asks for every address, which covers
+    those the host got while the sandbox started."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.close(report)  # forked, not executed: the caller must see the report end
+            os.setsid()
+            news = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+            news.bind((0, RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR))
+            ask_addresses(news)
+            os.write(w, b"r")
+            os.close(w)
+            watch_forever(cfg, init_pid, news, life_r)
+        except BaseException as exc:
+            os.write(2, ("address watcher: %s\n" % exc).encode())
+        os._exit(0)
+    os.close(w)
+    try:
+        if os.read(r, 1) != b"r":
+            raise Failure("the host address watcher did not start")
+    finally:
+        os.close(r)
+    return pid
+
+
+def ask_addresses(news):
+    """A dump of every address, answered on ``news`` like the news themselves."""
+    import struct
+
+    news.send(struct.pack("=IHHII", 24, RTM_GETADDR, NLM_F_REQUEST_DUMP, 1, 0) + bytes(8))
+
+
+def watch_forever(cfg, init_pid, news, life_r):
+    import ipaddress  # here, off the start's path
+
+    known = [ipaddress.ip_network(n) for n in cfg["known"]]
+    while True:
+        ready, _, _ = select.select([life_r, news], [], [])
+        if life_r in ready:
+            os._exit(0)  # the sandbox is gone
+        try:
+            data = news.recv(1 << 20)
+        except OSError:  # news were lost (ENOBUFS): ask for all of them again
+            ask_addresses(news)
+            continue
+        fresh = []
+        for text in addresses_in(data):
+            address = ipaddress.ip_address(text)
+            if not any(address in net for net in known) and address not in fresh:
+                fresh.append(address)
+        if not fresh:
+            continue
+        script = ""
+        for version in (4, 6):
+            these = [str(a) for a in fresh if a.version == version]
+            if these:
+                script += "add element %s { %s }\n" % (cfg["sets"][str(version)],
+                                                        ", ".join(these))
+        try:
+            finish_nft(start_nft(cfg, init_pid, script), time.monotonic() + 10)
+            known += [ipaddress.ip_network(a) for a in fresh]
+        except (Failure, OSError) as exc:
+            os.write(2, ("address watcher: %s\n" % exc).encode())
+
+
+def addresses_in(data):
+    """The host's own addresses that RTM_NEWADDR messages in ``data`` announce: IPv4 local and
+    broadcast addresses, IPv6 local ones (IFA_ADDRESS is the peer on a point-to-point link)."""
+    import struct
+
+    at = 0
+    while at + 16 <= len(data):
+        length, kind = struct.unpack_from("=IH", data, at)
+        if length < 16:
+            return
+        if kind == RTM_NEWADDR and length >= 24:
+            family = data[at + 16]
+            attrs = {}
+            attr = at + 24
+            while attr + 4 <= at + length:
+                size, name = struct.unpack_from("=HH", data, attr)
+                if size < 4:
+                    break
+                attrs[name] = data[attr + 4 : attr + size]
+                attr += (size + 3) & ~3
+            width = {socket.AF_INET: 4, socket.AF_INET6: 16}.get(family)
+            local = attrs.get(IFA_LOCAL, attrs.get(IFA_ADDRESS))
+            for raw in (local, attrs.get(IFA_BROADCAST) if family == socket.AF_INET else None):
+                if raw is not None and len(raw) == width:
+                    yield socket.inet_ntop(family, raw)
+        at += (length + 3) & ~3
 
 
 def start_relay(cfg, init_pid, life_r, report):
@@ -423,12 +534,14 @@ def main():
         os.close(nsfd)
         for fd in cfg["hold_fds"]:
             os.close(fd)
-        rules = start_rules(cfg, init_pid)
+        rules = start_nft(cfg, init_pid, cfg["rules"])
         try:
             helpers = [start_slirp(cfg, init_pid, life_r, deadline)]
             started.extend(helpers)
         finally:
-            finish_rules(rules, deadline)
+            finish_nft(rules, deadline)
+        helpers.append(start_watcher(cfg, init_pid, life_r, report))
+        started.append(helpers[-1])
         if cfg["host_ports"]:
             helpers.append(start_relay(cfg, init_pid, life_r, report))
             started.append(helpers[-1])

@@ -515,6 +515,7 @@ class LocalSandboxes:
 
         os.makedirs(STAGE, mode=0o755, exist_ok=True)
         os.chmod(STAGE, 0o755)
+        host = network.host_addresses()
         config = {
             "stage": STAGE,
             "binds": [dict(b) for b in binds],
@@ -525,7 +526,9 @@ class LocalSandboxes:
             "hold_fds": [claim.fd],
             "slirp4netns": tools["slirp4netns"],
             "nft": tools["nft"],
-            "rules": network.ruleset(network.host_addresses()),
+            "rules": network.ruleset(host),
+            "known": network.known(host),
+            "sets": network.SETS,
             "host_ports": list(ports),
             "volume": None if volume is None else dict(volume),
             "timeout": _START_TIMEOUT,

@@ -13,14 +13,16 @@ own loopback through (where the host-port relay listens) and refuses, with an IC
   (224.0.0.0/4, ff00::/8) and the limited broadcast, which the host's own listeners would get;
 - every address of the host itself, IPv4 and IPv6, any interface: the host's local routing
   table as it is when the sandbox starts (its addresses, their broadcast addresses and any
-  local route), loopback aside (slirp4netns refuses that already).
+  local route), loopback aside (slirp4netns refuses that already), in two sets; and each
+  address the host gets later, which a watcher the launcher leaves running beside the sandbox
+  (it follows the kernel's address news) adds to them within milliseconds.
 
 Everything else egresses as before. The filter is the kernel's and lives in the sandbox's
 namespace: the agent (no capability) cannot change it, and neither can hangar's in-sandbox
-tools (CAP_NET_ADMIN is not among theirs) nor the init (none at all). Limit: the host's
-addresses are read once, when the sandbox starts; an address the host gets later (a new
-interface, a changed lease) is not refused to sandboxes already running. Restarting them (a
-suspend and open) picks it up.
+tools (CAP_NET_ADMIN is not among theirs) nor the init (none at all). Limits: an address the
+host gets is refused a few milliseconds later, not at once (the watcher runs ``nft`` when the
+kernel tells it); one the host drops stays refused; a local route added without an address
+(``ip route add local ...``) is refused only to sandboxes started after it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from hangar.sandboxes.processes import HOST_ENV, host_tool
 
 TABLE = "hangar"
 """The nftables table (family ``inet``) each sandbox's namespace holds."""
+HOST_V4 = "host4"
+HOST_V6 = "host6"
+SETS = {"4": f"inet {TABLE} {HOST_V4}", "6": f"inet {TABLE} {HOST_V6}"}
+"""The sets of the host's own addresses, by IP version, as ``nft add element`` names them."""
 
 REFUSED_V4 = ("169.254.0.0/16", "224.0.0.0/4", "255.255.255.255/32")
 REFUSED_V6 = ("fe80::/10", "ff00::/8")
@@ -103,20 +109,30 @@ def host_addresses(fib_trie: Path = _FIB_TRIE, ipv6_route: Path = _IPV6_ROUTE) -
 
 
 def ruleset(host: HostAddresses) -> str:
-    """The nftables script the launcher loads into a new sandbox's namespace (``nft -f``)."""
-    lines = [
+    """The nftables script the launcher loads into a new sandbox's namespace (``nft -f``): the
+    host's addresses are in the sets :data:`SETS` names, which the launcher's watcher adds to."""
+    v4 = f" elements = {_set(host.v4)};" if host.v4 else ""
+    v6 = f" elements = {_set(host.v6)};" if host.v6 else ""
+    return "\n".join([
         f"table inet {TABLE} {{",
+        f"  set {HOST_V4} {{ type ipv4_addr; flags interval;{v4} }}",
+        f"  set {HOST_V6} {{ type ipv6_addr; flags interval;{v6} }}",
         "  chain output {",
         "    type filter hook output priority filter; policy accept;",
         '    oifname "lo" accept',
         f"    ip daddr {_set(REFUSED_V4)} reject with icmp type admin-prohibited",
         f"    ip6 daddr {_set(REFUSED_V6)} reject with icmpv6 type admin-prohibited",
-    ]
-    if host.v4:
-        lines.append(f"    ip daddr {_set(host.v4)} reject with icmp type admin-prohibited")
-    if host.v6:
-        lines.append(f"    ip6 daddr {_set(host.v6)} reject with icmpv6 type admin-prohibited")
-    return "\n".join([*lines, "  }", "}", ""])
+        f"    ip daddr @{HOST_V4} reject with icmp type admin-prohibited",
+        f"    ip6 daddr @{HOST_V6} reject with icmpv6 type admin-prohibited",
+        "  }",
+        "}",
+        "",
+    ])  # fmt: skip
+
+
+def known(host: HostAddresses) -> list[str]:
+    """What the watcher need not add: every refused network, and loopback."""
+    return [*refused(host), str(_LOOPBACK_V4), str(_LOOPBACK_V6)]
 
 
 def refused(host: HostAddresses) -> list[str]:

@@ -11,10 +11,12 @@ import ctypes
 import ipaddress
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +70,12 @@ class Server:
                 conn.sendall(self.greeting)
 
     def close(self) -> None:
+        # shutdown wakes the accept (close alone would not): a socket left in a namespace
+        # keeps the namespace, and its veth, alive after `ip netns del`.
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
 
 
@@ -85,12 +93,16 @@ def _listen(address: str, netns: str | None) -> socket.socket | BaseException:
 @dataclass
 class Net:
     """The test's networks: ``host`` and ``host6`` are addresses of the host itself, ``outside``
-    a listener beyond it, ``link_local`` a listener on a link-local address beyond it."""
+    a listener beyond it, ``link_local`` a listener on a link-local address beyond it; ``spare``
+    and ``spare6`` are free for the host to get on ``link``, its end of the first pair."""
 
     host: Server
     host6: str
     outside: Server
     link_local: Server
+    link: str
+    spare: str
+    spare6: str
 
 
 def ip(*args: str) -> None:
@@ -113,6 +125,7 @@ def net() -> Iterator[Net]:
     ext, out = f"hgx-{tag}", f"hgo-{tag}"  # the external interface's peer, and the outside
     link_local = f"169.254.{random.randrange(1, 255)}.{random.randrange(1, 255)}"
     made: list[str] = []
+    links: list[str] = []
     servers: list[Server] = []
     pairs = ((ext, "hgxh", "hgxp", first), (out, "hgoh", "hgop", second))
     try:
@@ -120,6 +133,7 @@ def net() -> Iterator[Net]:
             ip("netns", "add", ns)
             made.append(ns)
             near, far = f"{near}{tag}", f"{far}{tag}"
+            links.append(near)
             ip("link", "add", near, "type", "veth", "peer", "name", far, "netns", ns)
             ip("addr", "add", f"{subnet[1]}/30", "dev", near)
             ip("link", "set", near, "up")
@@ -133,11 +147,14 @@ def net() -> Iterator[Net]:
                 ip("route", "add", f"{link_local}/32", "dev", near)
         servers += [Server(str(first[1]), b"the host"), Server(str(second[2]), b"outside", out),
                     Server(link_local, b"metadata", out)]  # fmt: skip
-        yield Net(host=servers[0], host6=str(v6[1]), outside=servers[1], link_local=servers[2])
+        yield Net(host=servers[0], host6=str(v6[1]), outside=servers[1], link_local=servers[2],
+                  link=links[0], spare=str(block[9]), spare6=str(v6[2]))  # fmt: skip
     finally:
         for server in servers:
             server.close()
-        for ns in made:  # the veth pairs go with their far ends
+        for link in links:  # a veth pair goes with either end
+            subprocess.run(["ip", "link", "del", link], capture_output=True, timeout=10)
+        for ns in made:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
 
 
@@ -228,6 +245,26 @@ def test_the_hosts_addresses_are_its_local_and_broadcast_routes_loopback_and_lin
     assert [str(n) for n in found.v4] == ["10.1.2.3/32", "10.1.2.255/32", "10.9.0.0/16"]
     assert [str(n) for n in found.v6] == ["fd00::2/128"]
     script = ruleset(found)
-    assert "ip daddr { 10.1.2.3, 10.1.2.255, 10.9.0.0/16 } reject" in script
-    assert "ip6 daddr { fd00::2 } reject" in script
-    assert "ip daddr { 10" not in ruleset(HostAddresses(v4=(), v6=()))
+    assert "set host4 { type ipv4_addr; flags interval; elements = { 10.1.2.3, 10.1.2.255, " \
+        "10.9.0.0/16 }; }" in script
+    assert "set host6 { type ipv6_addr; flags interval; elements = { fd00::2 }; }" in script
+    assert "ip daddr @host4 reject" in script and "ip6 daddr @host6 reject" in script
+    assert "set host4 { type ipv4_addr; flags interval; }" in ruleset(HostAddresses(v4=(), v6=()))
+
+
+def test_an_address_the_host_gets_after_the_sandbox_started_is_refused_moments_later(
+    sandboxes: LocalSandboxes, net: Net
+) -> None:
+    info = sandboxes.create(SandboxSpec())
+    ip("addr", "add", f"{net.spare}/32", "dev", net.link)
+    ip("-6", "addr", "add", f"{net.spare6}/128", "dev", net.link, "nodad")
+    late = Server(net.spare, b"a new address")
+    try:
+        assert reach_from_host(late) == b"a new address"
+        deadline = time.monotonic() + 10
+        while not {net.spare, net.spare6} <= set(re.findall(r"[0-9a-f.:]+", sandboxes.network_rules(info.id))):
+            assert time.monotonic() < deadline, sandboxes.network_rules(info.id)
+            time.sleep(0.02)
+        assert connect(sandboxes, info.id, late.address) == {late.address: "refused EHOSTUNREACH"}
+    finally:
+        late.close()

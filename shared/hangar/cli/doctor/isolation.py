@@ -7,6 +7,7 @@ and what caps its disk; it counts sandboxes of the previous layout still running
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -100,15 +101,19 @@ def isolation(report: Report, settings: Settings) -> None:
                if outcomes.get(t) != "EHOSTUNREACH"]  # fmt: skip
     report.check(tried.ok and not through,
                  f"network filter: the agent is refused {', '.join(targets)}; refused are the "
-                 "host's own addresses (as they were when the sandbox started) and the "
-                 f"link-local, multicast and broadcast ranges ({len(refused(host))} "
-                 "destinations); everything else egresses",
+                 "host's own addresses (those it gets later too) and the link-local, multicast "
+                 f"and broadcast ranges ({len(refused(host))} destinations); everything else "
+                 "egresses",
                  "network filter: from the probe sandbox, "
                  + (", ".join(through) if tried.ok else _tail(tried.stderr))
                  + " (expected: refused, EHOSTUNREACH)")  # fmt: skip
     for rule in rules.splitlines():
         if "reject" in rule or "accept" in rule:
             report.line("INFO", f"network rule: {rule.strip()}")
+    for name, body in re.findall(r"set (\w+) \{(.*?)\n\s*\}", rules, re.S):
+        elements = re.search(r"elements = \{(.*?)\}", body, re.S)
+        shown = " ".join(elements.group(1).split()) if elements else "(empty)"
+        report.line("INFO", f"network set {name} (the host's own addresses): {shown}")
     how = ("cgroup v1 pids and memory (all the agent's processes together)"
            if limits.mode is LimitsMode.CGROUP
            else "rlimits (memory per process: RLIMIT_AS)")  # fmt: skip
