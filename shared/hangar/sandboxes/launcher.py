@@ -546,7 +546,9 @@ def main():
             helpers.append(start_relay(cfg, init_pid, life_r, report))
             started.append(helpers[-1])
         os.close(life_r)
-        answer = {"ok": True, "init_pid": init_pid, "helpers": helpers}
+        # bubblewrap's own process too: with it gone, nothing holds the uid claim or the
+        # sandbox's disk any more, so a destroy that waited for it has freed both.
+        answer = {"ok": True, "init_pid": init_pid, "helpers": helpers + [bwrap_pid]}
     except (Failure, OSError) as exc:
         for pid in started:
             try:
