@@ -280,16 +280,15 @@ def start_slirp(cfg, init_pid, life_r, deadline):
     return pid
 
 
-def start_nft(cfg, init_pid, script):
-    """``nft -f`` run in the sandbox's network namespace, reading ``script`` from a pipe; returns
-    (pid, pidfd, stderr's read end) for :func:`finish_nft`."""
+def start_nft(cfg, netns, script):
+    """``nft -f`` run in the network namespace ``netns`` (a descriptor: the sandbox's), reading
+    ``script`` from a pipe; returns (pid, pidfd, stderr's read end) for :func:`finish_nft`."""
     in_r, in_w = os.pipe()
     err_r, err_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
-            theirs = os.open("/proc/%d/ns/net" % init_pid, os.O_RDONLY)
-            call(libc.setns(theirs, CLONE_NEWNET), "setns(sandbox network)")
+            call(libc.setns(netns, CLONE_NEWNET), "setns(sandbox network)")
             os.dup2(in_r, 0)
             os.dup2(err_w, 2)
             os.execv(cfg["nft"], [cfg["nft"], "-f", "/dev/stdin"])
@@ -342,12 +341,14 @@ def start_watcher(cfg, init_pid, life_r, report):
             os.close(r)
             os.close(report)  # forked, not executed: the caller must see the report end
             os.setsid()
+            # Held from now on: a pid reused after the sandbox ends never names another's.
+            netns = os.open("/proc/%d/ns/net" % init_pid, os.O_RDONLY)
             news = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
             news.bind((0, RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR))
             ask_addresses(news)
             os.write(w, b"r")
             os.close(w)
-            watch_forever(cfg, init_pid, news, life_r)
+            watch_forever(cfg, netns, news, life_r)
         except BaseException as exc:
             os.write(2, ("address watcher: %s\n" % exc).encode())
         os._exit(0)
@@ -367,7 +368,7 @@ def ask_addresses(news):
     news.send(struct.pack("=IHHII", 24, RTM_GETADDR, NLM_F_REQUEST_DUMP, 1, 0) + bytes(8))
 
 
-def watch_forever(cfg, init_pid, news, life_r):
+def watch_forever(cfg, netns, news, life_r):
     import ipaddress  # here, off the start's path
 
     known = [ipaddress.ip_network(n) for n in cfg["known"]]
@@ -394,7 +395,7 @@ def watch_forever(cfg, init_pid, news, life_r):
                 script += "add element %s { %s }\n" % (cfg["sets"][str(version)],
                                                         ", ".join(these))
         try:
-            finish_nft(start_nft(cfg, init_pid, script), time.monotonic() + 10)
+            finish_nft(start_nft(cfg, netns, script), time.monotonic() + 10)
             known += [ipaddress.ip_network(a) for a in fresh]
         except (Failure, OSError) as exc:
             os.write(2, ("address watcher: %s\n" % exc).encode())
@@ -534,7 +535,11 @@ def main():
         os.close(nsfd)
         for fd in cfg["hold_fds"]:
             os.close(fd)
-        rules = start_nft(cfg, init_pid, cfg["rules"])
+        netns = os.open("/proc/%d/ns/net" % init_pid, os.O_RDONLY)
+        try:
+            rules = start_nft(cfg, netns, cfg["rules"])
+        finally:
+            os.close(netns)
         try:
             helpers = [start_slirp(cfg, init_pid, life_r, deadline)]
             started.extend(helpers)
