@@ -104,7 +104,7 @@ def make_image(root: Path, folder: Path, disk: Disk) -> Path:
     image = folder / IMAGE
     try:
         if not template.exists():
-            part = template.with_name(f"{template.name}.{os.getpid()}.tmp")
+            part = template.with_name(f"{template.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
             try:
                 _mkfs(part, disk)
                 os.replace(part, template)  # two makers at once: either one's is whole

@@ -107,7 +107,7 @@ def make_folder(folder: Path, hostname: str, hangar_uid: int, agent_uid: int,
         os.chmod(folder / "etc" / name, 0o644)
     tree = volume_tree(hangar_uid, agent_uid, limits, cgroup_files)
     if not volume:
-        make_tree(str(folder), tree)
+        make_tree(str(folder), tree)  # type: ignore[no-untyped-call]  # a standalone script
     return tree
 
 

@@ -115,7 +115,7 @@ def test_a_run_and_a_checkpoint_still_work_when_the_agent_has_filled_its_disk(
     # status written.
     fill = "i=0; while : > /tmp/f$i; do i=$((i+1)); done; head -c 1G /dev/zero > /root/x; exit 3"
     start_run(capped, sandbox_id, "fill", ["bash", "-c", fill], cwd="/tmp", env={})
-    log, code = wait_run(capped, sandbox_id, "fill", timeout=60, poll=0.05)
+    _, code = wait_run(capped, sandbox_id, "fill", timeout=60, poll=0.05)
     assert code == 3
     for script in ("head -c 1M /dev/zero > /workspace/app/more", ": > /workspace/app/empty"):
         full = capped.exec(sandbox_id, ["sh", "-c", script])
