@@ -33,15 +33,16 @@ hangar's private git folder, not the repo's.
 import json
 import os
 import sys
-from stat import S_ISREG
+from stat import S_ISLNK, S_ISREG, S_IXUSR
 
 try:
     from _sha256 import sha256  # built in: hashlib would load OpenSSL, a few ms on the quick path
 except ImportError:
     from hashlib import sha256
 
-from hangar.agent.gitsafe import GitError, Repo, copy_regular, remove_tree
+from hangar.agent.gitsafe import GitError, Repo, remove_tree
 from hangar.agent.paths import entry_problem, folders_rule, kind_problem, left_out_warning
+from hangar.agent.paths import readable
 from hangar.agent.paths import untracked_rule
 
 # shutil, subprocess and threading are imported when parts are packed: the unchanged-fingerprint
@@ -53,6 +54,13 @@ STAGING_PREFIX = ".hangar-ckpt-"
 # Fields in a `git status --porcelain=v2` record (the path is the last, and may hold spaces).
 STATUS_FIELDS = {b"1": 9, b"u": 11, b"?": 2}
 STALE_SECONDS = 3600
+EMPTY_BLOB = {40: "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",  # by the length of an object id
+              64: "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813"}  # fmt: skip
+# The manifest is one line the control plane reads up to 1 MiB, and its warnings are stored on
+# the checkpoint's record: however many entries the agent leaves, they stay within these.
+MAX_WARNINGS = 40
+MAX_WARNING_CHARS = 2000
+DROPPED_NAMED = 20
 
 
 class Failure(Exception):
@@ -62,7 +70,7 @@ class Failure(Exception):
 def stat_line(path):
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a tracked folder may be a file now
         return "-"
     return "%d:%d:%d:%d:%o" % (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode)
 
@@ -221,7 +229,7 @@ def select_untracked(repo, listed, cap, warnings):
         try:
             st = os.lstat(os.path.join(repo, path))
             sizes[path] = st.st_size if S_ISREG(st.st_mode) else 0
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             sizes[path] = 0
     total = sum(sizes.values())
     if total <= cap:
@@ -232,8 +240,12 @@ def select_untracked(repo, listed, cap, warnings):
             break
         dropped.add(path)
         total -= sizes[path]
-        warnings.append("untracked file %s left out: %d bytes, and the untracked files may take "
-                        "%d bytes in all" % (path, sizes[path], cap))  # fmt: skip
+        if len(dropped) <= DROPPED_NAMED:
+            warnings.append("untracked file %s left out: %d bytes, and the untracked files may "
+                            "take %d bytes in all" % (path, sizes[path], cap))  # fmt: skip
+    if len(dropped) > DROPPED_NAMED:
+        warnings.append("%d more untracked files left out, smaller ones, for the same reason"
+                        % (len(dropped) - DROPPED_NAMED))  # fmt: skip
     return [p for p in kept if p not in dropped]
 
 
@@ -246,8 +258,8 @@ def tracked_left_out(repo, changed, cap, warnings):
         full = os.path.join(repo, path)
         try:
             st = os.lstat(full)
-        except FileNotFoundError:
-            continue  # deleted: the diff says so
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # deleted (or its folder is a file now): the diff says so
         why = kind_problem(st.st_mode)
         if why is None and S_ISREG(st.st_mode):
             if st.st_size > cap:
@@ -361,37 +373,77 @@ def make_staged(r, staging):
     return path if os.path.getsize(path) else None
 
 
-def make_session_patch(r, staging, base, untracked, limit, exclude=()):
-    """base..working tree, untracked files included, built on a scratch index (a copy of the
-    private one, which other parts read meanwhile). Returns (path, None) or (None, warning)."""
-    index = os.path.join(staging, "patch-index")
-    copy_regular(os.path.join(r.shadow, "index"), index)
-    env = {"GIT_INDEX_FILE": index}
-    present = [p for p in untracked if os.path.lexists(os.path.join(r.worktree, p))]
-    if present:
-        data = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in present)
-        added = r.run("add", "-N", "--pathspec-from-file=-", "--pathspec-file-nul",
-                      stdin=data, env=env, check=False)  # fmt: skip
-        if added.returncode != 0:
-            return None, "session.patch skipped: %s" % added.stderr.decode(errors="replace").strip()
-    path = os.path.join(staging, "session.patch")
+def new_files_index(path, worktree, paths, hash_len):
+    """Write at ``path`` an index that holds each of ``paths`` (untracked files and links; those
+    gone meanwhile are skipped) as ``git add -N`` would, intent-to-add, and nothing else, so
+    that ``git diff`` (the index against the working tree) shows each one as a new file. Returns
+    how many it holds. Written here, in one pass, because git's own ways are quadratic in the
+    paths: ``git add -N`` matches every path against every pathspec, and a diff of a tree
+    against the working tree rescans the index for each entry the tree lacks (at 200,000 files,
+    minutes either way)."""
+    import hashlib
+
+    entries = []
+    for rel in paths:
+        try:
+            mode = os.lstat(os.path.join(worktree, rel)).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if S_ISLNK(mode):
+            kind = 0o120000
+        elif S_ISREG(mode):
+            kind = 0o100755 if mode & S_IXUSR else 0o100644
+        else:
+            continue
+        entries.append((rel.encode("utf-8", "surrogateescape"), kind))
+    entries.sort()  # git's order: by the bytes of the path
+    empty = bytes.fromhex(EMPTY_BLOB[hash_len])
+    h = hashlib.sha1() if hash_len == 40 else hashlib.sha256()
     with open(path, "wb") as out:
-        proc = r.popen(*DIFF, base, *excluding(exclude), stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, env=env)  # fmt: skip
-        written = 0
-        while True:
-            chunk = proc.stdout.read(1 << 20)
-            if not chunk:
-                break
-            written += len(chunk)
-            if written > limit:
-                proc.kill()
-                proc.wait()
-                return None, "session.patch skipped: larger than %d bytes" % limit
-            out.write(chunk)
-        err = proc.stderr.read()
-        if proc.wait() != 0:
-            return None, "session.patch skipped: git diff: %s" % err.decode(errors="replace").strip()
+
+        def put(data):
+            h.update(data)
+            out.write(data)
+
+        put(b"DIRC" + (3).to_bytes(4, "big") + len(entries).to_bytes(4, "big"))
+        fixed = 40 + len(empty) + 4  # stat data, mode, uid, gid, size; id; flags; ita flag
+        for name, kind in entries:
+            flags = 0x4000 | min(len(name), 0xFFF)  # extended flags follow; the name's length
+            size = (fixed + len(name) + 8) & ~7  # NUL-padded to a multiple of 8
+            put(bytes(24) + kind.to_bytes(4, "big") + bytes(12) + empty + flags.to_bytes(2, "big")
+                + (0x2000).to_bytes(2, "big") + name + bytes(size - fixed - len(name)))
+        out.write(h.digest())
+    return len(entries)
+
+
+def make_session_patch(r, staging, base, untracked, limit, exclude=()):
+    """base..working tree, untracked files included: ``git diff base`` on the private index
+    (the tracked files), then ``git diff`` on an index of the untracked files alone
+    (:func:`new_files_index`), one after the other: ``git apply`` takes the two as one patch.
+    Returns (path, None) or (None, warning)."""
+    runs = [([*DIFF, base, *excluding(exclude)], {"GIT_OPTIONAL_LOCKS": "0"})]
+    index = os.path.join(staging, "untracked-index")
+    if new_files_index(index, r.worktree, untracked, len(base)):
+        runs.append((DIFF, {"GIT_INDEX_FILE": index, "GIT_OPTIONAL_LOCKS": "0"}))
+    path = os.path.join(staging, "session.patch")
+    written = 0
+    with open(path, "wb") as out:
+        for args, env in runs:
+            proc = r.popen(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+            while True:
+                chunk = proc.stdout.read(1 << 20)
+                if not chunk:
+                    break
+                written += len(chunk)
+                if written > limit:
+                    proc.kill()
+                    proc.wait()
+                    return None, "session.patch skipped: larger than %d bytes" % limit
+                out.write(chunk)
+            err = proc.stderr.read()
+            if proc.wait() != 0:
+                return None, ("session.patch skipped: git diff: %s"
+                              % err.decode(errors="replace").strip())  # fmt: skip
     return path, None
 
 
@@ -537,8 +589,23 @@ def pack(cfg, r, staging, head, branch, records, fp):
         is_archive = name.endswith((".tar.zst", ".tar.gz"))
         parts.append({"name": name, "size": size,
                       "compression": compression if is_archive else "none", "path": path})  # fmt: skip
-    manifest.update(base=base, compression=compression, warnings=warnings, parts=parts, meta=meta)
+    manifest.update(base=base, compression=compression, warnings=manifest_warnings(warnings),
+                    parts=parts, meta=meta)  # fmt: skip
     return manifest, parts
+
+
+def manifest_warnings(warnings):
+    """The warnings as the manifest carries them: a name that is not UTF-8 escaped readably
+    (JSON cannot carry it raw), each warning and their number bounded."""
+    out = []
+    for warning in warnings[:MAX_WARNINGS]:
+        warning = readable(warning)
+        if len(warning) > MAX_WARNING_CHARS:
+            warning = warning[:MAX_WARNING_CHARS] + " [cut short]"
+        out.append(warning)
+    if len(warnings) > MAX_WARNINGS:
+        out.append("and %d more warnings" % (len(warnings) - MAX_WARNINGS))
+    return out
 
 
 def emit_patch(cfg, r, staging, records, out):
@@ -552,7 +619,7 @@ def emit_patch(cfg, r, staging, records, out):
     path, warning = make_session_patch(r, staging, cfg["base"], untracked, cfg["max_patch"],
                                        excluded)  # fmt: skip
     if path is None:
-        sys.stderr.write("%s\n" % warning)
+        sys.stderr.write("%s\n" % readable(warning))
         sys.exit(4)
     with open(path, "rb") as src:
         shutil.copyfileobj(src, out, 1 << 20)

@@ -41,6 +41,7 @@ COMMAND_LINE = [
 ]  # fmt: skip
 GLOBAL_CONFIG = "[safe]\n\tdirectory = *\n[core]\n\thooksPath = /dev/null\n\tfsmonitor = false\n"
 PIPE = -1
+SPLIT_INDEX_MAX = 1 << 28  # a split index or its shared index larger than this is not copied
 
 
 class GitError(Exception):
@@ -69,8 +70,9 @@ def read_small(path, limit=1 << 20):
         os.close(fd)
 
 
-def copy_regular(src, dst):
-    """Copy a regular file (never through a link) with its times; False when there is none.
+def copy_regular(src, dst, limit=None):
+    """Copy a regular file (never through a link) with its times; False when there is none (or
+    it is over ``limit`` bytes).
 
     The times matter for the index: git treats an entry as racily clean (and hashes the file)
     by comparing it with the index file's mtime, so a copy must keep the original's."""
@@ -80,7 +82,7 @@ def copy_regular(src, dst):
         return False
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) or (limit is not None and st.st_size > limit):
             return False
         out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
@@ -92,6 +94,39 @@ def copy_regular(src, dst):
         return True
     finally:
         os.close(fd)
+
+
+def linked_shared_index(path, hash_len, limit=SPLIT_INDEX_MAX):
+    """The name (hex) of the shared index the split index at ``path`` links to (its ``link``
+    extension, written by ``git update-index --split-index``), or None when it links to none or
+    cannot be read as an index of version 2 to 4 (then git judges it)."""
+    data = read_small(path, limit)
+    if not data or data[:4] != b"DIRC" or len(data) < 12 + hash_len:
+        return None
+    version = int.from_bytes(data[4:8], "big")
+    count = int.from_bytes(data[8:12], "big")
+    if version not in (2, 3, 4):
+        return None
+    end = len(data) - hash_len  # the trailing checksum
+    pos, fixed = 12, 40 + hash_len + 2  # times, dev, ino, mode, uid, gid, size; oid; flags
+    try:
+        for _ in range(count):
+            flags = int.from_bytes(data[pos + fixed - 2:pos + fixed], "big")
+            name = pos + fixed + (2 if flags & 0x4000 else 0)
+            if version == 4:  # a varint (the prefix to strip), then the rest of the name
+                while data[name] & 0x80:
+                    name += 1
+                pos = data.index(b"\0", name + 1) + 1
+            else:  # the name, NUL-padded to a multiple of 8
+                pos += (data.index(b"\0", name) - pos + 8) & ~7
+        while pos + 8 <= end:
+            size = int.from_bytes(data[pos + 4:pos + 8], "big")
+            if data[pos:pos + 4] == b"link" and size >= hash_len:
+                return data[pos + 8:pos + 8 + hash_len].hex()
+            pos += 8 + size
+    except (ValueError, IndexError):
+        return None
+    return None
 
 
 def object_format(config):
@@ -199,10 +234,38 @@ class Repo:
         with open(os.path.join(self.shadow, "HEAD"), "w") as f:
             f.write("%s\n" % (self.head or "0" * 40))
         copy_regular(os.path.join(self.gitdir, "index"), os.path.join(self.shadow, "index"))
+        self._copy_shared_index(fmt)
         for name in ("info/exclude", "shallow"):
             copy_regular(os.path.join(self.gitdir, name), os.path.join(self.shadow, name))
         with open(os.path.join(self.scratch, "gitconfig"), "w") as f:
             f.write(GLOBAL_CONFIG)
+
+    def _copy_shared_index(self, fmt):
+        """With a split index, copy the shared index it links to (``sharedindex.<hash>`` beside
+        it, a regular file under SPLIT_INDEX_MAX bytes): git cannot read the index without it.
+        When it cannot be copied git fails to read the index, and :meth:`fresh_index` is the
+        caller's way out."""
+        try:
+            split = any(name.startswith("sharedindex.") for name in os.listdir(self.gitdir))
+        except OSError:
+            return
+        if not split:
+            return
+        index = os.path.join(self.shadow, "index")
+        name = linked_shared_index(index, 32 if fmt == "sha256" else 20)
+        if name:
+            name = "sharedindex." + name
+            copy_regular(os.path.join(self.gitdir, name), os.path.join(self.shadow, name),
+                         SPLIT_INDEX_MAX)  # fmt: skip
+
+    def fresh_index(self):
+        """Replace the private index with one read from HEAD: for an index git cannot read (a
+        shared index that is gone, an extension it does not know, garbage). What was staged is
+        then only in the working tree. Raises GitError when HEAD's tree cannot be read."""
+        for name in os.listdir(self.shadow):
+            if name == "index" or name.startswith("sharedindex."):
+                os.unlink(os.path.join(self.shadow, name))
+        self.run("read-tree", self.head)
 
     def env(self, extra=None, gitdir=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}

@@ -106,13 +106,25 @@ def entry_problem(root, rel, rule):
     ``rule``, or None. An entry that has gone meanwhile is "gone" (leave it out, say nothing)."""
     try:
         st = os.lstat(os.path.join(root, rel))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return "gone"
     why = kind_problem(st.st_mode)
     if why:
         return why
     target = os.readlink(os.path.join(root, rel)) if stat.S_ISLNK(st.st_mode) else None
     return member_problem(rel, stat.S_ISDIR(st.st_mode), target, rule)
+
+
+def readable(text):
+    """``text`` with each byte of a name that is not UTF-8 (decoded with surrogateescape, as
+    ``os`` does) shown as ``\\xNN``: JSON cannot carry such a name raw, and a person reads it."""
+    if text.isascii():
+        return text
+    return "".join(
+        ("\\x%02x" % (ord(c) - 0xDC00) if "\udc80" <= c <= "\udcff" else "\\u%04x" % ord(c))
+        if "\ud800" <= c <= "\udfff" else c
+        for c in text
+    )
 
 
 def left_out_warning(label, left_out, limit=8):
