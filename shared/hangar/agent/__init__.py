@@ -26,7 +26,7 @@ USES: dict[str, tuple[str, ...]] = {
     "checkpoint": ("gitsafe", "paths"),
     "context": ("gitsafe",),
     "exchange": ("paths",),
-    "restore": ("gitsafe", "paths"),
+    "restore": ("gitsafe", "paths", "quiesce", "fdtree"),
     "run": (),
 }
 """The helper modules of each script, in the order they are loaded."""

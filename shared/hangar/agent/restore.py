@@ -14,6 +14,9 @@ order, each exactly ``size`` bytes::
 
 Steps, in order:
 
+0. End every process of the sandbox's agent (:mod:`hangar.agent.quiesce`; restore_failed at
+   step ``agent`` if one outlives ten seconds): no process the environment's setup left running
+   can change the trees while the steps below walk them as hangar's user.
 1. Receive the parts into a private staging folder (removed at the end).
 2. Check every archive by its content alone: each member is a relative path without ``..``;
    a file, folder or symbolic link (no hard links, devices, FIFOs); not an earlier link member
@@ -23,10 +26,13 @@ Steps, in order:
    ``..`` after a normal component (so chained links cannot climb out) and obeys the same
    ``.git``/conversation rule. A refusal here comes before the repo or HOME is touched.
 3. git, through :mod:`hangar.agent.gitsafe` (nothing the repo's config names runs): reset
-   --hard, clean -fd, verify and fetch repo.bundle, check out, apply staged.patch to the index
-   only, then wip.patch (head to working tree) to the working tree; then the repo's branch, HEAD
-   and index are set to the result.
-4. Check the tree on disk: a member that would go through a symbolic link now on disk is
+   --hard, clean -fd (git lists the untracked files, :mod:`hangar.agent.fdtree` removes them
+   by folder descriptors, never through a link), verify and fetch repo.bundle, check out,
+   apply staged.patch to the index only, then wip.patch (head to working tree) to the working
+   tree; then the repo's branch, HEAD and index are set to the result.
+4. Remove a link standing where a conversation or exchange folder goes in HOME, or on the way
+   to it (a fresh sandbox's HOME holds only what its setup made; the link goes, never what it
+   points to). Check the tree on disk: a member that would go through a symbolic link on disk is
    refused (unsafe_archive); a file where a folder is, or the reverse, fails (restore_failed).
    Either comes after the git steps of 3 but before any member is written.
 5. Unpack the untracked files into the repo, then the agent files into HOME, every write made
@@ -37,7 +43,9 @@ Steps, in order:
    an I/O error) leaves the members already unpacked in place, all inside the repo or HOME.
 6. Hand everything under the repo and the conversation folders to the repo folder's owner
    (the agent, who cloned it) when that is not this process's user: the agent must own what it
-   works on (Claude Code writes its conversation files 0600).
+   works on (Claude Code writes its conversation files 0600). The walk goes by folder
+   descriptors (:func:`hangar.agent.fdtree.hand_over`): a link is handed over itself, never
+   followed.
 
 Standard output is one JSON line: ``{"ok": true}`` or ``{"ok": false, "code", "step", "error"}``
 with code ``unsafe_archive`` or ``restore_failed``; the exit status is 0 or 3.
@@ -53,6 +61,7 @@ import sys
 import tarfile
 import tempfile
 
+from hangar.agent import fdtree, quiesce
 from hangar.agent.gitsafe import GitError, Repo
 from hangar.agent.paths import clean_name, folders_rule, member_problem, untracked_rule
 
@@ -289,6 +298,7 @@ def extract(tar_path, root, checked, label):
 
 def restore(plan, staging):
     repo, home = plan["repo"], plan["home"]
+    end_agent_processes()
     paths = {}
     for part in plan["parts"]:
         if "/" in part["name"] or part["name"] in ("", ".", ".."):
@@ -316,7 +326,7 @@ def restore(plan, staging):
     except GitError as exc:
         raise Failure("restore_failed", "reset", exc.message) from None
     git(r, "reset", "reset", "--hard", "-q")
-    git(r, "clean", "clean", "-fdq")
+    clean(r, repo)
     head = plan["head"]
     if "repo.bundle" in paths:
         bundle = paths["repo.bundle"][0]
@@ -342,6 +352,7 @@ def restore(plan, staging):
     except (GitError, OSError) as exc:
         raise Failure("restore_failed", "checkout", str(exc)) from None
 
+    clear_links_in_home(home, [d for d in conversation_dirs + exchange if d])
     for label, root, plain, checked in archives:
         check_on_disk(root, checked, label)
     for label, root, plain, checked in archives:
@@ -352,31 +363,54 @@ def restore(plan, staging):
         hand_over(home, tops, owner.st_uid, owner.st_gid)
 
 
+def end_agent_processes():
+    """End every process of the agent's before anything is touched (:mod:`quiesce`): the
+    restore walks the agent's trees as hangar's user, and a process left running (one the
+    environment's setup started) could swap a folder for a link under it."""
+    try:
+        quiesce.end_agent_processes()
+    except (quiesce.StillRunning, OSError) as exc:
+        raise Failure("restore_failed", "agent", str(exc)) from None
+
+
+def clean(r, repo):
+    """``git clean -fd`` by folder descriptors (:func:`fdtree.remove_untracked`): git lists
+    what it would remove, and the removal never follows a link, where git's own walk goes by
+    path names and would follow a folder swapped for a link meanwhile."""
+    files = git(r, "clean", "ls-files", "-z", "--others", "--exclude-standard")
+    folders = git(r, "clean", "ls-files", "-z", "--others", "--exclude-standard", "--directory")
+    try:
+        fdtree.remove_untracked(repo, files.split(b"\0"), folders.split(b"\0"))
+    except OSError as exc:
+        raise Failure("restore_failed", "clean", "removing untracked files: %s" % exc) from None
+
+
+def clear_links_in_home(home, folders):
+    """Remove a link standing where a folder of ``folders`` (relative to HOME), or one on the
+    way to it, goes: it can only be the agent's (a fresh sandbox's HOME holds what its setup
+    made), and unpacking would refuse to go through it. The link itself goes, never its target."""
+    for folder in folders:
+        try:
+            fdtree.remove_link_on_path(home, folder.split("/"))
+        except OSError as exc:
+            raise Failure("restore_failed", "unpack", "clearing the way to %s: %s"
+                          % (folder, exc)) from None  # fmt: skip
+
+
 def hand_over(home, tops, uid, gid):
     """Make ``uid:gid`` own every entry under each of ``tops`` and the folders between HOME and
-    them, never following a link (lchown changes the link itself)."""
-    seen = set()
-    for top in tops:
+    them, by folder descriptors (:func:`fdtree.hand_over`): a link is handed over itself, never
+    followed, whatever changes during the walk."""
+    for top in map(os.path.normpath, tops):
         rel = os.path.relpath(top, home)
-        if not rel.startswith(".."):  # the folders restore may have made on the way
-            parts = rel.split("/")
-            for i in range(1, len(parts)):
-                seen.add(os.path.join(home, *parts[:i]))
-        seen.add(top)
-        for dirpath, dirnames, filenames in os.walk(top):
-            for name in dirnames + filenames:
-                seen.add(os.path.join(dirpath, name))
-    for path in seen:
         try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        if (st.st_uid, st.st_gid) != (uid, gid):
-            try:
-                os.lchown(path, uid, gid)
-            except OSError as exc:
-                raise Failure("restore_failed", "owner", "cannot hand %s to the agent: %s"
-                              % (path, exc)) from None  # fmt: skip
+            if rel.startswith(".."):  # the repo: its own folder and everything in it
+                fdtree.hand_over(os.path.dirname(top), [os.path.basename(top)], uid, gid)
+            else:  # in HOME: with the folders restore may have made on the way
+                fdtree.hand_over(home, rel.split("/"), uid, gid, parents=True)
+        except OSError as exc:
+            raise Failure("restore_failed", "owner", "cannot hand %s to the agent: %s"
+                          % (top, exc)) from None  # fmt: skip
 
 
 def main():
