@@ -88,7 +88,9 @@ class ClaimKind(StrEnum):
 class Claim(BaseModel):
     """A lease on a session: ``by`` (a worker) does ``kind`` until ``until``, renewing it while
     it works. An expired claim is anyone's to take over (finish or undo). ``token`` changes at
-    every take-over, so a worker that lost its claim notices at its next write."""
+    every take-over, so a worker that lost its claim notices at its next write; ``tries``
+    counts the workers that took the work on (1, then one more per take-over), and ``error``
+    is why the last try failed, if it said (a turn's finish gives up after a bounded number)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -96,6 +98,8 @@ class Claim(BaseModel):
     by: str
     token: str
     until: datetime
+    tries: int = Field(default=1, ge=1)
+    error: str | None = None
 
 
 class StartKind(StrEnum):

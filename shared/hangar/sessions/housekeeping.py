@@ -4,7 +4,7 @@ themselves are in :mod:`hangar.sessions.schedule`).
 - ``start``: the next step of a start (:mod:`hangar.sessions.startup`);
 - ``claim``: a claim's lease ran out. Renewed meanwhile: look again when it ends. Expired: the
   work is taken over and finished (a start carried on, a suspend or an archive done again, a
-  turn's end finished);
+  turn's end finished; a finish gives up after its bounded tries, see :mod:`.turns`);
 - ``watch``: finish the running turn once it has ended, and extend the sandbox's TTL;
 - ``idle``: suspend a session unused for its idle time (not while a shell is open);
 - ``interval``: checkpoint if something changed;
@@ -136,6 +136,7 @@ class Housekeeping:
             except SessionBusy:
                 return
             assert taken.claim is not None
+            self.schedule.claim_expiry(taken)  # should this try die too (tries are bounded)
             self.turns.finish_claimed(taken, taken.claim.token)
         else:
             self.suspends.resume(session)

@@ -137,6 +137,19 @@ class Transitions:
             raise SessionBusy(f"session {session.name} changed meanwhile", session=session.name
                               ) from None  # fmt: skip
 
+    def note_failure(self, session: Session, token: str, error: str) -> Session:
+        """Record on the caller's claim why its try failed; the lease is left to run out, so
+        the work is taken over (and tried again) when it does."""
+        if session.claim is None or session.claim.token != token:
+            raise LostClaim(f"session {session.name}: the claim was taken over",
+                            session=session.name)  # fmt: skip
+        claim = session.claim.model_copy(update={"error": error})
+        try:
+            return self.db.update_session(session.model_copy(update={"claim": claim}))
+        except VersionConflict:
+            raise SessionBusy(f"session {session.name} changed meanwhile", session=session.name
+                              ) from None  # fmt: skip
+
     @contextlib.contextmanager
     def keeping(self, session_id: str, token: str) -> Iterator[None]:
         """Renew the caller's lease every third of it while the block runs (a restore or a
@@ -160,15 +173,17 @@ class Transitions:
             keeper.join()
 
     def take_over(self, session: Session) -> Session:
-        """Take an expired claim (same kind, a new token, this worker): the caller carries on
-        or undoes the work. SessionBusy while the lease runs."""
+        """Take an expired claim (same kind, a new token, this worker, one more try; the last
+        try's error kept): the caller carries on or undoes the work. SessionBusy while the
+        lease runs."""
         claim = session.claim
         if claim is None:
             raise InvalidState(f"session {session.name} holds no claim", session=session.name)
         if claim.until > utcnow():
             raise SessionBusy(f"session {session.name} is busy ({claim.kind.value} by "
                               f"{claim.by})", session=session.name)  # fmt: skip
-        fresh = new_claim(claim.kind, self.lease_seconds)
+        fresh = new_claim(claim.kind, self.lease_seconds).model_copy(
+            update={"tries": claim.tries + 1, "error": claim.error})
         try:
             return self.db.update_session(session.model_copy(update={"claim": fresh}))
         except VersionConflict:

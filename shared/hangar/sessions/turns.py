@@ -17,6 +17,10 @@ conversation before it is finished: the finish claim is let go while it runs (th
 ACTIVE, the watch follows the repair run, its timeout stops it), and the next finish records it.
 
 A failed ``turn`` checkpoint does not fail the turn: it is the session's ``checkpoint_error``.
+A finish that fails otherwise (anything raised, or its worker dying) is tried again when its
+claim's lease runs out, at most :data:`MAX_FINISH_TRIES` times in all; then the turn is FAILED
+with the reason (its end already recorded: the session's ``error`` says it) and the session
+IDLE, its sandbox kept, so that no finish can hold a session ACTIVE for good.
 Run logs are sealed under a fresh data key at ``sessions/<session>/turns/<n>/log``, at most
 MAX_LOG_BYTES of them.
 """
@@ -69,6 +73,8 @@ from hangar.sessions.workspace import repo_dir_for
 logger = logging.getLogger(__name__)
 
 MAX_LOG_BYTES = 50 << 20
+MAX_FINISH_TRIES = 3
+"""Tries at a turn's finish (the first, then one per take-over) before it gives up."""
 
 
 def run_log_key(session_id: str, n: int) -> str:
@@ -254,7 +260,58 @@ class Turns:
         return self.finish_claimed(claimed, token)
 
     def finish_claimed(self, session: Session, token: str) -> Session:
-        """The work of a finish claim (also taken over from a finisher that died)."""
+        """The work of a finish claim (also taken over from a finisher that died). A try that
+        raises anything but a lost claim is logged and noted on the claim, whose lease is left
+        to run out: the claim tick takes the finish over and tries again. A last try that fails,
+        or a take-over past :data:`MAX_FINISH_TRIES`, gives up instead (:meth:`_give_up`)."""
+        assert session.claim is not None
+        if session.claim.tries > MAX_FINISH_TRIES:
+            return self._give_up(session, token, session.claim.error or
+                                 "the worker finishing it stopped every time")  # fmt: skip
+        try:
+            return self._finish_claimed(session, token)
+        except SessionBusy:
+            raise  # the finish was taken over: the new holder's to do
+        except Exception as exc:  # one try's boundary: whatever it was, it counts
+            logger.exception("try %d of %d at finishing the turn of %s failed",
+                             session.claim.tries, MAX_FINISH_TRIES, session.id)  # fmt: skip
+            reason = exc.message if isinstance(exc, HangarError) else f"{type(exc).__name__}: {exc}"
+            return self._failed_try(session.id, token, " ".join(reason.split())[:500])
+
+    def _failed_try(self, session_id: str, token: str, reason: str) -> Session:
+        current = self.db.get_session(session_id)
+        if current.claim is None or current.claim.token != token:
+            return current  # taken over meanwhile
+        if current.claim.tries >= MAX_FINISH_TRIES:
+            return self._give_up(current, token, reason)
+        noted = self.transitions.note_failure(current, token, reason)
+        self.schedule.claim_expiry(noted)  # the take-over, when the lease runs out
+        return noted
+
+    def _give_up(self, session: Session, token: str, reason: str) -> Session:
+        """The finish failed every try: an unfinished turn is FAILED (code ``internal``, the
+        reason as its summary; a repair run still going is stopped), and the session IDLE with
+        the reason as its ``error``. The sandbox stays, with everything in it: the idle suspend
+        checkpoints it."""
+        why = f"the turn's end could not be recorded ({MAX_FINISH_TRIES} tries): {reason}"
+        turn = self.turn(session.id, None)
+        if turn.finished_at is None:
+            if session.sandbox_id and turn.repair is not None and turn.repair.exit_code is None:
+                try:
+                    stop_run(self.sandboxes, session.sandbox_id, turn.repair.run_id)
+                except (SandboxError, SandboxNotFound):
+                    pass  # gone with its sandbox
+            turn = self._update_turn(turn, finished_at=utcnow(), outcome=TurnOutcome.FAILED,
+                                     error_code=HangarError.code, summary=why)  # fmt: skip
+        idle = self.transitions.finish_turn(
+            self.db.get_session(session.id), token, last_active_at=utcnow(), error=why,
+            last_summary=turn.summary, turn_count=turn.n, needs_input=None, question_options=[])
+        self.schedule.cancel_watch(session.id)
+        self.schedule.claim_expiry(idle)
+        self.schedule.housekeeping(idle)
+        return idle
+
+    def _finish_claimed(self, session: Session, token: str) -> Session:
         assert session.sandbox_id is not None
         turn = self.turn(session.id, None)
         if turn.finished_at is None:

@@ -23,6 +23,7 @@ from hangar.keys.local import LocalKeys
 from hangar.models import SessionState as S, TurnOutcome, utcnow
 from hangar.sandboxes.local import LocalSandboxes
 from hangar.sessions.service import SessionService
+from hangar.sessions.turns import MAX_FINISH_TRIES
 from tests.unit.sessions.world import STANDIN, FakeTicks
 
 pytestmark = pytest.mark.sandbox
@@ -313,3 +314,38 @@ def test_a_turns_checkpoint_that_outlasts_the_lease_keeps_the_finish_claim(
     session = service.resolve("demo")
     assert session.state is S.IDLE and session.error is None
     assert [c.reason.value for c in rig.db.list_checkpoints(session.id)][-1] == "turn"
+
+
+def test_a_finish_that_always_raises_fails_its_turn_after_its_tries_and_the_session_works(
+    make_rig: Callable[[str], Rig],
+) -> None:
+    """Whatever a finish meets (here what reads the handback raises every time), the turn ends
+    FAILED with the reason after MAX_FINISH_TRIES tries, one per take-over, and the session is
+    IDLE with its sandbox and its work: the next send works."""
+    rig = make_rig("finish-raises")
+    service = rig.service()
+    new_session(rig, service)
+    tries: list[int] = []
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        tries.append(1)
+        raise RuntimeError("the handback reader broke")
+
+    read = service.handbacks.read
+    service.handbacks.read = broken  # type: ignore[method-assign]
+    service.send("demo", "run: echo two > two.txt")
+    rig.drive(service, settled(service, S.IDLE, S.FAILED))  # no tick raised
+    assert len(tries) == MAX_FINISH_TRIES
+    turn = service.get("demo").turns[-1]
+    assert turn.outcome is TurnOutcome.FAILED and turn.finished_at is not None, turn
+    assert turn.error_code == "internal" and "the handback reader broke" in (turn.summary or "")
+    session = service.resolve("demo")
+    assert session.state is S.IDLE and session.claim is None and session.sandbox_id
+    assert "the handback reader broke" in (session.error or "")
+    assert rig.sandboxes.exec(session.sandbox_id, ["cat", "/workspace/app/two.txt"]).stdout == b"two\n"
+
+    service.handbacks.read = read  # type: ignore[method-assign]
+    service.send("demo", "run: cat one.txt two.txt > both.txt")
+    rig.drive(service, settled(service, S.IDLE))
+    assert service.wait("demo", timeout=60, poll=0.02).outcome is TurnOutcome.EXITED
+    assert service.resolve("demo").error is None

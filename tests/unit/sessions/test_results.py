@@ -1,6 +1,6 @@
 """A structured result's repair run is held to its timeout: one that outlasts
 HANGAR_EXCHANGE_REPAIR_TIMEOUT_MINUTES is stopped and the turn records why (the stand-in
-hangs on the repair prompt)."""
+hangs on the repair prompt); a schema that cannot be applied is the turn's result_error."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from hangar.db.sqlite import SqliteDb
 from hangar.keys.local import LocalKeys
 from hangar.models import SessionState, TurnOutcome
 from hangar.sessions.environments import EnvironmentChange
+from tests.unit.exchange.test_schemas import Listener
 from tests.unit.sessions.world import World, make_world
 
 pytestmark = pytest.mark.sandbox
@@ -43,3 +44,27 @@ def test_a_repair_run_that_outlasts_its_timeout_is_stopped_and_the_turn_says_why
     assert "does not match the schema" in turn.result_error
     assert "the repair turn was stopped" in turn.result_error
     assert service.resolve("r").state is SessionState.IDLE
+
+
+def test_a_stored_schema_that_refers_outside_itself_is_the_result_error_and_fetches_nothing(
+    world: World,
+) -> None:
+    """A schema an older hangar stored unchecked (a $ref to a listening URL): the turn ends with
+    the schema's result_error, no repair run, nothing fetched, the session IDLE."""
+    service = world.service
+    listener = Listener()
+    try:
+        service.new("r", "run: echo one > one.txt", "app", harness="antigravity")
+        assert service.wait("r", timeout=60, poll=0.05).outcome is TurnOutcome.EXITED
+        session = service.resolve("r")
+        world.db.update_session(session.model_copy(update={
+            "output_schema": {"$ref": f"{listener.url}/count.json"}}))  # fmt: skip
+        service.send("r", "run: hangar-agent result '{\"n\": 1}'")
+        turn = service.wait("r", timeout=60, poll=0.05)
+        assert turn.outcome is TurnOutcome.EXITED and turn.repair is None, turn
+        assert turn.result is None and turn.result_error is not None
+        assert turn.result_error.startswith("the output schema cannot be applied")
+        assert service.resolve("r").state is SessionState.IDLE
+        assert listener.requests == []
+    finally:
+        listener.close()
