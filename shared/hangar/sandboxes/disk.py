@@ -5,24 +5,27 @@ filesystem of ``HANGAR_SANDBOX_DISK_GB``. The launcher attaches it to a loop dev
 autoclear) and mounts it inside its own private mount namespace only: the host's mount table
 never shows it, and the kernel unmounts it and frees the loop device by itself once the
 sandbox's last process has ended. So a restart of ``hangar serve`` changes nothing (the mount
-belongs to the sandbox, not to the server), a crash leaks no mount or loop device, and destroy
-frees the space by removing the folder, file included. Everything the agent can write lives on
+belongs to the sandbox, not to the server), the loop device lives exactly as long as the
+sandbox's processes (a crash of hangar leaks none), and destroy frees the space by removing the
+folder, file included. Everything the agent can write lives on
 it: HOME, ``/workspace``, ``/tmp``, ``/dev/shm`` and ``/hangar`` (its runs' logs take the
 agent's output). Past the cap, writes fail inside the sandbox with ENOSPC; the host's disk only
-ever holds the blocks written (the file is sparse), at most the cap.
+ever holds the blocks written (the file is sparse), at most the cap and hangar's share.
 
 **hangar's share.** On top of the cap, 1% of it (8 MiB at least) is ext4's reserved blocks,
 which only hangar's host uid (``resuid``/``resgid``) may use: a run's exit status, a restore,
 still get written when the agent has filled its share. The agent gets the cap less ext4's own
-bookkeeping (a few percent). hangar's scratch folder ``/hangar/tmp``
-(checkpoint and restore staging, locks) is not on the volume at all but a tmpfs of its own of
-``scratch_mb`` (memory only while something is staged): the agent can starve it of neither
-blocks nor inodes, and cannot write to it.
+bookkeeping (a few percent). hangar's scratch folder ``/hangar/tmp`` (checkpoint and restore
+staging, locks) is not on the volume at all but a tmpfs of its own of ``scratch_mb`` (memory
+only while something is staged): the agent can starve it of neither blocks nor inodes, and
+cannot write to it. A checkpoint whose staging outgrows it (a part is written whole before the
+part cap drops it) fails with ENOSPC.
 
 **Cost.** The filesystem is made once per sandboxes folder and size with ``mkfs.ext4`` (a
 template, ``<root>/.disk-<bytes>.img``, made under a temporary name and renamed into place);
-each sandbox's image is a sparse copy of the template's few MiB of metadata. Attaching and
-mounting are two system calls in the launcher. No journal (nothing on the volume outlives the
+each sandbox's image is a sparse copy of the template's few MiB of metadata (on a filesystem
+that reports no holes, mkfs.ext4 makes each image instead). Attaching and mounting are two
+system calls in the launcher. No journal (nothing on the volume outlives the
 sandbox, which a reboot ends), inode tables left to initialise as they are used.
 
 Limits, documented: the caps of many sandboxes together may exceed the host's free space (the
