@@ -236,12 +236,16 @@ class Transitions:
 
     def claim_finish(self, session: Session) -> Session:
         """Claim the end of the running turn (ACTIVE stays), so one caller finishes it and
-        takes its one ``turn`` checkpoint. SessionBusy when someone's claim is live."""
-        if session.claim is not None and session.claim.until > utcnow():
+        takes its one ``turn`` checkpoint. SessionBusy when someone's claim is live; an expired
+        one is taken over, one more try, its error kept (as :meth:`take_over` does)."""
+        claim = session.claim
+        if claim is not None and claim.until > utcnow():
             raise SessionBusy(f"the turn of {session.name} is being finished",
                               session=session.name)  # fmt: skip
-        return self._move(session, "claim_finish",
-                          claim=new_claim(ClaimKind.FINISH_TURN, self.lease_seconds))
+        fresh = new_claim(ClaimKind.FINISH_TURN, self.lease_seconds)
+        if claim is not None:
+            fresh = fresh.model_copy(update={"tries": claim.tries + 1, "error": claim.error})
+        return self._move(session, "claim_finish", claim=fresh)
 
     def finish_turn(self, session: Session, token: str, **changes: Any) -> Session:
         """ACTIVE to IDLE, by the holder of the finish claim."""

@@ -320,8 +320,9 @@ def test_a_finish_that_always_raises_fails_its_turn_after_its_tries_and_the_sess
     make_rig: Callable[[str], Rig],
 ) -> None:
     """Whatever a finish meets (here what reads the handback raises every time), the turn ends
-    FAILED with the reason after MAX_FINISH_TRIES tries, one per take-over, and the session is
-    IDLE with its sandbox and its work: the next send works."""
+    FAILED with the reason after MAX_FINISH_TRIES tries, one per take-over (by a client's
+    ``wait``, or by the claim tick), and the session is IDLE with its sandbox and its work: the
+    next send works."""
     rig = make_rig("finish-raises")
     service = rig.service()
     new_session(rig, service)
@@ -333,19 +334,26 @@ def test_a_finish_that_always_raises_fails_its_turn_after_its_tries_and_the_sess
 
     read = service.handbacks.read
     service.handbacks.read = broken  # type: ignore[method-assign]
-    service.send("demo", "run: echo two > two.txt")
-    rig.drive(service, settled(service, S.IDLE, S.FAILED))  # no tick raised
-    assert len(tries) == MAX_FINISH_TRIES
-    turn = service.get("demo").turns[-1]
-    assert turn.outcome is TurnOutcome.FAILED and turn.finished_at is not None, turn
-    assert turn.error_code == "internal" and "the handback reader broke" in (turn.summary or "")
-    session = service.resolve("demo")
-    assert session.state is S.IDLE and session.claim is None and session.sandbox_id
-    assert "the handback reader broke" in (session.error or "")
-    assert rig.sandboxes.exec(session.sandbox_id, ["cat", "/workspace/app/two.txt"]).stdout == b"two\n"
+    for n, finisher in ((2, "wait"), (3, "ticks")):
+        tries.clear()
+        service.send("demo", f"run: echo {n} > {n}.txt")
+        if finisher == "wait":  # the client's wait finishes it (it never raises), no ticks
+            rig.drive(service, lambda: service.resolve("demo").state is S.ACTIVE)
+            turn = service.wait("demo", timeout=60, poll=0.02)
+        else:
+            rig.drive(service, settled(service, S.IDLE, S.FAILED))  # no tick raised
+            turn = service.get("demo").turns[-1]
+        assert len(tries) == MAX_FINISH_TRIES, finisher
+        assert turn.n == n and turn.outcome is TurnOutcome.FAILED and turn.finished_at, turn
+        assert turn.error_code == "internal" and "the handback reader broke" in (turn.summary or "")
+        session = service.resolve("demo")
+        assert session.state is S.IDLE and session.claim is None and session.sandbox_id
+        assert "the handback reader broke" in (session.error or "")
+        done = rig.sandboxes.exec(session.sandbox_id, ["cat", f"/workspace/app/{n}.txt"])
+        assert done.stdout == f"{n}\n".encode()
 
     service.handbacks.read = read  # type: ignore[method-assign]
-    service.send("demo", "run: cat one.txt two.txt > both.txt")
+    service.send("demo", "run: cat one.txt 2.txt 3.txt > both.txt")
     rig.drive(service, settled(service, S.IDLE))
     assert service.wait("demo", timeout=60, poll=0.02).outcome is TurnOutcome.EXITED
     assert service.resolve("demo").error is None
