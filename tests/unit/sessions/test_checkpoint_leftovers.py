@@ -1,0 +1,88 @@
+"""What the agent leaves in its tree never fails a checkpoint (issue 21): names that are not
+UTF-8, a split index, tens of thousands of untracked files, folders and files swapped. Each is
+done from inside a real sandbox as the agent; the checkpoint succeeds, and a restore into a
+fresh sandbox brings back everything a restore can hold."""
+
+from __future__ import annotations
+
+import pytest
+
+from hangar.models import CheckpointReason
+from tests.unit.sessions.world import World, start
+
+pytestmark = pytest.mark.sandbox
+
+# bash's $'...' spells the bytes: \xff and \xfe are never UTF-8.
+NOT_UTF8 = r"""
+mkfifo $'\xff\xfe'
+printf 'raw\n' > $'\xffx'
+mkdir $'d\xfe' && printf 'deep\n' > $'d\xfe/f\xfa'
+echo edit >> README.md
+mkdir -p ~/.gemini/antigravity-cli/conversations
+printf 'said\n' > ~/.gemini/antigravity-cli/conversations/$'\xffc'
+"""
+
+
+def suspend_and_open(world: World) -> None:
+    world.service.suspend("demo")
+    newest = world.db.list_checkpoints(world.service.resolve("demo").id)[-1]
+    assert newest.reason is CheckpointReason.SUSPEND
+    world.open("demo")
+    assert world.service.resolve("demo").restored_from == newest.id  # the newest, no fallback
+
+
+def test_names_that_are_not_utf8_come_back_byte_for_byte_and_a_fifo_so_named_is_named_escaped(
+    world: World,
+) -> None:
+    start(world)
+    world.sh("demo", NOT_UTF8)
+    suspend_and_open(world)
+    [checkpoint] = [c for c in world.service.get("demo").checkpoints
+                    if c.reason is CheckpointReason.SUSPEND]  # fmt: skip
+    assert any("\\xff\\xfe is a FIFO" in w for w in checkpoint.warnings), checkpoint.warnings
+    assert world.sh("demo", r"cat $'\xffx' $'d\xfe/f\xfa'; tail -1 README.md") == "raw\ndeep\nedit\n"
+    assert world.sh("demo", r"cat ~/.gemini/antigravity-cli/conversations/$'\xffc'") == "said\n"
+    assert world.sh("demo", r"test -e $'\xff\xfe' && echo there || echo gone") == "gone\n"
+    patch = world.service.patch("demo")  # the session patch holds the names as they are
+    assert b"+++ b/\xffx\n" in patch and b"+++ b/d\xfe/f\xfa\n" in patch
+
+
+def test_a_split_index_checkpoints_with_what_was_staged_and_what_was_not(world: World) -> None:
+    start(world)
+    world.sh("demo", "echo staged > staged.txt && git add staged.txt && echo more >> README.md "
+             "&& git add README.md && echo unstaged >> README.md && git update-index --split-index "
+             "&& echo later >> staged.txt && ls .git/sharedindex.* >/dev/null")  # fmt: skip
+    show = "git status --porcelain=v1; git diff --cached; git diff"
+    before = world.sh("demo", show)
+    suspend_and_open(world)
+    assert world.sh("demo", show) == before
+    assert "AM staged.txt" in before and "MM README.md" in before
+
+
+def test_tens_of_thousands_of_untracked_files_checkpoint_and_come_back(world: World) -> None:
+    # The session patch was made with git add -N, a pathspec per file: quadratic in the files
+    # (20,000 took 15 s; 200,000 never finished within the checkpoint's timeout).
+    start(world)
+    world.sh("demo", "python3 -c \"import os\nfor i in range(20000):\n    d = 'u/%03d' % (i % 100)"
+             "\n    os.makedirs(d, exist_ok=True)\n    open(d + '/f%d.txt' % i, 'w').write('%d\\n' % i)\"")
+    world.service.suspend("demo")
+    checkpoint = world.db.list_checkpoints(world.service.resolve("demo").id)[-1]
+    assert checkpoint.part("session.patch") is not None and not checkpoint.warnings
+    patch = world.service.patch("demo")  # from the checkpoint
+    assert patch.count(b"\n+++ b/u/") == 20000 and b"+++ b/u/007/f19907.txt\n" in patch
+    world.open("demo")
+    assert world.service.resolve("demo").restored_from == checkpoint.id
+    assert world.sh("demo", "find u -type f | wc -l; cat u/007/f19907.txt") == "20000\n19907\n"
+
+
+def test_tracked_folders_and_files_swapped_for_each_other_checkpoint_and_come_back(
+    world: World,
+) -> None:
+    start(world)
+    world.sh("demo", "rm -r src && echo now-a-file > src && rm README.md && mkdir README.md && "
+             "echo inside > README.md/x")  # fmt: skip
+    show = "cat src README.md/x; git status --porcelain=v1 --untracked-files=all"
+    before = world.sh("demo", show)
+    suspend_and_open(world)
+    assert world.sh("demo", show) == before
+    assert before.startswith("now-a-file\ninside\n D README.md\n D src/main.py\n")
