@@ -262,8 +262,9 @@ class Turns:
     def finish_claimed(self, session: Session, token: str) -> Session:
         """The work of a finish claim (also taken over from a finisher that died). A try that
         raises anything but a lost claim is logged and noted on the claim, whose lease is left
-        to run out: the claim tick takes the finish over and tries again. A last try that fails,
-        or a take-over past :data:`MAX_FINISH_TRIES`, gives up instead (:meth:`_give_up`)."""
+        to run out: the claim tick (or a ``wait``) takes the finish over and tries again. A last
+        try that fails, or a take-over past :data:`MAX_FINISH_TRIES`, gives up instead
+        (:meth:`_give_up`)."""
         assert session.claim is not None
         if session.claim.tries > MAX_FINISH_TRIES:
             return self._give_up(session, token, session.claim.error or
