@@ -16,16 +16,16 @@ ever holds the blocks written (the file is sparse), at most the cap and hangar's
 which only hangar's host uid (``resuid``/``resgid``) may use: a run's exit status, a restore,
 still get written when the agent has filled its share. The agent gets the cap less ext4's own
 bookkeeping (a few percent). hangar's scratch folder ``/hangar/tmp`` (checkpoint and restore
-staging, locks) is not on the volume at all but a tmpfs of its own of ``scratch_mb`` (memory
-only while something is staged): the agent can starve it of neither blocks nor inodes, and
-cannot write to it. A checkpoint whose staging outgrows it (a part is written whole before the
-part cap drops it) fails with ENOSPC.
+staging, locks) is not on the volume at all but on a second one, ``<folder>/scratch.img``, of
+hangar's alone and as large as the first with some room to spare: the agent can starve it of
+neither blocks nor inodes, and a checkpoint can stage a copy of everything the agent wrote
+(parts are written whole before the part cap drops them), as it could on the host's disk.
 
 **Cost.** The filesystem is made once per sandboxes folder and size with ``mkfs.ext4`` (a
 template, ``<root>/.disk-<bytes>.img``, made under a temporary name and renamed into place);
 each sandbox's image is a sparse copy of the template's few MiB of metadata (on a filesystem
 that reports no holes, mkfs.ext4 makes each image instead). Attaching and mounting are two
-system calls in the launcher. No journal (nothing on the volume outlives the
+system calls each in the launcher. No journal (nothing on the volume outlives the
 sandbox, which a reboot ends), inode tables left to initialise as they are used.
 
 Limits, documented: the caps of many sandboxes together may exceed the host's free space (the
@@ -38,14 +38,20 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hangar.errors import SandboxError, SandboxUnavailable
 from hangar.sandboxes.processes import HOST_ENV, host_tool
 
 IMAGE = "disk.img"
 """The sandbox's volume, in its folder on the host (root's, 0600)."""
+SCRATCH_IMAGE = "scratch.img"
+"""hangar's scratch volume, beside it."""
+SCRATCH_SPARE = 64 << 20
+"""The scratch volume's room beyond a copy of the whole volume (a checkpoint's git scratch)."""
 LOOP_CONTROL = "/dev/loop-control"
 RESERVED_MIN = 8 << 20
 """hangar's uid's share of a volume (ext4's reserved blocks): 1%, and at least this."""
@@ -57,10 +63,9 @@ _MKFS_TIMEOUT = 60.0
 
 @dataclass(frozen=True)
 class Disk:
-    """One sandbox's disk: the agent's ``cap`` and a scratch tmpfs of ``scratch`` bytes."""
+    """One sandbox's disk: the agent's ``cap``, on a volume with hangar's share on top."""
 
     cap: int
-    scratch: int
 
     @property
     def reserved(self) -> int:
@@ -71,21 +76,36 @@ class Disk:
         """The volume's size: the agent's cap and hangar's share."""
         return self.cap + self.reserved
 
-    def mount_options(self, hangar_uid: int) -> str:
-        """The volume's ext4 options: the reserve is hangar's uid's; inode tables are left
-        uninitialised (zeroing them would write a sparse image full)."""
-        return f"noinit_itable,resuid={hangar_uid},resgid={hangar_uid}"
+    @property
+    def scratch(self) -> int:
+        """The scratch volume's size: room for a copy of the whole volume, and some."""
+        return self.size + SCRATCH_SPARE
+
+    def volumes(self, root: Path, folder: Path, hangar_uid: int,
+                tree: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:  # fmt: skip
+        """Make both images in ``folder``; the launcher's ``volumes``: the agent's, holding
+        ``tree``, then the scratch one, holding ``tmp/`` (bound at /hangar/tmp). Inode tables
+        are left uninitialised (zeroing them would write a sparse image full)."""
+        options = "noinit_itable"
+        volume = _image(root, folder / IMAGE, self.size, self.reserved)
+        scratch = _image(root, folder / SCRATCH_IMAGE, self.scratch, 0)
+        return [
+            {"name": "volume", "image": str(volume), "tree": list(tree),
+             "options": f"{options},resuid={hangar_uid},resgid={hangar_uid}"},
+            # discard: what staging frees goes back to the host (few, large files: cheap)
+            {"name": "scratch", "image": str(scratch), "options": f"{options},discard",
+             "tree": [{"path": "tmp", "uid": hangar_uid, "mode": 0o700}]},
+        ]  # fmt: skip
 
 
-def disk_for(disk_gb: float, scratch_mb: float) -> Disk | None:
+def disk_for(disk_gb: float) -> Disk | None:
     """The disk of the settings, or None for no cap (``HANGAR_SANDBOX_DISK_GB=0``)."""
     if disk_gb <= 0:
         return None
-    cap = max(int(disk_gb * (1 << 30)), MIN_BYTES) // 4096 * 4096
-    return Disk(cap=cap, scratch=max(int(scratch_mb * (1 << 20)), 1 << 20))
+    return Disk(cap=max(int(disk_gb * (1 << 30)), MIN_BYTES) // 4096 * 4096)
 
 
-def usable(disk: Disk) -> str | None:
+def usable() -> str | None:
     """None when volumes can be made and mounted here; else why not (the tools to install)."""
     if host_tool("mkfs.ext4") is None:
         return "mkfs.ext4 (e2fsprogs) is not installed; run `make install`"
@@ -94,22 +114,22 @@ def usable(disk: Disk) -> str | None:
     return None
 
 
-def make_image(root: Path, folder: Path, disk: Disk) -> Path:
-    """Write ``folder/disk.img``: a sparse copy of the root's template, made first if missing.
+def _image(root: Path, image: Path, size: int, reserved: int) -> Path:
+    """Write ``image``: a sparse copy of the root's template for ``size`` and ``reserved``
+    bytes, the template made first if missing.
 
     SandboxUnavailable when mkfs.ext4 or loop devices are missing; SandboxError when the
     template cannot be made or copied."""
-    why = usable(disk)
+    why = usable()
     if why is not None:
         raise SandboxUnavailable(f"sandbox disks: {why} (or set HANGAR_SANDBOX_DISK_GB=0 to "
                                  "run sandboxes without a disk cap)", tool="mkfs.ext4")  # fmt: skip
-    template = root / f".disk-{disk.size}.img"
-    image = folder / IMAGE
+    template = root / f".disk-{size}-{reserved}.img"
     try:
         if not template.exists():
             part = template.with_name(f"{template.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
             try:
-                _mkfs(part, disk)
+                _mkfs(part, size, reserved)
                 os.replace(part, template)  # two makers at once: either one's is whole
             finally:
                 if part.exists():
@@ -117,23 +137,24 @@ def make_image(root: Path, folder: Path, disk: Disk) -> Path:
         if _holes_show(template):
             _sparse_copy(template, image)
         else:  # a filesystem that reports no holes: copying would write the whole image
-            _mkfs(image, disk)
+            _mkfs(image, size, reserved)
     except OSError as exc:
         raise SandboxError(f"cannot make the sandbox's disk {image}: {exc}") from exc
     return image
 
 
-def _mkfs(path: Path, disk: Disk) -> None:
-    """A new sparse file at ``path`` (0600) holding an empty ext4 of ``disk.size``."""
+def _mkfs(path: Path, size: int, reserved: int) -> None:
+    """A new sparse file at ``path`` (0600) holding an empty ext4 of ``size`` bytes, with
+    ``reserved`` of them reserved."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        os.ftruncate(fd, disk.size)
+        os.ftruncate(fd, size)
     finally:
         os.close(fd)
     try:
         subprocess.run(
             [host_tool("mkfs.ext4") or "mkfs.ext4", "-q", "-F", "-O", _MKFS_FEATURES,
-             "-E", "lazy_itable_init=1,nodiscard", "-m", f"{100 * disk.reserved / disk.size:.4f}",
+             "-E", "lazy_itable_init=1,nodiscard", "-m", f"{100 * reserved / size:.4f}",
              "-L", "hangar-sandbox", str(path)],
             env=HOST_ENV, stdin=subprocess.DEVNULL, capture_output=True, check=True,
             timeout=_MKFS_TIMEOUT,

@@ -21,12 +21,12 @@ CONFIG is one JSON object::
                     gets later is added to
     host_ports      host loopback ports reachable from the sandbox's own loopback
     timeout         seconds for each step
-    volume          the sandbox's disk, or null: {"image", "options", "tree"}: the ext4 image
-                    to attach to a loop device and mount at STAGE/volume (nosuid, nodev,
+    volumes         the sandbox's disk: [{"name", "image", "options", "tree"}], each an ext4
+                    image to attach to a loop device and mount at STAGE/NAME (nosuid, nodev,
                     ``options``), then ``tree`` made on it (see :func:`make_tree`)
 
-Steps: a private mount namespace with the binds staged and the volume mounted (in this
-namespace only: the kernel unmounts it, and frees its loop device, when the sandbox's last
+Steps: a private mount namespace with the binds staged and the volumes mounted (in this
+namespace only: the kernel unmounts them, and frees their loop devices, when the sandbox's last
 process is gone); a user namespace created by a child
 running as ``hangar_uid``, whose two-line uid and gid maps root writes (``0 -> hangar_uid``,
 ``1000 -> agent_uid``) and in which nobody can create a further user namespace; bubblewrap run
@@ -106,9 +106,8 @@ def stage_binds(cfg):
         else:
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
         mount(bind["src"], target, None, MS_BIND)
-    volume = cfg.get("volume")
-    if volume:
-        target = os.path.join(stage, "volume")
+    for volume in cfg.get("volumes") or []:
+        target = os.path.join(stage, volume["name"])
         os.mkdir(target)
         mount_volume(volume["image"], target, volume["options"])
         make_tree(target, volume["tree"])

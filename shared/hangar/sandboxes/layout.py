@@ -17,7 +17,7 @@ cap)::
     hangar/         /hangar: hangar's uid's, 0711, holding
         runs/         detached runs (0711: the agent reads the files it must, writes none)
         bin/          hangar's commands for the agent (hangar-agent), first on its PATH (0755)
-        tmp/          hangar's scratch space and locks (0700; with a disk, a tmpfs of its own)
+        tmp/          hangar's scratch space and locks (0700; with a disk, on its own volume)
         lib/          the in-sandbox scripts, by digest, with their bytecode (0700)
         sandbox.json  who the agent is and its limits, for the run supervisor
         harnesses/    where the harness folder is shown, read-only
@@ -159,17 +159,17 @@ def binds_and_args(
     ro_paths: Sequence[str],
     harness_dir: Path | None,
     cgroup_files: Sequence[str],
-    scratch: int | None = None,
+    volumes: bool = False,
 ) -> tuple[list[dict[str, str]], list[str]]:
     """The launcher's staged binds and bubblewrap's options (all but the command).
 
     Every host path under a folder the unprivileged bubblewrap cannot pass through (the data
     folder, /root, pytest's temp folders) is staged first; the system folders and the cgroup
-    files are reachable as they are. With ``scratch`` (bytes), the tree is the one the launcher
-    mounts at STAGE/volume, and hangar's scratch folder is a tmpfs of that size."""
+    files are reachable as they are. With ``volumes``, the tree is on the volume the launcher
+    mounts at STAGE/volume, and hangar's scratch folder on the one at STAGE/scratch."""
     binds = [{"src": str(folder), "name": "sandbox", "kind": "dir"}]
     box = f"{stage}/sandbox"
-    vol = box if scratch is None else f"{stage}/volume"
+    vol = f"{stage}/volume" if volumes else box
     args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
     args += ["--unshare-cgroup-try", "--as-pid-1", "--hostname", hostname, "--tmpfs", "/"]
     for d in SYSTEM_DIRS:
@@ -184,8 +184,8 @@ def binds_and_args(
     args += ["--proc", "/proc", "--dev", "/dev", "--bind", f"{vol}/shm", "/dev/shm"]
     args += ["--bind", f"{vol}/home", HOME, "--bind", f"{vol}/workspace", WORKSPACE]
     args += ["--bind", f"{vol}/tmp", "/tmp", "--bind", f"{vol}/hangar", HANGAR_DIR]
-    if scratch is not None:  # off the volume: the agent can starve it of neither blocks nor inodes
-        args += ["--perms", "0700", "--size", str(scratch), "--tmpfs", HANGAR_TMP]
+    if volumes:  # off the agent's volume: it can starve it of neither blocks nor inodes
+        args += ["--bind", f"{stage}/scratch/tmp", HANGAR_TMP]
     for src, name in zip(cgroup_files, ("pids.procs", "memory.procs"), strict=False):
         args += ["--bind", src, f"{LIMITS_DIR}/{name}"]
     if harness_dir is not None and harness_dir.is_dir():

@@ -55,7 +55,7 @@ from hangar.sandboxes import first_on_path
 from hangar.sandboxes import SandboxInfo
 from hangar.sandboxes import SandboxSpec, SandboxUser, Stdin
 from hangar.sandboxes import layout, network
-from hangar.sandboxes.disk import disk_for, make_image
+from hangar.sandboxes.disk import disk_for
 from hangar.sandboxes.isolation import Cgroups, Limits, LimitsMode, UidClaim, claim_uids
 from hangar.sandboxes.isolation import resolve_mode
 from hangar.sandboxes.layout import HANGAR_PATH, HARNESS_MOUNT, SANDBOX_PATH
@@ -139,8 +139,7 @@ class LocalSandboxes:
     ``root`` holds one folder per sandbox; ``harness_dir`` (if it exists) is shown read-only at
     :data:`HARNESS_MOUNT`. ``uid_base``, ``limits`` (AUTO picks cgroups where usable),
     ``max_pids`` and ``memory_mb`` are the settings of the same names; ``disk_gb`` is
-    ``HANGAR_SANDBOX_DISK_GB`` (0: no cap) and ``scratch_mb`` the size of hangar's scratch
-    tmpfs beside the disk (:mod:`hangar.sandboxes.disk`). ``bwrap`` overrides the
+    ``HANGAR_SANDBOX_DISK_GB`` (0: no cap, :mod:`hangar.sandboxes.disk`). ``bwrap`` overrides the
     bubblewrap binary (default: found on PATH at ``create``); a missing one makes ``create``
     raise :class:`SandboxUnavailable`.
     """
@@ -156,7 +155,6 @@ class LocalSandboxes:
         max_pids: int = 1024,
         memory_mb: int = 4096,
         disk_gb: float = 20.0,
-        scratch_mb: float = 800.0,
     ):
         self.root = Path(root)
         self.harness_dir = harness_dir
@@ -164,7 +162,7 @@ class LocalSandboxes:
         self.limits_mode = limits
         self.max_pids = max_pids
         self.memory_mb = memory_mb
-        self.disk = disk_for(disk_gb, scratch_mb)
+        self.disk = disk_for(disk_gb)
         self._bwrap = bwrap
         self._hooks: list[PreDestroyHook] = []
 
@@ -186,8 +184,6 @@ class LocalSandboxes:
             max_pids=settings.sandbox_max_pids,
             memory_mb=settings.sandbox_memory_mb,
             disk_gb=settings.sandbox_disk_gb,
-            # a checkpoint's staging: its eight parts at most, each under the part cap
-            scratch_mb=8 * settings.session_max_part_mb,
         )
 
     def limits(self) -> Limits:
@@ -223,15 +219,13 @@ class LocalSandboxes:
             disk = self.disk
             tree = layout.make_folder(folder, sandbox_id, claim.hangar_uid, claim.agent_uid,
                                       limits, cgroup_files, volume=disk is not None)  # fmt: skip
-            volume = None
-            if disk is not None:
-                volume = {"image": str(make_image(self.root, folder, disk)), "tree": tree,
-                          "options": disk.mount_options(claim.hangar_uid)}  # fmt: skip
+            volumes = [] if disk is None else disk.volumes(self.root, folder, claim.hangar_uid,
+                                                           tree)  # fmt: skip
             binds, args = layout.binds_and_args(
                 folder, STAGE, sandbox_id, ro_paths, self.harness_dir, cgroup_files,
-                scratch=None if disk is None else disk.scratch,
+                volumes=disk is not None,
             )
-            init_pid, helpers = self._launch(tools, folder, claim, binds, args, ports, volume)
+            init_pid, helpers = self._launch(tools, folder, claim, binds, args, ports, volumes)
             started = start_time(init_pid)
             if started is None:
                 raise SandboxError(f"the sandbox's init died at once: {_log_text(folder)}")
@@ -508,7 +502,7 @@ class LocalSandboxes:
         binds: Sequence[Mapping[str, str]],
         args: Sequence[str],
         ports: Sequence[int],
-        volume: Mapping[str, Any] | None = None,
+        volumes: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[int, Sequence[int]]:
         """Run the launcher detached; return the init's host pid and the helpers' pids."""
         from hangar.sandboxes import launcher
@@ -530,7 +524,7 @@ class LocalSandboxes:
             "known": network.known(host),
             "sets": network.SETS,
             "host_ports": list(ports),
-            "volume": None if volume is None else dict(volume),
+            "volumes": [dict(v) for v in volumes],
             "timeout": _START_TIMEOUT,
         }
         report_r, report_w = os.pipe()

@@ -95,7 +95,7 @@ def test_writing_past_the_disk_cap_fails_inside_the_sandbox_and_not_on_the_host(
     total = int(lines[4].split()[1])
     assert CAP * 0.85 < total <= CAP  # the cap, less ext4's own bookkeeping
     # The host holds the volume's blocks and no more; its free space is untouched by the 5 GB.
-    assert allocated(capped.root / info.id) <= CAP + (16 << 20)
+    assert allocated(capped.root / info.id) <= CAP + (24 << 20)
     free_after = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
     assert free_before - free_after < 1 << 30
     # hangar's scratch folder is not on the full volume.
@@ -111,6 +111,9 @@ def test_a_run_and_a_checkpoint_still_work_when_the_agent_has_filled_its_disk(
     engine = make_engine(settings, db, blobs, keys, capped, remote)
     sandbox_id, workspace = engine.sandbox()
     engine.sh(sandbox_id, "echo work > wip.txt && echo more >> README.md")
+    # A conversation of 24 MiB that does not compress: its archive is staged whole.
+    engine.sh(sandbox_id, "mkdir -p ~/.claude/projects/app && head -c 24M /dev/urandom > "
+                          "~/.claude/projects/app/conv.jsonl")  # fmt: skip
     # The agent uses up its disk's blocks and inodes through a run, which still gets its exit
     # status written.
     fill = "i=0; while : > /tmp/f$i; do i=$((i+1)); done; head -c 1G /dev/zero > /root/x; exit 3"
@@ -124,6 +127,8 @@ def test_a_run_and_a_checkpoint_still_work_when_the_agent_has_filled_its_disk(
     checkpoint = engine.take(sandbox_id, workspace)
     assert checkpoint.part("untracked.tar.zst") or checkpoint.part("untracked.tar.gz")
     assert checkpoint.part("wip.patch")
+    conversation = checkpoint.part("agent.tar.zst") or checkpoint.part("agent.tar.gz")
+    assert conversation is not None and conversation.size > 24 << 20
 
 
 def test_a_sandboxs_disk_survives_its_maker_and_destroy_frees_it_and_its_loop_device(

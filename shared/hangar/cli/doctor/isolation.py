@@ -57,8 +57,7 @@ def isolation(report: Report, settings: Settings) -> None:
         probe = LocalSandboxes(Path(tmp) / "sandboxes", None, uid_base=backend.uid_base,
                                limits=limits.mode, max_pids=limits.max_pids,
                                memory_mb=limits.memory_mb,
-                               disk_gb=disk.cap / 2**30 if disk else 0,
-                               scratch_mb=disk.scratch / 2**20 if disk else 0)  # fmt: skip
+                               disk_gb=disk.cap / 2**30 if disk else 0)  # fmt: skip
         try:
             info = probe.create(SandboxSpec())
         except HangarError as exc:
@@ -133,12 +132,13 @@ def _disk(report: Report, settings: Settings, root: Path, disk: Disk | None, see
     work, shm, scratch = (found.get(p) for p in ("/workspace", "/dev/shm", HANGAR_TMP))
     size = int(work[1]) * int(work[2]) if work else 0
     capped = (work is not None and work[0] == "ext2/ext3" and shm == work and scratch is not None
-              and scratch[0] == "tmpfs" and disk.cap * 0.9 <= size <= disk.size)  # fmt: skip
+              and scratch[0] == "ext2/ext3" and scratch[3] != work[3]
+              and disk.cap * 0.9 <= size <= disk.size)  # fmt: skip
     report.check(capped, f"disk: each sandbox writes to an ext4 volume of its own of "
                  f"{disk.cap / 2**30:g} GiB (HOME, /workspace, /tmp, /dev/shm, /hangar; a loop "
                  "device mounted in the sandbox's mount namespace alone): past it, writes fail "
-                 f"inside with ENOSPC; hangar's scratch folder is a tmpfs of "
-                 f"{disk.scratch >> 20} MiB beside it",
+                 "inside with ENOSPC; hangar's scratch folder is on a volume of its own, "
+                 "as large",
                  f"disk: the probe sandbox's folders are not on a capped volume of their own: "
                  f"{seen.strip() or 'no answer'}")  # fmt: skip
     try:
