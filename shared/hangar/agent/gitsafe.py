@@ -7,7 +7,9 @@ capabilities over the agent's files, must never read it. :class:`Repo` therefore
 
 - a private git folder of its own (``GIT_DIR``) in hangar's scratch space: a config written
   here (only the repo's object format is carried over), HEAD pinned to the commit the repo's
-  HEAD names, a copy of the repo's index, ``info/exclude`` and ``shallow``, refs of its own;
+  HEAD names, a copy of the repo's index and ``info/exclude``, refs of its own; never the
+  repo's ``shallow`` file (hangar's clones are whole, and a ``shallow`` the agent wrote would
+  make a bundle stop short of what a restore needs), nor its commit graph or bitmaps;
 - the repo's objects (``GIT_OBJECT_DIRECTORY``) and working tree (``GIT_WORK_TREE``);
 - no system config, a global config of its own (``safe.directory``, so the agent owning the
   repo is no reason to refuse it), HOME and XDG_CONFIG_HOME in the scratch space, and hooks and
@@ -38,6 +40,11 @@ COMMAND_LINE = [
     "-c", "diff.external=",
     "-c", "core.sshCommand=false",
     "-c", "core.pager=cat",
+    # Files the agent can write that would make git skip objects it must walk: a lying commit
+    # graph or reachability bitmap would make a bundle leave commits out.
+    "-c", "core.commitGraph=false",
+    "-c", "pack.useBitmaps=false",
+    "-c", "core.multiPackIndex=false",
 ]  # fmt: skip
 GLOBAL_CONFIG = "[safe]\n\tdirectory = *\n[core]\n\thooksPath = /dev/null\n\tfsmonitor = false\n"
 PIPE = -1
@@ -160,6 +167,43 @@ def remove_tree(path):
         pass
 
 
+# What git's checkout refuses to write (its verify_path, with core.protectNTFS on, as it is by
+# default): a path component that is empty, "." or "..", or that names the git folder in any
+# case or NTFS spelling (".git", ".git.", ".git ", "git~1", ".git::$INDEX_ALLOCATION"); and a
+# link named .gitmodules. Git itself is the judge (see Repo.checkout_index); this only spares
+# it most of the rounds.
+_DOT_GIT_NAMES = (".git", "git~1")
+
+
+def checkout_refuses(path, is_link=False):
+    """True when git would refuse to check ``path`` out (a first guess: git decides)."""
+    parts = path.split("/")
+    for part in parts:
+        if part in ("", ".", ".."):
+            return True
+        low = part.lower()
+        if low.rstrip(". ") in _DOT_GIT_NAMES or low.startswith(".git:"):
+            return True
+    return is_link and parts[-1].lower().rstrip(". ") in (".gitmodules", "gitmod~1")
+
+
+def branch_problem(name):
+    """Why git would refuse to make branch ``name`` (git-check-ref-format(1)), or None."""
+    if not name or name == "HEAD" or name.startswith("-") or name == "@":
+        return "is not a branch name git accepts"
+    bad = set(" ~^:?*[\\\x7f")
+    if any(c in bad or c < " " or "\ud800" <= c <= "\udfff" or c == "\ufffd" for c in name):
+        return "holds a character git refuses in a branch name"
+    if any(s in name for s in ("..", "@{", "//")):
+        return "holds a sequence git refuses in a branch name"
+    if name.endswith(("/", ".")) or name.startswith("/"):
+        return "starts or ends in a way git refuses"
+    for part in name.split("/"):
+        if part.startswith(".") or part.endswith(".lock"):
+            return "has a part git refuses (starting with '.' or ending in '.lock')"
+    return None
+
+
 class Repo:
     """The repo at ``worktree`` as hangar's git sees it, with its private git folder under
     ``scratch`` (a folder of hangar's that the caller removes)."""
@@ -235,8 +279,8 @@ class Repo:
             f.write("%s\n" % (self.head or "0" * 40))
         copy_regular(os.path.join(self.gitdir, "index"), os.path.join(self.shadow, "index"))
         self._copy_shared_index(fmt)
-        for name in ("info/exclude", "shallow"):
-            copy_regular(os.path.join(self.gitdir, name), os.path.join(self.shadow, name))
+        copy_regular(os.path.join(self.gitdir, "info/exclude"),
+                     os.path.join(self.shadow, "info/exclude"))  # fmt: skip
         with open(os.path.join(self.scratch, "gitconfig"), "w") as f:
             f.write(GLOBAL_CONFIG)
 
@@ -266,6 +310,12 @@ class Repo:
             if name == "index" or name.startswith("sharedindex."):
                 os.unlink(os.path.join(self.shadow, name))
         self.run("read-tree", self.head)
+
+    def pin_head(self, sha):
+        """Point the private HEAD at ``sha``, detached (the repo's own HEAD is not touched)."""
+        with open(os.path.join(self.shadow, "HEAD"), "w") as f:
+            f.write("%s\n" % sha)
+        self.head_ref, self.head = None, sha
 
     def env(self, extra=None, gitdir=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
@@ -343,6 +393,45 @@ class Repo:
 
         return subprocess.Popen(["git", *COMMAND_LINE, *args], env=self.env(env),
                                 cwd=self.worktree, **kw)  # fmt: skip
+
+    def checkout_index(self, commit, index_file, rounds=200):
+        """Write to ``index_file`` (a new file) the index a checkout of ``commit`` would make,
+        less every path git refuses to check out; returns those paths (sorted, decoded with
+        surrogateescape). Git is the judge: each path it still names as invalid is left out
+        too, for at most ``rounds`` rounds. Raises GitError when the tree cannot be read or git
+        fails for another reason."""
+        env = {"GIT_INDEX_FILE": index_file}
+        if self.run("read-tree", commit, env=env, check=False).returncode == 0:
+            return []
+        listing = self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout
+        entries = []
+        refused = set()
+        for entry in listing.split(b"\0"):
+            if not entry:
+                continue
+            meta, _, raw = entry.partition(b"\t")
+            path = raw.decode("utf-8", "surrogateescape")
+            entries.append((entry, path))
+            if checkout_refuses(path, meta.startswith(b"120000")):
+                refused.add(path)
+        for _ in range(rounds):
+            try:
+                os.unlink(index_file)
+            except FileNotFoundError:
+                pass
+            data = b"".join(e + b"\0" for e, path in entries if path not in refused)
+            proc = self.run("update-index", "-z", "--index-info", stdin=data, env=env,
+                            check=False)  # fmt: skip
+            if proc.returncode == 0:
+                return sorted(refused)
+            err = proc.stderr
+            start = err.find(b"nvalid path '")
+            end = err.find(b"'\n", start + 13)
+            named = err[start + 13:end].decode("utf-8", "surrogateescape") if start >= 0 else None
+            if named is None or end < 0 or named in refused:
+                raise GitError("update-index", err.decode(errors="replace").strip() or "failed")
+            refused.add(named)
+        raise GitError("update-index", "more than %d paths of %s are refused" % (rounds, commit))
 
     # -- writing the repo's own refs, HEAD and index (restore) -------------------------------
 

@@ -9,6 +9,7 @@ order, each exactly ``size`` bytes::
     conversation_dirs   folders relative to HOME that agent.tar.* may write (absent: none)
     exchange_dir        the folder relative to HOME that exchange.tar.* may write (absent: none)
     tmp                 hangar's own scratch folder (absent: the system's temporary folder)
+    max_bytes           the most the restore may write, uncompressed (absent: no cap)
     parts               [{"name", "size", "compression"}]: any of repo.bundle, staged.patch,
                         wip.patch, untracked.tar.*, agent.tar.*, exchange.tar.*
 
@@ -27,9 +28,12 @@ Steps, in order:
    ``.git``/conversation rule. A refusal here comes before the repo or HOME is touched.
 3. git, through :mod:`hangar.agent.gitsafe` (nothing the repo's config names runs): reset
    --hard, clean -fd (git lists the untracked files, :mod:`hangar.agent.fdtree` removes them
-   by folder descriptors, never through a link), verify and fetch repo.bundle, check out,
-   apply staged.patch to the index only, then wip.patch (head to working tree) to the working
-   tree; then the repo's branch, HEAD and index are set to the result.
+   by folder descriptors, never through a link), verify and fetch repo.bundle, check out (less
+   any path git refuses, when the head's tree holds one), apply staged.patch to the index only
+   (when it no longer applies, the changes stay unstaged), then wip.patch (head to working
+   tree) to the working tree; then the repo's branch (detached when git refuses the branch),
+   HEAD and index are set to the result. Every archive as it is decompressed, and the head's
+   tree before its checkout, count against ``max_bytes``.
 4. Remove a link standing where a conversation or exchange folder goes in HOME, or on the way
    to it (a fresh sandbox's HOME holds only what its setup made; the link goes, never what it
    points to). Check the tree on disk: a member that would go through a symbolic link on disk is
@@ -47,7 +51,8 @@ Steps, in order:
    descriptors (:func:`hangar.agent.fdtree.hand_over`): a link is handed over itself, never
    followed.
 
-Standard output is one JSON line: ``{"ok": true}`` or ``{"ok": false, "code", "step", "error"}``
+Standard output is one JSON line: ``{"ok": true, "warnings": [...]}`` (what could not be put
+back as it was) or ``{"ok": false, "code", "step", "error"}``
 with code ``unsafe_archive`` or ``restore_failed``; the exit status is 0 or 3.
 """
 
@@ -97,29 +102,73 @@ def read_exact(stream, size, out):
         remaining -= len(chunk)
 
 
-def decompress(path, compression):
-    """Return the path of the plain tar of a compressed archive."""
+class Budget:
+    """What one restore may still write, uncompressed: the plan's ``max_bytes`` (absent: no
+    cap). A restore past it stops with restore_failed, and the control plane tries an older
+    checkpoint: a few kilobytes of compressed zeros must not become gigabytes on disk."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.spent = 0
+
+    def spend(self, size, what):
+        self.spent += size
+        if self.limit is not None and self.spent > self.limit:
+            raise Failure("restore_failed", "unpack", "%s takes the restore past its cap of %d "
+                          "bytes uncompressed (HANGAR_SESSION_MAX_RESTORE_MB)"
+                          % (what, self.limit))  # fmt: skip
+
+
+def copy_counted(src, out, budget, label):
+    while chunk := src.read(1 << 20):
+        budget.spend(len(chunk), label)
+        out.write(chunk)
+
+
+def decompress(path, compression, budget, label):
+    """Return the path of the plain tar of a compressed archive, counted against ``budget``."""
     plain = path + ".tar"
     with open(path, "rb") as src, open(plain, "wb") as out:
         if compression == "zstd":
             if not shutil.which("zstd"):
                 raise Failure("restore_failed", "unpack", "zstd is not installed in this sandbox")
-            proc = subprocess.run(["zstd", "-q", "-d", "-c"], stdin=src, stdout=out,
-                                  stderr=subprocess.PIPE)  # fmt: skip
-            if proc.returncode != 0:
-                raise Failure("restore_failed", "unpack", "zstd: %s" % proc.stderr.decode().strip())
+            proc = subprocess.Popen(["zstd", "-q", "-d", "-c"], stdin=src, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)  # fmt: skip
+            try:
+                copy_counted(proc.stdout, out, budget, label)
+            except BaseException:
+                proc.kill()
+                raise
+            finally:
+                proc.stdout.close()
+                err = proc.stderr.read()
+                proc.stderr.close()
+                code = proc.wait()
+            if code != 0:
+                raise Failure("restore_failed", "unpack", "zstd: %s" % err.decode().strip())
         elif compression == "gzip":
             import gzip
             import zlib
 
             try:
                 with gzip.GzipFile(fileobj=src) as gz:
-                    shutil.copyfileobj(gz, out, 1 << 20)
+                    copy_counted(gz, out, budget, label)
             except (OSError, EOFError, zlib.error) as exc:
                 raise Failure("restore_failed", "unpack", "gzip: %s" % exc) from None
         else:
-            shutil.copyfileobj(src, out, 1 << 20)
+            copy_counted(src, out, budget, label)
     return plain
+
+
+def tree_size(r, head):
+    """The bytes a checkout of ``head`` writes (its blobs, as ``ls-tree -l`` sizes them)."""
+    listing = git(r, "checkout", "ls-tree", "-r", "-l", "-z", "--full-tree", head)
+    total = 0
+    for entry in listing.split(b"\0"):
+        fields = entry.split(None, 4)
+        if len(fields) == 5 and fields[3].isdigit():
+            total += int(fields[3])
+    return total
 
 
 def check_members(tar_path, label, rule):
@@ -297,8 +346,12 @@ def extract(tar_path, root, checked, label):
 
 
 def restore(plan, staging):
+    """Restore the plan's checkpoint; returns the warnings (what could not be put back as it
+    was, and what stands in for it)."""
     repo, home = plan["repo"], plan["home"]
     end_agent_processes()
+    warnings = []
+    budget = Budget(plan.get("max_bytes"))
     paths = {}
     for part in plan["parts"]:
         if "/" in part["name"] or part["name"] in ("", ".", ".."):
@@ -318,7 +371,7 @@ def restore(plan, staging):
         found = [n for n in paths if n.startswith(kind + ".tar")]
         if found:
             path, compression = paths[found[0]]
-            plain = decompress(path, compression)
+            plain = decompress(path, compression, budget, found[0])
             archives.append((found[0], root, plain, check_members(plain, found[0], rules[kind])))
 
     try:
@@ -336,18 +389,22 @@ def restore(plan, staging):
             "refs/hangar/checkpoint:refs/hangar/checkpoint")  # fmt: skip
     if r.run("cat-file", "-e", head + "^{commit}", check=False).returncode != 0:
         raise Failure("restore_failed", "checkout", "head %s is not in the repo" % head)
-    git(r, "checkout", "checkout", "-q", "-f", "--detach", head)
+    budget.spend(tree_size(r, head), "the head commit's tree")
+    check_out(r, staging, head, warnings)
     # staged.patch is head -> index: applied to the index alone it stages exactly what was
     # staged, ignored files included. wip.patch (head -> working tree) then fills the tree.
-    for part, where in (("staged.patch", ["--cached"]), ("wip.patch", [])):
-        if part in paths and os.path.getsize(paths[part][0]) > 0:
-            git(r, "apply", "apply", *where, "--binary", "--whitespace=nowarn", paths[part][0])
+    staged = paths.get("staged.patch")
+    if staged and os.path.getsize(staged[0]) > 0:
+        applied = r.run("apply", "--cached", "--binary", "--whitespace=nowarn", staged[0],
+                        check=False)  # fmt: skip
+        if applied.returncode != 0:  # what was staged is lost as staged, not as work
+            warnings.append("what was staged could not be staged again (git apply: %s); the "
+                            "changes are in the working tree, unstaged"
+                            % applied.stderr.decode(errors="replace").strip()[:500])  # fmt: skip
+    if "wip.patch" in paths and os.path.getsize(paths["wip.patch"][0]) > 0:
+        git(r, "apply", "apply", "--binary", "--whitespace=nowarn", paths["wip.patch"][0])
     try:
-        if plan.get("branch"):
-            r.update_repo_ref("refs/heads/" + plan["branch"], head)
-            r.set_repo_head("refs/heads/" + plan["branch"])
-        else:
-            r.set_repo_head(head)
+        set_branch(r, plan.get("branch"), head, warnings)
         r.write_back_index()
     except (GitError, OSError) as exc:
         raise Failure("restore_failed", "checkout", str(exc)) from None
@@ -361,6 +418,44 @@ def restore(plan, staging):
     if owner.st_uid != os.geteuid():
         tops = [repo] + [os.path.join(home, d) for d in conversation_dirs + exchange if d]
         hand_over(home, tops, owner.st_uid, owner.st_gid)
+    return warnings
+
+
+def check_out(r, staging, head, warnings):
+    """Check ``head`` out. When git refuses (a tree the agent built by hand can hold paths such
+    as ``.GIT/hooks/x``), the tree is checked out less the paths git refuses, each named, and
+    HEAD is set to ``head`` all the same: the checkpoint left those paths out of its patches."""
+    done = r.run("checkout", "-q", "-f", "--detach", head, check=False)
+    if done.returncode == 0:
+        return
+    index = os.path.join(staging, "checkout-index")
+    try:
+        refused = r.checkout_index(head, index)
+        tree = r.run("write-tree", env={"GIT_INDEX_FILE": index}).stdout.decode().strip()
+        r.run("read-tree", "-u", "--reset", tree)
+        r.pin_head(head)
+    except GitError as exc:
+        raise Failure("restore_failed", "checkout", "%s (and without the paths it refuses: %s)"
+                      % (done.stderr.decode(errors="replace").strip(), exc)) from None  # fmt: skip
+    if refused:
+        more = " and %d more" % (len(refused) - 8) if len(refused) > 8 else ""
+        warnings.append("paths git refuses to check out were left out of the working tree: "
+                        + ", ".join(refused[:8]) + more)
+
+
+def set_branch(r, branch, head, warnings):
+    """Put the repo's HEAD on ``branch`` at ``head``, or detached at ``head`` when there is no
+    branch or git refuses it (a name that clashes with a branch of the fresh clone: ``main/x``
+    beside ``main``), with a warning."""
+    if branch:
+        try:
+            r.update_repo_ref("refs/heads/" + branch, head)
+            r.set_repo_head("refs/heads/" + branch)
+            return
+        except GitError as exc:
+            warnings.append("HEAD is left detached at %s: git refused the branch %r (%s)"
+                            % (head, branch, exc.message[:300]))  # fmt: skip
+    r.set_repo_head(head)
 
 
 def end_agent_processes():
@@ -421,8 +516,7 @@ def main():
         if not tmp or not os.path.isdir(tmp):
             tmp = None  # a sandbox without a folder of hangar's own
         staging = tempfile.mkdtemp(prefix=".hangar-restore-", dir=tmp)
-        restore(plan, staging)
-        result = {"ok": True}
+        result = {"ok": True, "warnings": restore(plan, staging)}
     except Failure as exc:
         result = {"ok": False, "code": exc.code, "step": exc.step, "error": exc.message}
     except Exception as exc:  # the answer must stay one JSON line, whatever went wrong
