@@ -54,6 +54,7 @@ STAGING_PREFIX = ".hangar-ckpt-"
 # Fields in a `git status --porcelain=v2` record (the path is the last, and may hold spaces).
 STATUS_FIELDS = {b"1": 9, b"u": 11, b"?": 2}
 STALE_SECONDS = 3600
+SPLIT_AT = 1000  # index entries a diff's tree lacks, past which the diff is split (diff_runs)
 EMPTY_BLOB = {40: "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",  # by the length of an object id
               64: "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813"}  # fmt: skip
 # The manifest is one line the control plane reads up to 1 MiB, and its warnings are stored on
@@ -362,9 +363,16 @@ def make_diff(r, staging, name, *args, exclude=()):
     return path
 
 
-def make_wip(r, staging, exclude):
-    """wip.patch: the pinned head to the working tree, staged and unstaged changes alike."""
-    return make_diff(r, staging, "wip.patch", exclude=exclude)
+def make_wip(r, staging, exclude, added=()):
+    """wip.patch: the pinned head to the working tree, staged and unstaged changes alike;
+    ``added``: the new files the index holds (:func:`staged_new`)."""
+    hash_len = 64 if r.head and len(r.head) == 64 else 40
+    runs = diff_runs(r, staging, "wip", PIN, hash_len, exclude, added, extra=["--no-renames"])
+    path = os.path.join(staging, "wip.patch")
+    why = write_runs(r, path, runs)
+    if why:
+        raise GitError("diff", why)
+    return path
 
 
 def make_staged(r, staging):
@@ -416,16 +424,48 @@ def new_files_index(path, worktree, paths, hash_len):
     return len(entries)
 
 
-def make_session_patch(r, staging, base, untracked, limit, exclude=()):
-    """base..working tree, untracked files included: ``git diff base`` on the private index
-    (the tracked files), then ``git diff`` on an index of the untracked files alone
-    (:func:`new_files_index`), one after the other: ``git apply`` takes the two as one patch.
-    Returns (path, None) or (None, warning)."""
-    runs = [([*DIFF, base, *excluding(exclude)], {"GIT_OPTIONAL_LOCKS": "0"})]
-    index = os.path.join(staging, "untracked-index")
-    if new_files_index(index, r.worktree, untracked, len(base)):
-        runs.append((DIFF, {"GIT_INDEX_FILE": index, "GIT_OPTIONAL_LOCKS": "0"}))
-    path = os.path.join(staging, "session.patch")
+def staged_new(records):
+    """The paths the index adds to HEAD (new files ``git add``-ed), from status records."""
+    return [rec.split(b" ", 8)[-1].decode("utf-8", "surrogateescape") for rec in records
+            if rec[:3] == b"1 A"]  # fmt: skip
+
+
+def index_lacks(r, tree, what):
+    """The paths the private index adds to ``tree`` (``what`` "A") or lost from it ("D")."""
+    code, out, err = r.capture("diff", "--cached", "--name-only", "--no-renames", "-z",
+                               "--diff-filter=" + what, tree, env={"GIT_OPTIONAL_LOCKS": "0"})  # fmt: skip
+    if code != 0:
+        raise GitError("diff", err.decode(errors="replace").strip() or "failed")
+    return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
+
+
+def diff_runs(r, staging, tag, tree, hash_len, exclude=(), added=(), untracked=(), extra=()):
+    """The ``git diff`` runs whose outputs, one after another, make one patch (``git apply``
+    takes it whole) from ``tree`` to the working tree, ``untracked`` (paths the index lacks)
+    included as new files through :func:`new_files_index`; ``exclude`` left out. ``added``
+    are the paths the index holds and ``tree`` lacks: ``git diff TREE`` rescans the index for
+    each of them (200,000 staged new files: minutes), so past SPLIT_AT of them the files of
+    ``tree`` are diffed on an index read from ``tree`` alone (without the index's stat data,
+    so each is read) and the added ones as new files."""
+    env = {"GIT_OPTIONAL_LOCKS": "0"}
+    runs = [([*DIFF, *extra, tree, *excluding(exclude)], env)]
+    new = list(untracked)
+    if len(added) > SPLIT_AT:
+        index = os.path.join(staging, tag + "-tree-index")
+        if r.run("read-tree", tree, env={"GIT_INDEX_FILE": index}, check=False).returncode == 0:
+            lost = set(index_lacks(r, tree, "D")) if new else set()  # diffed from the tree
+            skip = set(exclude)
+            new = [p for p in new if p not in lost] + [p for p in added if p not in skip]
+            runs = [([*DIFF, *extra, tree, *excluding(exclude)], dict(env, GIT_INDEX_FILE=index))]
+    index = os.path.join(staging, tag + "-new-index")
+    if new and new_files_index(index, r.worktree, new, hash_len):
+        runs.append(([*DIFF, *extra], dict(env, GIT_INDEX_FILE=index)))
+    return runs
+
+
+def write_runs(r, path, runs, limit=None):
+    """Write the outputs of ``runs`` (from :func:`diff_runs`) to ``path``; returns None, or why
+    it stopped: past ``limit`` bytes, or what a failing git said."""
     written = 0
     with open(path, "wb") as out:
         for args, env in runs:
@@ -435,16 +475,25 @@ def make_session_patch(r, staging, base, untracked, limit, exclude=()):
                 if not chunk:
                     break
                 written += len(chunk)
-                if written > limit:
+                if limit is not None and written > limit:
                     proc.kill()
                     proc.wait()
-                    return None, "session.patch skipped: larger than %d bytes" % limit
+                    return "larger than %d bytes" % limit
                 out.write(chunk)
             err = proc.stderr.read()
             if proc.wait() != 0:
-                return None, ("session.patch skipped: git diff: %s"
-                              % err.decode(errors="replace").strip())  # fmt: skip
-    return path, None
+                return "git diff: %s" % err.decode(errors="replace").strip()
+    return None
+
+
+def make_session_patch(r, staging, base, untracked, limit, exclude=()):
+    """base..working tree, untracked files included (:func:`diff_runs`). Returns (path, None)
+    or (None, warning)."""
+    added = index_lacks(r, base, "A")
+    runs = diff_runs(r, staging, "session", base, len(base), exclude, added, untracked)
+    path = os.path.join(staging, "session.patch")
+    why = write_runs(r, path, runs, limit)
+    return (None, "session.patch skipped: " + why) if why else (path, None)
 
 
 def clean_stale(tmp, keep):
@@ -550,7 +599,7 @@ def pack(cfg, r, staging, head, branch, records, fp):
     produced = run_all(
         {
             "repo.bundle": lambda: make_bundle(r, staging, head, base),
-            "wip.patch": lambda: make_wip(r, staging, excluded),
+            "wip.patch": lambda: make_wip(r, staging, excluded, staged_new(records)),
             "staged.patch": lambda: make_staged(r, staging),
             "untracked": untracked_and_patch_job,
             "agent" + ext: folder_job("agent", existing_dirs, "conversation folders"),
