@@ -86,3 +86,23 @@ def test_tracked_folders_and_files_swapped_for_each_other_checkpoint_and_come_ba
     suspend_and_open(world)
     assert world.sh("demo", show) == before
     assert before.startswith("now-a-file\ninside\n D README.md\n D src/main.py\n")
+
+
+def test_thousands_of_staged_new_files_checkpoint_and_come_back_staged(world: World) -> None:
+    # Past 1,000 index entries the head lacks, wip.patch and the session patch are split (a
+    # tree diff over them is quadratic); the restore sees one patch either way.
+    start(world)
+    world.sh("demo", "mkdir many && for i in $(seq 1500); do echo $i > many/f$i; done && "
+             "git add many && echo edit >> README.md && git rm -q --cached src/main.py && "
+             "echo later >> many/f7 && rm many/f9")  # fmt: skip
+    show = "git status --porcelain=v1 --untracked-files=all; git diff --cached --stat; git diff"
+    before = world.sh("demo", show)
+    world.service.suspend("demo")
+    checkpoint = world.db.list_checkpoints(world.service.resolve("demo").id)[-1]
+    assert not checkpoint.warnings, checkpoint.warnings
+    patch = world.service.patch("demo")  # from the checkpoint: base to working tree
+    assert patch.count(b"\n+++ b/many/") == 1499 and b"+++ b/many/f9\n" not in patch
+    world.open("demo")
+    assert world.service.resolve("demo").restored_from == checkpoint.id
+    assert world.sh("demo", show) == before
+    assert world.sh("demo", "cat many/f7 src/main.py") == "7\nlater\nprint(1)\n"
