@@ -102,11 +102,13 @@ class Restorer:
         self, checkpoint: Checkpoint, sandbox_id: str, repo_dir: str, *, home: str = HOME
     ) -> list[str]:
         """Restore one checkpoint; returns its warnings (what could not be put back as it was:
-        a branch left detached, paths git refuses). Raises DecryptionFailed or BlobNotFound
+        a branch left detached, paths git refuses). Every process of the sandbox's agent is
+        ended first (whatever the environment's setup left running), so restore only into a
+        fresh sandbox: the restore has it to itself. Raises DecryptionFailed or BlobNotFound
         (before the sandbox is touched), UnsafeArchive (an archive member would land outside its
         folder: refused before anything is unpacked, or mid-unpack if a process in the sandbox
         races the restore; never written outside the repo or HOME), or RestoreFailed (past the
-        restore cap too)."""
+        restore cap too; or an agent process that outlived ten seconds, at step ``agent``)."""
         if checkpoint.head is None:
             raise RestoreFailed(f"checkpoint {checkpoint.id} has no head", checkpoint=checkpoint.id)
         data_key = self.parts.data_key(checkpoint)
