@@ -12,6 +12,7 @@ CONFIG is one JSON object::
     harness, harness_session
     max_part, max_untracked, max_patch      byte caps (above max_untracked, the largest
                         untracked files are left out one by one until the rest fits)
+    max_restore         the most a restore may write, uncompressed (absent: no cap)
     skip_if_fingerprint the previous checkpoint's fingerprint, or null
     tmp                 hangar's own scratch folder (its lock and staging), out of the
                         agent's reach; absent: the system's temporary folder
@@ -20,7 +21,12 @@ git runs through :mod:`hangar.agent.gitsafe`: nothing the repo's or the agent's 
 is ever run, and the repo's own git folder is only read. What goes into the archives obeys
 :mod:`hangar.agent.paths`, the rules the restore applies: anything it would refuse (a link into
 .git, a FIFO, a link out of a conversation folder) is left out and named in a warning, so every
-checkpoint restores. Nothing the agent leaves can fail the whole checkpoint: a tracked file
+checkpoint restores. Each fact a restore's git steps depend on is checked here too, and where
+the agent made it unrestorable, what stands in for it is recorded with a warning: a branch name
+git refuses (a detached head), a HEAD naming no commit (the base), paths a checkout refuses in
+the head's tree (left out of every patch). The manifest's ``checked`` says the checks passed;
+it is false when a restore would write more than ``max_restore`` bytes. Nothing the agent
+leaves can fail the whole checkpoint: a tracked file
 replaced by a FIFO, grown huge or unreadable loses its uncommitted changes alone, named.
 
 Standard output is one JSON line (the manifest) followed by the bytes of each part listed in it,
@@ -40,7 +46,7 @@ try:
 except ImportError:
     from hashlib import sha256
 
-from hangar.agent.gitsafe import GitError, Repo, remove_tree
+from hangar.agent.gitsafe import GitError, Repo, branch_problem, checkout_refuses, remove_tree
 from hangar.agent.paths import entry_problem, folders_rule, kind_problem, left_out_warning
 from hangar.agent.paths import readable
 from hangar.agent.paths import untracked_rule
@@ -91,19 +97,75 @@ def conversation_listing(home, dirs):
     return entries
 
 
-def repo_state(r):
-    """(head, branch or None, status records) from one ``git status`` call, which takes no
-    optional locks so that it never races the agent's own git commands."""
-    if not r.head:
-        raise Failure("the repo has no commit at HEAD")
-    code, out, err = r.capture(
+def repo_state(r, base=None):
+    """(head, branch or None, status records, warnings) from one ``git status`` call, which
+    takes no optional locks so that it never races the agent's own git commands.
+
+    A HEAD that names no commit (an unborn branch, a stray object name, garbage) would fail
+    every checkpoint and every restore: the session's ``base`` stands in for it, detached, with
+    a warning, and the working tree is saved against it."""
+    code, out, err = 1, b"", b"the repo has no commit at HEAD"
+    if r.head:
+        code, out, err = status(r)
+    if code != 0:
+        if not base or (r.head and r.capture("cat-file", "-e", r.head + "^{commit}")[0] == 0):
+            if not r.head:
+                raise Failure("the repo has no commit at HEAD")
+            raise GitError("status", err.decode(errors="replace").strip() or "failed")
+        named = r.head_ref or r.head or "nothing"
+        r.pin_head(base)
+        code, out, err = status(r)
+        if code != 0:
+            raise GitError("status", err.decode(errors="replace").strip() or "failed")
+        warning = ("HEAD names no commit (it points at %s): the checkpoint records the "
+                   "session's base commit %s, detached, with the working tree's changes on it"
+                   % (readable(named)[:200], base))  # fmt: skip
+        return base, None, split_records(out), [warning]
+    return r.head, r.branch, split_records(out), []
+
+
+def status(r):
+    return r.capture(
         "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=traditional",
         "--ignore-submodules", "--no-renames", env={"GIT_OPTIONAL_LOCKS": "0"},
     )  # fmt: skip
-    if code != 0:
-        raise GitError("status", err.decode(errors="replace").strip() or "failed")
-    records = [record for record in out.split(b"\0") if record]
-    return r.head, r.branch, records
+
+
+def split_records(out):
+    return [record for record in out.split(b"\0") if record]
+
+
+def restorable_branch(branch, warnings):
+    """``branch``, or None (a detached head) when git would refuse to create it at restore."""
+    why = branch and branch_problem(branch)
+    if why:
+        warnings.append("HEAD is on a branch whose name %s (%s): the checkpoint records a "
+                        "detached head, and a restore leaves HEAD detached at the same commit"
+                        % (why, readable(branch)[:200]))  # fmt: skip
+        return None
+    return branch
+
+
+def head_tree_size(r):
+    """The bytes a checkout of the pinned head writes (its blobs' sizes)."""
+    total = 0
+    for entry in r.run("ls-tree", "-r", "-l", "-z", "--full-tree", PIN).stdout.split(b"\0"):
+        fields = entry.split(None, 4)
+        if len(fields) == 5 and fields[3].isdigit():
+            total += int(fields[3])
+    return total
+
+
+def refused_in_tree(r, staging, warnings):
+    """The paths of the pinned head's tree that a checkout refuses (a tree the agent built by
+    hand can hold ``.GIT/hooks/x``): left out of the patches, and of the working tree a
+    restore writes, each named. The commits themselves are bundled whole."""
+    refused = r.checkout_index(PIN, os.path.join(staging, "check-index"))
+    if refused:
+        warnings.append(left_out_warning(
+            "paths of the head commit that git refuses to check out",
+            [(path, "is refused by git's checkout") for path in refused]))  # fmt: skip
+    return refused
 
 
 def fingerprint(repo, home, dirs, head, branch, records):
@@ -303,9 +365,11 @@ def find_special(repo, ignored, tracked_special, warnings):
         warnings.append(left_out_warning("special files", sorted(found)))
 
 
-def folder_members(home, dirs, what, warnings):
+def folder_members(home, dirs, what, warnings, max_file=None, sizes=None):
     """Every folder, file and link under ``dirs`` (relative to HOME) that may go into their
-    archive; the rest left out by name."""
+    archive; the rest left out by name, and so is a file over ``max_file`` bytes (a few
+    kilobytes of compressed zeros would be gigabytes again on every restore). The sizes of the
+    files kept are added to ``sizes``."""
     rule = folders_rule(dirs, what)
     out, refused = [], []
     for rel in dirs:
@@ -321,6 +385,15 @@ def folder_members(home, dirs, what, warnings):
                 if name in dirnames and not os.path.islink(os.path.join(home, member)):
                     continue  # walked into next
                 why = entry_problem(home, member, rule)
+                if why is None and name in filenames:
+                    try:
+                        size = os.lstat(os.path.join(home, member)).st_size
+                    except FileNotFoundError:
+                        continue
+                    if max_file is not None and size > max_file:
+                        why = "is %d bytes, over the %d-byte part cap" % (size, max_file)
+                    elif sizes is not None:
+                        sizes.append(size)
                 if why is None:
                     out.append(member)
                 elif why != "gone":
@@ -375,9 +448,9 @@ def make_wip(r, staging, exclude, added=()):
     return path
 
 
-def make_staged(r, staging):
+def make_staged(r, staging, exclude=()):
     """staged.patch: the pinned head to the index, so restore can rebuild what was staged."""
-    path = make_diff(r, staging, "staged.patch", "--cached")
+    path = make_diff(r, staging, "staged.patch", "--cached", exclude=exclude)
     return path if os.path.getsize(path) else None
 
 
@@ -531,14 +604,19 @@ def run_all(jobs):
     return results
 
 
-def pack(cfg, r, staging, head, branch, records, fp):
+def pack(cfg, r, staging, head, branch, records, fp, head_warnings=()):
     repo, home = cfg["repo"], cfg["home"]
     dirs = cfg.get("conversation_dirs") or []
-    manifest = {"fingerprint": fp, "head": head, "branch": branch, "unchanged": False}
+    warnings = list(head_warnings)
+    branch = restorable_branch(branch, warnings)
+    # "checked": this checkpoint passed the checks its restore depends on (see the module doc)
+    manifest = {"fingerprint": fp, "head": head, "branch": branch, "unchanged": False,
+                "checked": True}  # fmt: skip
     r.run("update-ref", PIN, head)  # in the private git folder: the repo is not written
     base = cfg.get("base") or upstream_base(r, head)
     compression = compressor()
-    warnings = []
+    refused = refused_in_tree(r, staging, warnings)
+    written = []  # what a restore writes, uncompressed: checked below
     listed = untracked_entries(records)
     nested = [p for p in listed if p.endswith("/")]
     if nested:
@@ -546,6 +624,9 @@ def pack(cfg, r, staging, head, branch, records, fp):
     untracked = select_untracked(repo, listed, cfg["max_untracked"], warnings)
     changed = changed_tracked(records)
     excluded = tracked_left_out(repo, changed, cfg["max_part"], warnings)
+    # Paths a checkout refuses cannot be in a restored tree: no patch may name them.
+    unsafe = refused + [p for p in changed if checkout_refuses(p) and p not in refused]
+    excluded += [p for p in unsafe if p not in excluded]
     find_special(repo, ignored_entries(records), set(excluded), warnings)
     if os.path.exists(os.path.join(repo, ".gitmodules")):
         warnings.append("changes inside submodules are not checkpointed")
@@ -569,7 +650,7 @@ def pack(cfg, r, staging, head, branch, records, fp):
         def job():
             if not dirs:
                 return None
-            members = folder_members(home, dirs, what, warnings)
+            members = folder_members(home, dirs, what, warnings, cfg["max_part"], written)
             if not members:
                 return None
             path = os.path.join(staging, part + ext)
@@ -598,9 +679,10 @@ def pack(cfg, r, staging, head, branch, records, fp):
 
     produced = run_all(
         {
+            "tree size": lambda: head_tree_size(r),
             "repo.bundle": lambda: make_bundle(r, staging, head, base),
             "wip.patch": lambda: make_wip(r, staging, excluded, staged_new(records)),
-            "staged.patch": lambda: make_staged(r, staging),
+            "staged.patch": lambda: make_staged(r, staging, unsafe),
             "untracked": untracked_and_patch_job,
             "agent" + ext: folder_job("agent", existing_dirs, "conversation folders"),
             "exchange" + ext: folder_job("exchange", exchange, "exchange folder"),
@@ -638,6 +720,16 @@ def pack(cfg, r, staging, head, branch, records, fp):
         is_archive = name.endswith((".tar.zst", ".tar.gz"))
         parts.append({"name": name, "size": size,
                       "compression": compression if is_archive else "none", "path": path})  # fmt: skip
+    written.append(produced.pop("tree size"))
+    written += [os.path.getsize(p) if os.path.isfile(p) else 0 for p in
+                (os.path.join(repo, u) for u in untracked)]  # fmt: skip
+    cap = cfg.get("max_restore")
+    if cap is not None and sum(written) > cap:
+        manifest["checked"] = False
+        warnings.append("a restore of this checkpoint would write %d bytes, over the %d-byte "
+                        "restore cap (HANGAR_SESSION_MAX_RESTORE_MB): it is not counted as "
+                        "known to restore, and older checkpoints are kept"
+                        % (sum(written), cap))  # fmt: skip
     manifest.update(base=base, compression=compression, warnings=manifest_warnings(warnings),
                     parts=parts, meta=meta)  # fmt: skip
     return manifest, parts
@@ -703,7 +795,7 @@ def main():
         sys.exit(3)
     try:
         r = Repo(cfg["repo"], staging)
-        head, branch, records = repo_state(r)
+        head, branch, records, head_warnings = repo_state(r, cfg.get("base"))
         if cfg.get("mode") == "patch":
             import shutil
             import subprocess
@@ -720,7 +812,7 @@ def main():
         import threading
 
         clean_stale(tmp, keep=staging)
-        manifest, parts = pack(cfg, r, staging, head, branch, records, fp)
+        manifest, parts = pack(cfg, r, staging, head, branch, records, fp, head_warnings)
         listed = [{k: v for k, v in p.items() if k != "path"} for p in parts]
         out.write(json.dumps(dict(manifest, parts=listed)).encode() + b"\n")
         for part in parts:
