@@ -111,7 +111,8 @@ def repo_state(r, base=None):
         if not base or (r.head and r.capture("cat-file", "-e", r.head + "^{commit}")[0] == 0):
             if not r.head:
                 raise Failure("the repo has no commit at HEAD")
-            raise GitError("status", err.decode(errors="replace").strip() or "failed")
+            why = err.decode(errors="replace").strip() or "failed"
+            return state_on_fresh_index(r, why) or throw(GitError("status", why))
         named = r.head_ref or r.head or "nothing"
         r.pin_head(base)
         code, out, err = status(r)
@@ -122,6 +123,28 @@ def repo_state(r, base=None):
                    % (readable(named)[:200], base))  # fmt: skip
         return base, None, split_records(out), [warning]
     return r.head, r.branch, split_records(out), []
+
+
+def state_on_fresh_index(r, why):
+    """:func:`repo_state` on an index read from HEAD, for an index git cannot read (garbage, a
+    split index whose shared index is gone, an extension git does not know): the work in the
+    tree is saved, what was staged as unstaged changes, with a warning. None when git fails on
+    that index too."""
+    try:
+        r.fresh_index()
+    except (GitError, OSError):
+        return None
+    code, out, _ = status(r)
+    if code != 0:
+        return None
+    warning = ("the repo's index could not be read (git status: %s): the checkpoint reads a fresh "
+               "one from HEAD, so what was staged is saved as unstaged changes"
+               % why.replace(r.shadow, ".git")[:300])  # fmt: skip
+    return r.head, r.branch, split_records(out), [warning]
+
+
+def throw(exc):
+    raise exc
 
 
 def status(r):

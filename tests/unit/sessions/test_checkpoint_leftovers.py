@@ -106,3 +106,17 @@ def test_thousands_of_staged_new_files_checkpoint_and_come_back_staged(world: Wo
     assert world.service.resolve("demo").restored_from == checkpoint.id
     assert world.sh("demo", show) == before
     assert world.sh("demo", "cat many/f7 src/main.py") == "7\nlater\nprint(1)\n"
+
+
+@pytest.mark.parametrize("breaks", ["printf 'DIRC garbage' > .git/index",
+                                    "git update-index --split-index && rm .git/sharedindex.*"])
+def test_an_index_git_cannot_read_checkpoints_the_work_from_a_fresh_one(
+    world: World, breaks: str
+) -> None:
+    start(world)
+    world.sh("demo", f"echo edit >> README.md && echo new > new.txt && git add new.txt && {breaks}")
+    suspend_and_open(world)
+    checkpoint = world.db.list_checkpoints(world.service.resolve("demo").id)[-1]
+    assert any("index could not be read" in w for w in checkpoint.warnings), checkpoint.warnings
+    assert world.sh("demo", "tail -1 README.md; cat new.txt; git status --porcelain=v1 -- "
+                    "README.md new.txt") == "edit\nnew\n M README.md\n?? new.txt\n"
