@@ -13,6 +13,7 @@ once shipped; messages may.
     │   ├── InvalidSettings             invalid_settings    400
     │   ├── InvalidSchema               invalid_schema      400
     │   └── InvalidContext              invalid_context     400
+    ├── PayloadTooLarge                 payload_too_large   413
     ├── Unauthorized                    unauthorized        401
     ├── Forbidden                       forbidden           403
     ├── NotFound                        not_found           404
@@ -32,13 +33,14 @@ once shipped; messages may.
     │   ├── SessionBusy                 session_busy        409
     │   ├── SessionNotRunning           session_not_running 409
     │   ├── NoConversation              no_conversation     409
+    │   ├── EnvironmentInUse            environment_in_use  409
     │   └── DestroyVetoed               destroy_vetoed      409
     ├── SandboxError                    sandbox_error       502
     │   ├── SandboxUnavailable          sandbox_unavailable 503
     │   └── ExecTimeout                 exec_timeout        504
     ├── CheckpointError                 checkpoint_failed   500
-    │   ├── RestoreFailed               restore_failed      500
-    │   └── NoUsableCheckpoint          no_usable_checkpoint 500
+    │   └── RestoreFailed               restore_failed      500
+    │       └── NoUsableCheckpoint      no_usable_checkpoint 500
     ├── ArtifactTooLarge                artifact_too_large  413
     ├── TooManyUploads                  too_many_uploads    429
     ├── CapacityExhausted               capacity_exhausted  503

@@ -38,3 +38,23 @@ def test_an_error_serialises_to_the_wire_shape() -> None:
     assert exc.to_dict() == {
         "error": {"code": "session_not_found", "message": "no session 'x'", "ref": "x"}
     }
+
+
+def test_the_error_tree_in_the_docstring_names_every_error_with_its_parent_code_and_status() -> None:
+    drawn: dict[str, tuple[str, str, int]] = {}
+    parents: list[str] = []
+    for line in (errors.__doc__ or "").splitlines():
+        match = re.match(r"^    ((?:[│ ]   )*)(?:[├└]── )?(\w+)\s+(\w+)\s+(\d{3})$", line)
+        if not match:
+            continue
+        depth = len(match.group(1)) // 4 + (1 if "──" in line else 0)
+        del parents[depth:]
+        drawn[match.group(2)] = (parents[-1] if parents else "", match.group(3),
+                                 int(match.group(4)))  # fmt: skip
+        parents.append(match.group(2))
+    classes = {name: c for name, c in vars(errors).items()
+               if isinstance(c, type) and issubclass(c, errors.HangarError)}  # fmt: skip
+    assert set(drawn) == set(classes)
+    for name, c in classes.items():
+        parent = "" if c is errors.HangarError else c.__mro__[1].__name__
+        assert drawn[name] == (parent, c.code, c.status), name
