@@ -835,6 +835,14 @@ def main():
         import threading
 
         clean_stale(tmp, keep=staging)
+        hidden = r.reveal_hidden()
+        if hidden:  # their changes are in this status and the patches now
+            head, branch, records, head_warnings = repo_state(r, cfg.get("base"))
+            shown = ", ".join(hidden[:8]) + (" and %d more" % (len(hidden) - 8)
+                                             if len(hidden) > 8 else "")  # fmt: skip
+            head_warnings.append("the index hid the changes of %d tracked files "
+                                 "(assume-unchanged or skip-worktree): saved all the same, and "
+                                 "restored without those bits: %s" % (len(hidden), shown))
         manifest, parts = pack(cfg, r, staging, head, branch, records, fp, head_warnings)
         listed = [{k: v for k, v in p.items() if k != "path"} for p in parts]
         out.write(json.dumps(dict(manifest, parts=listed)).encode() + b"\n")

@@ -136,6 +136,38 @@ def linked_shared_index(path, hash_len, limit=SPLIT_INDEX_MAX):
     return None
 
 
+def index_hides(path, hash_len):
+    """True when the index at ``path`` has an entry marked assume-unchanged or skip-worktree
+    (or cannot be scanned as an index of version 2 to 4: then git is asked)."""
+    data = read_small(path, 1 << 30)
+    if not data or data[:4] != b"DIRC" or len(data) < 12 + hash_len:
+        return False
+    version = int.from_bytes(data[4:8], "big")
+    count = int.from_bytes(data[8:12], "big")
+    if version not in (2, 3, 4):
+        return True
+    pos, fixed = 12, 40 + hash_len + 2
+    try:
+        for _ in range(count):
+            flags = int.from_bytes(data[pos + fixed - 2:pos + fixed], "big")
+            if flags & 0x8000:  # assume-unchanged ("valid")
+                return True
+            name = pos + fixed
+            if flags & 0x4000:  # extended flags follow
+                if data[name] & 0x40:  # skip-worktree
+                    return True
+                name += 2
+            if version == 4:
+                while data[name] & 0x80:
+                    name += 1
+                pos = data.index(b"\0", name + 1) + 1
+            else:
+                pos += (data.index(b"\0", name) - pos + 8) & ~7
+    except (ValueError, IndexError):
+        return True
+    return False
+
+
 def object_format(config):
     """The ``extensions.objectformat`` of a git config's text ("sha1" when it names none)."""
     section = None
@@ -310,6 +342,27 @@ class Repo:
             if name == "index" or name.startswith("sharedindex."):
                 os.unlink(os.path.join(self.shadow, name))
         self.run("read-tree", self.head)
+
+    def reveal_hidden(self):
+        """Clear, in the private index, the bits that make git look away from a tracked file's
+        changes (``update-index --assume-unchanged``, ``--skip-worktree``): the agent's edits to
+        such a file would be in no patch. Returns the paths cleared. A scan of the index file
+        finds none in the usual case, without running git."""
+        index = os.path.join(self.shadow, "index")
+        if not index_hides(index, 32 if len(self.head or "") == 64 else 20):
+            return []
+        code, out, err = self.capture("ls-files", "-v", "-z")
+        if code != 0:
+            raise GitError("ls-files", err.decode(errors="replace").strip() or "failed")
+        entries = [e for e in out.split(b"\0") if len(e) > 2]
+        valid = [e[2:] for e in entries if e[:1].islower()]
+        skipped = [e[2:] for e in entries if e[:1] in (b"S", b"s")]
+        # One flag per run: update-index --stdin applies only one of the two.
+        for flag, paths in (("--no-assume-unchanged", valid), ("--no-skip-worktree", skipped)):
+            if paths:
+                self.run("update-index", flag, "-z", "--stdin",
+                         stdin=b"".join(p + b"\0" for p in paths))  # fmt: skip
+        return sorted({p.decode("utf-8", "surrogateescape") for p in valid + skipped})
 
     def pin_head(self, sha):
         """Point the private HEAD at ``sha``, detached (the repo's own HEAD is not touched)."""

@@ -29,6 +29,7 @@ from hangar.errors import (
     ExecTimeout,
     NoUsableCheckpoint,
     RestoreFailed,
+    SandboxError,
     UnsafeArchive,
 )
 from hangar.keys import Keys
@@ -163,7 +164,8 @@ _MAX_WARNINGS = 20
 
 def _warnings_of(checkpoint: Checkpoint, exit_code: int, stdout: bytes, stderr: bytes) -> list[str]:
     """The restore's warnings when it succeeded (bounded: the sandbox's answer is untrusted);
-    otherwise raises UnsafeArchive or RestoreFailed with its message."""
+    otherwise raises UnsafeArchive or RestoreFailed with its message, or SandboxError when the
+    agent's processes could not be ended (then no checkpoint is to blame, and none is tried)."""
     lines = stdout.strip().splitlines()
     try:
         answer = json.loads(lines[-1]) if lines else {}
@@ -181,4 +183,7 @@ def _warnings_of(checkpoint: Checkpoint, exit_code: int, stdout: bytes, stderr: 
     text = f"restoring {checkpoint.id} failed at {step}: {message}"
     if answer.get("code") == UnsafeArchive.code:
         raise UnsafeArchive(text, checkpoint=checkpoint.id, step=step)
+    if step == "agent":  # the sandbox's fault, not the checkpoint's: no older one would do
+        raise SandboxError(f"the sandbox is not fit for a restore: {message}",
+                           checkpoint=checkpoint.id, step=step)  # fmt: skip
     raise RestoreFailed(text, checkpoint=checkpoint.id, step=step)

@@ -139,3 +139,16 @@ def test_a_restore_stops_at_its_cap_and_falls_back_to_the_last_checkpoint_known_
     assert opened.restored_from == good.id
     assert all("past its cap" in s.message for s in opened.restore_skipped), opened.restore_skipped
     assert world.sh("demo", "cat kept.txt; ls zeros 2>&1 || true").startswith("kept\nls: ")
+
+
+def test_edits_to_files_the_index_hides_are_saved_and_restored(world: World) -> None:
+    start(world, message="run: git update-index --skip-worktree README.md && "
+          "git update-index --assume-unchanged src/main.py && echo hidden >> README.md && "
+          "echo also >> src/main.py")  # fmt: skip
+    [checkpoint] = world.service.get("demo").checkpoints
+    assert any("hid the changes of 2 tracked files" in w for w in checkpoint.warnings), (
+        checkpoint.warnings)
+    world.service.suspend("demo")
+    world.open("demo")
+    assert world.sh("demo", "tail -1 README.md; tail -1 src/main.py") == "hidden\nalso\n"
+    assert world.sh("demo", "git status --short") == " M README.md\n M src/main.py\n"
