@@ -103,29 +103,41 @@ def copy_regular(src, dst, limit=None):
         os.close(fd)
 
 
+def index_entries(data, hash_len):
+    """The ``(flags, extended flags)`` of each entry of the index of version 2 to 4 in ``data``
+    (extended flags 0 where an entry has none), then ``(None, offset)`` of its extensions.
+    Raises ValueError when ``data`` is no such index (IndexError when it is cut short)."""
+    if data[:4] != b"DIRC" or len(data) < 12 + hash_len:
+        raise ValueError("not an index")
+    version = int.from_bytes(data[4:8], "big")
+    if version not in (2, 3, 4):
+        raise ValueError("index version %d" % version)
+    pos, fixed = 12, 40 + hash_len + 2  # times, dev, ino, mode, uid, gid, size; oid; flags
+    for _ in range(int.from_bytes(data[8:12], "big")):
+        flags = int.from_bytes(data[pos + fixed - 2:pos + fixed], "big")
+        name = pos + fixed
+        extended = 0
+        if flags & 0x4000:
+            extended = int.from_bytes(data[name:name + 2], "big")
+            name += 2
+        yield flags, extended
+        if version == 4:  # a varint (the prefix to strip), then the rest of the name
+            while data[name] & 0x80:
+                name += 1
+            pos = data.index(b"\0", name + 1) + 1
+        else:  # the name, NUL-padded to a multiple of 8
+            pos += (data.index(b"\0", name) - pos + 8) & ~7
+    yield None, pos
+
+
 def linked_shared_index(path, hash_len, limit=SPLIT_INDEX_MAX):
     """The name (hex) of the shared index the split index at ``path`` links to (its ``link``
     extension, written by ``git update-index --split-index``), or None when it links to none or
     cannot be read as an index of version 2 to 4 (then git judges it)."""
     data = read_small(path, limit)
-    if not data or data[:4] != b"DIRC" or len(data) < 12 + hash_len:
-        return None
-    version = int.from_bytes(data[4:8], "big")
-    count = int.from_bytes(data[8:12], "big")
-    if version not in (2, 3, 4):
-        return None
-    end = len(data) - hash_len  # the trailing checksum
-    pos, fixed = 12, 40 + hash_len + 2  # times, dev, ino, mode, uid, gid, size; oid; flags
     try:
-        for _ in range(count):
-            flags = int.from_bytes(data[pos + fixed - 2:pos + fixed], "big")
-            name = pos + fixed + (2 if flags & 0x4000 else 0)
-            if version == 4:  # a varint (the prefix to strip), then the rest of the name
-                while data[name] & 0x80:
-                    name += 1
-                pos = data.index(b"\0", name + 1) + 1
-            else:  # the name, NUL-padded to a multiple of 8
-                pos += (data.index(b"\0", name) - pos + 8) & ~7
+        *_, (_, pos) = index_entries(data or b"", hash_len)
+        end = len(data) - hash_len  # the trailing checksum
         while pos + 8 <= end:
             size = int.from_bytes(data[pos + 4:pos + 8], "big")
             if data[pos:pos + 4] == b"link" and size >= hash_len:
@@ -137,32 +149,12 @@ def linked_shared_index(path, hash_len, limit=SPLIT_INDEX_MAX):
 
 
 def index_hides(path, hash_len):
-    """True when the index at ``path`` has an entry marked assume-unchanged or skip-worktree
-    (or cannot be scanned as an index of version 2 to 4: then git is asked)."""
-    data = read_small(path, 1 << 30)
-    if not data or data[:4] != b"DIRC" or len(data) < 12 + hash_len:
-        return False
-    version = int.from_bytes(data[4:8], "big")
-    count = int.from_bytes(data[8:12], "big")
-    if version not in (2, 3, 4):
-        return True
-    pos, fixed = 12, 40 + hash_len + 2
+    """True when the index at ``path`` has an entry marked assume-unchanged or skip-worktree,
+    or cannot be scanned (then git is asked)."""
     try:
-        for _ in range(count):
-            flags = int.from_bytes(data[pos + fixed - 2:pos + fixed], "big")
-            if flags & 0x8000:  # assume-unchanged ("valid")
+        for flags, extended in index_entries(read_small(path, 1 << 30) or b"", hash_len):
+            if flags is not None and (flags & 0x8000 or extended & 0x4000):
                 return True
-            name = pos + fixed
-            if flags & 0x4000:  # extended flags follow
-                if data[name] & 0x40:  # skip-worktree
-                    return True
-                name += 2
-            if version == 4:
-                while data[name] & 0x80:
-                    name += 1
-                pos = data.index(b"\0", name + 1) + 1
-            else:
-                pos += (data.index(b"\0", name) - pos + 8) & ~7
     except (ValueError, IndexError):
         return True
     return False
