@@ -390,9 +390,9 @@ def find_special(repo, ignored, tracked_special, warnings):
 
 def folder_members(home, dirs, what, warnings, max_file=None, sizes=None):
     """Every folder, file and link under ``dirs`` (relative to HOME) that may go into their
-    archive; the rest left out by name, and so is a file over ``max_file`` bytes (a few
-    kilobytes of compressed zeros would be gigabytes again on every restore). The sizes of the
-    files kept are added to ``sizes``."""
+    archive; the rest left out by name, and so is a file over ``max_file`` bytes (the restore
+    cap: a few kilobytes of compressed zeros would be more than a restore may write). The sizes
+    of the files kept are added to ``sizes``."""
     rule = folders_rule(dirs, what)
     out, refused = [], []
     for rel in dirs:
@@ -414,7 +414,7 @@ def folder_members(home, dirs, what, warnings, max_file=None, sizes=None):
                     except FileNotFoundError:
                         continue
                     if max_file is not None and size > max_file:
-                        why = "is %d bytes, over the %d-byte part cap" % (size, max_file)
+                        why = "is %d bytes, over the %d-byte restore cap" % (size, max_file)
                     elif sizes is not None:
                         sizes.append(size)
                 if why is None:
@@ -651,6 +651,9 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=()):
     unsafe = refused + [p for p in changed if checkout_refuses(p) and p not in refused]
     excluded += [p for p in unsafe if p not in excluded]
     find_special(repo, ignored_entries(records), set(excluded), warnings)
+    gone = set(excluded)
+    written += [os.lstat(os.path.join(repo, p)).st_size for p in changed
+                if p not in gone and os.path.isfile(os.path.join(repo, p))]  # fmt: skip
     if os.path.exists(os.path.join(repo, ".gitmodules")):
         warnings.append("changes inside submodules are not checkpointed")
     ext = ".tar.zst" if compression == "zstd" else ".tar.gz"
@@ -673,7 +676,7 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=()):
         def job():
             if not dirs:
                 return None
-            members = folder_members(home, dirs, what, warnings, cfg["max_part"], written)
+            members = folder_members(home, dirs, what, warnings, cfg.get("max_restore"), written)
             if not members:
                 return None
             path = os.path.join(staging, part + ext)

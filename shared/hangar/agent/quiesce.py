@@ -73,8 +73,13 @@ def processes_of(uid):
     return found
 
 
-def kill_all_as(uid, gid):
-    """SIGKILL every process ``uid`` may signal, from a child that has become ``uid``."""
+def kill_all_as(uid, gid, wait=1.0):
+    """SIGKILL every process ``uid`` may signal, from a child that has become ``uid``.
+
+    For that moment the child is the agent's, so a process of the agent's may stop it
+    (``kill(-1, SIGSTOP)`` in a loop): a child that is stopped, or not done within ``wait``
+    seconds, is killed by this process (which the agent may not signal), and the caller's
+    next round kills the agent's processes by pid."""
     child = os.fork()
     if child == 0:
         try:
@@ -85,9 +90,27 @@ def kill_all_as(uid, gid):
             os._exit(0)
         except BaseException:
             os._exit(1)
-    _, status = os.waitpid(child, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise OSError("could not signal the agent's processes as the agent")
+    limit = time.monotonic() + wait
+    while True:
+        pid, status = os.waitpid(child, os.WNOHANG | os.WUNTRACED)
+        if pid == child and not os.WIFSTOPPED(status):
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise OSError("could not signal the agent's processes as the agent")
+            return
+        if pid == child or time.monotonic() > limit:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            return
+        time.sleep(0.001)
+
+
+def kill_by_pid(pids):
+    """SIGKILL each of ``pids`` from here (hangar's user may signal the agent's processes)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def end_agent_processes(timeout=10.0, identity=IDENTITY):
@@ -112,5 +135,6 @@ def end_agent_processes(timeout=10.0, identity=IDENTITY):
             if not alive:
                 return
             time.sleep(0.005)
+        kill_by_pid(alive)  # a process that stopped the killing child, say
         if time.monotonic() > deadline:
             raise StillRunning(alive, timeout)

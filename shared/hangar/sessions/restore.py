@@ -108,8 +108,8 @@ class Restorer:
         fresh sandbox: the restore has it to itself. Raises DecryptionFailed or BlobNotFound
         (before the sandbox is touched), UnsafeArchive (an archive member would land outside its
         folder: refused before anything is unpacked, or mid-unpack if a process in the sandbox
-        races the restore; never written outside the repo or HOME), or RestoreFailed (past the
-        restore cap too; or an agent process that outlived ten seconds, at step ``agent``)."""
+        races the restore; never written outside the repo or HOME), RestoreFailed (past the
+        restore cap too), or SandboxError (an agent process outlived ten seconds)."""
         if checkpoint.head is None:
             raise RestoreFailed(f"checkpoint {checkpoint.id} has no head", checkpoint=checkpoint.id)
         data_key = self.parts.data_key(checkpoint)

@@ -311,3 +311,40 @@ def test_every_process_of_the_agent_is_ended_a_forking_one_too_and_no_other(
                 proc.wait()
         for pid in quiesce.processes_of(OTHER_UID):
             os.kill(pid, signal.SIGKILL)
+
+
+STOPPER = """
+import os, signal
+while True:
+    try:
+        os.kill(-1, signal.SIGSTOP)  # every process it may signal: the killer, once it is ours
+    except OSError:
+        pass
+"""
+
+
+def test_a_process_that_stops_everything_it_may_signal_is_ended_all_the_same(
+    tmp_path: Path,
+) -> None:
+    from hangar.agent import quiesce
+
+    identity = tmp_path / "sandbox.json"
+    identity.write_text('{"agent": {"uid": %d, "gid": %d}}' % (OTHER_UID, OTHER_UID))
+    as_agent = {"user": OTHER_UID, "group": OTHER_UID, "extra_groups": [], "cwd": "/"}
+    stopper = subprocess.Popen(["/usr/bin/python3", "-I", "-S", "-c", STOPPER],
+                               **as_agent)  # type: ignore[call-overload]
+    try:
+        until(lambda: quiesce.processes_of(OTHER_UID) != [], "the stopper never started")
+        ending = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, 'shared'); "
+             "from hangar.agent import quiesce; "
+             f"quiesce.end_agent_processes(identity={str(identity)!r})"],
+            capture_output=True, text=True, cwd=PROJECT, timeout=60,
+        )  # fmt: skip
+        assert ending.returncode == 0, ending.stderr
+        assert stopper.wait(timeout=10) == -signal.SIGKILL
+        assert quiesce.processes_of(OTHER_UID) == []
+    finally:
+        if stopper.poll() is None:
+            stopper.kill()
+            stopper.wait()

@@ -108,7 +108,8 @@ def test_a_conversation_file_of_compressed_zeros_is_left_out_not_restored_as_gig
     start(world, message="run: echo kept > kept.txt && "
           "truncate -s 3G ~/.gemini/antigravity-cli/conversations/zeros")  # fmt: skip
     [checkpoint] = world.service.get("demo").checkpoints
-    assert any("zeros" in w and "part cap" in w for w in checkpoint.warnings), checkpoint.warnings
+    assert any("zeros" in w and "restore cap" in w for w in checkpoint.warnings), (
+        checkpoint.warnings)
     assert checkpoint.verified
     world.service.suspend("demo")
     world.open("demo")
