@@ -44,6 +44,12 @@ def next_line(lines: queue.Queue[str], containing: str, timeout: float = 60) -> 
             return text
 
 
+def ctrl_c_as_a_terminal_sends_it() -> None:
+    """In the CLI's process: SIGINT as a shell in a terminal leaves it. A suite started in the
+    background inherits SIGINT ignored, and Python then never turns it into Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.harness
 def test_a_model_api_that_does_not_answer_shows_as_retries_and_the_turn_can_be_stopped(
     real_server: Server, remote: Path
@@ -56,7 +62,7 @@ def test_a_model_api_that_does_not_answer_shows_as_retries_and_the_turn_can_be_s
         [HANGAR, "session", "new", "stuck", "hello", "--env", "app", "--harness", "claude",
          "--model", MODELS["claude"], "-w"],
         env=server.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_a_terminal_sends_it,
     )  # fmt: skip
     lines = stderr_lines(proc)
     retry = next_line(lines, "model API retry")
