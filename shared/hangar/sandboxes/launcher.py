@@ -328,6 +328,16 @@ IFA_LOCAL = 2
 IFA_BROADCAST = 4
 
 
+def await_started(r, what):
+    """Wait for a forked helper's "r" on ``r`` (then closed): Failure naming ``what`` when it
+    ended without saying it started."""
+    try:
+        if os.read(r, 1) != b"r":
+            raise Failure("%s did not start" % what)
+    finally:
+        os.close(r)
+
+
 def start_watcher(cfg, init_pid, life_r, report):
     """A process in the host's network namespace (root: it enters the sandbox's to run nft)
     that follows the host's addresses: one the host gets after the rules were written is added
@@ -352,11 +362,7 @@ def start_watcher(cfg, init_pid, life_r, report):
             os.write(2, ("address watcher: %s\n" % exc).encode())
         os._exit(0)
     os.close(w)
-    try:
-        if os.read(r, 1) != b"r":
-            raise Failure("the host address watcher did not start")
-    finally:
-        os.close(r)
+    await_started(r, "the host address watcher")
     return pid
 
 
@@ -459,11 +465,7 @@ def start_relay(cfg, init_pid, life_r, report):
             os.write(2, ("relay: %s\n" % exc).encode())
         os._exit(0)
     os.close(w)
-    try:
-        if os.read(r, 1) != b"r":
-            raise Failure("the host-port relay did not start")
-    finally:
-        os.close(r)
+    await_started(r, "the host-port relay")
     return pid
 
 

@@ -266,6 +266,16 @@ def until(condition: Callable[[], bool], what: str, seconds: float = 10) -> None
         time.sleep(0.005)
 
 
+def end_agent_processes_as_the_restore(identity: Path) -> subprocess.CompletedProcess[str]:
+    """quiesce.end_agent_processes in a process of its own, as the restore script runs it."""
+    return subprocess.run(
+        [sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, 'shared'); "
+         "from hangar.agent import quiesce; "
+         f"quiesce.end_agent_processes(identity={str(identity)!r})"],
+        capture_output=True, text=True, cwd=PROJECT, timeout=60,
+    )  # fmt: skip
+
+
 def test_every_process_of_the_agent_is_ended_a_forking_one_too_and_no_other(
     tmp_path: Path,
 ) -> None:
@@ -290,12 +300,7 @@ def test_every_process_of_the_agent_is_ended_a_forking_one_too_and_no_other(
         forker.wait(timeout=10)  # its first process is gone already: the chain lives on
         assert held(lock)
 
-        ending = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, 'shared'); "
-             "from hangar.agent import quiesce; "
-             f"quiesce.end_agent_processes(identity={str(identity)!r})"],
-            capture_output=True, text=True, cwd=PROJECT, timeout=60,
-        )  # fmt: skip
+        ending = end_agent_processes_as_the_restore(identity)
 
         assert ending.returncode == 0, ending.stderr
         until(lambda: not held(lock), "a process of the forking chain lives on")
@@ -335,12 +340,7 @@ def test_a_process_that_stops_everything_it_may_signal_is_ended_all_the_same(
                                **as_agent)  # type: ignore[call-overload]
     try:
         until(lambda: quiesce.processes_of(OTHER_UID) != [], "the stopper never started")
-        ending = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, 'shared'); "
-             "from hangar.agent import quiesce; "
-             f"quiesce.end_agent_processes(identity={str(identity)!r})"],
-            capture_output=True, text=True, cwd=PROJECT, timeout=60,
-        )  # fmt: skip
+        ending = end_agent_processes_as_the_restore(identity)
         assert ending.returncode == 0, ending.stderr
         assert stopper.wait(timeout=10) == -signal.SIGKILL
         assert quiesce.processes_of(OTHER_UID) == []
