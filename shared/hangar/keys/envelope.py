@@ -46,8 +46,13 @@ def _nonce(prefix: bytes, index: int, last: bool) -> bytes:
 
 
 def _rechunk(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """``chunks`` cut again into CHUNK-byte pieces, then a last shorter one (maybe empty). A
+    piece that already is one (a stream read CHUNK at a time) passes on without a copy."""
     buf = bytearray()
     for piece in chunks:
+        if not buf and len(piece) == CHUNK:
+            yield piece
+            continue
         buf += piece
         while len(buf) >= CHUNK:
             yield bytes(buf[:CHUNK])

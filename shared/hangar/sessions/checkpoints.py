@@ -1,11 +1,11 @@
 """Taking checkpoints (spec 000 §5.2).
 
 The parts are packed inside the sandbox by :mod:`hangar.agent.checkpoint` in one exec, whose
-output (a manifest line, then the parts) is spooled to a local temporary file, then each part is
-sealed and stored in blobs. Only when every part is stored is the checkpoint recorded, in one db
+output (a manifest line, then the parts) is spooled to a local temporary file, then the parts are
+sealed and stored in blobs, side by side. Only when every part is stored is the checkpoint recorded, in one db
 transaction that also prunes to ``session_keep_checkpoints``; the pruned checkpoints' parts are
-deleted after that. If anything fails before the record is written, the parts stored so far are
-deleted and nothing is recorded (BRIEF invariant 3). A db error from the recording itself is
+deleted after that. If anything fails before the record is written, the checkpoint's parts are
+deleted (whichever were stored) and nothing is recorded (BRIEF invariant 3). A db error from the recording itself is
 checked by reading the record back, since a commit can land and still report an error.
 
 The sandbox's output is untrusted: the manifest is validated, part names come from a fixed set
@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO, NoReturn, cast
 
@@ -33,7 +35,8 @@ from hangar.errors import (
 from hangar.keys import Keys
 from hangar.models import Checkpoint, CheckpointPart, CheckpointReason, Compression
 from hangar.sandboxes import HANGAR_TMP, HOME, Sandboxes, SandboxUser
-from hangar.sessions.parts import CheckpointParts
+from hangar.keys.envelope import CHUNK
+from hangar.sessions.parts import CheckpointParts, part_key
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +64,9 @@ PART_NAMES = frozenset(
     }
 )
 _MAX_MANIFEST = 1 << 20
+_PARTS_AT_ONCE = 4
+PART_THREADS = "hangar-checkpoint-part"
+"""The name prefix of the threads that store a checkpoint's parts."""
 
 
 
@@ -118,13 +124,15 @@ class _Manifest(BaseModel):
     parts: list[_PackedPart] = []
 
 
-def _read_exact(stream: BinaryIO, size: int) -> Iterator[bytes]:
-    remaining = size
-    while remaining:
-        chunk = stream.read(min(remaining, 1 << 20))
+def _read_range(fd: int, offset: int, size: int) -> Iterator[bytes]:
+    """``size`` bytes of the file ``fd`` from ``offset``, a chunk at a time (positioned reads:
+    several parts are read from one spool at once)."""
+    end = offset + size
+    while offset < end:
+        chunk = os.pread(fd, min(end - offset, CHUNK), offset)
         if not chunk:
             raise CheckpointError("the sandbox's checkpoint output ended early")
-        remaining -= len(chunk)
+        offset += len(chunk)
         yield chunk
 
 
@@ -250,36 +258,53 @@ class Checkpointer:
             verified=manifest.checked,
             wrapped_key=wrapped,
         )
-        stored: list[str] = []
+        stored = [part_key(target.session_id, checkpoint.id, p.name) for p in manifest.parts]
         try:
-            parts = []
-            for packed in manifest.parts:
-                part = self.parts.put(
-                    target.session_id,
-                    checkpoint.id,
-                    packed.name,
-                    data_key,
-                    _read_exact(spool, packed.size),
-                )
-                stored.append(part.key)
-                parts.append(
-                    CheckpointPart(
-                        name=packed.name,
-                        size=part.size,
-                        stored_size=part.stored_size,
-                        compression=packed.compression,
-                        sha256=part.sha256,
-                    )
-                )
-            if spool.read(1):
-                raise CheckpointError("the sandbox's checkpoint output has trailing bytes")
-            checkpoint.parts = parts
+            checkpoint.parts = self._store_parts(target, checkpoint.id, data_key, manifest, spool)
         except BaseException as exc:
             self._abandon(target, stored, exc)
         recorded = self._record(target, checkpoint, stored)
         for old in recorded:
             self._delete_quietly(old)
         return checkpoint.model_copy(update={"version": 1})
+
+    def _store_parts(
+        self,
+        target: CheckpointTarget,
+        checkpoint_id: str,
+        data_key: bytes,
+        manifest: _Manifest,
+        spool: BinaryIO,
+    ) -> list[CheckpointPart]:
+        """Seal and store every part of the spooled output, side by side: each part is read
+        from its own offset, and one part's writes (and, on disk, its flush to stable storage)
+        overlap the others'. Raises the first failure once every part has ended (then some
+        may be stored: the caller deletes them all), and CheckpointError before storing
+        anything when the output is shorter or longer than the manifest says."""
+        start = spool.tell()
+        offsets, end = [], start
+        for packed in manifest.parts:
+            offsets.append(end)
+            end += packed.size
+        received = os.fstat(spool.fileno()).st_size
+        if received < end:
+            raise CheckpointError("the sandbox's checkpoint output ended early")
+        if received > end:
+            raise CheckpointError("the sandbox's checkpoint output has trailing bytes")
+
+        def store(packed: _PackedPart, offset: int) -> CheckpointPart:
+            chunks = _read_range(spool.fileno(), offset, packed.size)
+            part = self.parts.put(target.session_id, checkpoint_id, packed.name, data_key, chunks)
+            return CheckpointPart(name=packed.name, size=part.size, stored_size=part.stored_size,
+                                  compression=packed.compression, sha256=part.sha256)  # fmt: skip
+
+        workers = max(1, min(len(manifest.parts), _PARTS_AT_ONCE))
+        with ThreadPoolExecutor(workers, thread_name_prefix=PART_THREADS) as pool:
+            futures = [pool.submit(store, p, o) for p, o in zip(manifest.parts, offsets)]
+        for future in futures:
+            if (failure := future.exception()) is not None:
+                raise failure
+        return [future.result() for future in futures]
 
     def _record(
         self, target: CheckpointTarget, checkpoint: Checkpoint, stored: list[str]
@@ -322,7 +347,8 @@ class Checkpointer:
         return []
 
     def _abandon(self, target: CheckpointTarget, stored: list[str], exc: BaseException) -> NoReturn:
-        """Delete the parts stored so far and raise: hangar errors as CheckpointError."""
+        """Delete the checkpoint's parts (keys ``stored``, whichever of them were written) and
+        raise: hangar errors as CheckpointError."""
         self._discard(stored)
         if isinstance(exc, HangarError) and not isinstance(exc, CheckpointError):
             raise CheckpointError(

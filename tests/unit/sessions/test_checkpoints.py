@@ -7,14 +7,14 @@ from collections.abc import Callable
 import json
 import tarfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 
 from hangar.blobs.local import LocalBlobs
 from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
-from hangar.errors import CheckpointError, NoUsableCheckpoint, UnsafeArchive
+from hangar.errors import BackendError, CheckpointError, NoUsableCheckpoint, UnsafeArchive
 from hangar.keys.local import LocalKeys
 from hangar.models import Checkpoint, CheckpointReason
 from hangar.sandboxes import SandboxInfo
@@ -588,3 +588,51 @@ def test_sandbox_output_past_the_cap_fails_the_checkpoint_and_stores_nothing(
     checkpoint = engine.take(sandbox, workspace)
     assert checkpoint.part("untracked.tar.zst") is None
     assert any(w.startswith("untracked.tar.zst skipped") for w in checkpoint.warnings)
+
+
+@pytest.mark.parametrize("change", ["cut short", "longer"])
+def test_output_that_disagrees_with_its_manifest_fails_the_checkpoint_and_stores_nothing(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, TURN_ONE)
+    exec_ = engine.sandboxes.exec
+
+    def altered(*args: Any, stdout: BinaryIO | None = None, **kwargs: Any) -> Any:
+        """The sandbox's answer, with its last byte dropped or one byte more."""
+        spool = io.BytesIO()
+        result = exec_(*args, stdout=spool, **kwargs)
+        data = spool.getvalue()
+        assert stdout is not None
+        stdout.write(data[:-1] if change == "cut short" else data + b"x")
+        return result
+
+    monkeypatch.setattr(engine.sandboxes, "exec", altered)
+    message = "ended early" if change == "cut short" else "trailing bytes"
+    with pytest.raises(CheckpointError, match=message):
+        engine.checkpointer.take(engine.target(sandbox, workspace), CheckpointReason.TURN)
+    assert engine.blobs.list() == []
+    assert engine.db.list_checkpoints(engine.session.id) == []
+
+
+def test_a_part_that_fails_to_store_deletes_the_parts_stored_beside_it(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, TURN_ONE)
+    put = engine.blobs.put
+    stored: list[str] = []
+
+    def failing(key: str, data: Any, **kwargs: Any) -> int:
+        if key.endswith("/wip.patch"):
+            raise BackendError("the store is full")
+        size = put(key, data, **kwargs)
+        stored.append(key)
+        return size
+
+    monkeypatch.setattr(engine.blobs, "put", failing)
+    with pytest.raises(CheckpointError, match="the store is full"):
+        engine.checkpointer.take(engine.target(sandbox, workspace), CheckpointReason.TURN)
+    assert len(stored) >= 3, "the other parts were stored, side by side"
+    assert engine.blobs.list() == []
+    assert engine.db.list_checkpoints(engine.session.id) == []

@@ -34,6 +34,7 @@ from hangar.harnesses import runs
 from hangar.keys.local import LocalKeys
 from hangar.models import SessionState as S, TurnOutcome, utcnow
 from hangar.sandboxes.local import LocalSandboxes
+from hangar.sessions.checkpoints import PART_THREADS
 from hangar.sessions.service import SessionService
 from hangar.sessions.turns import MAX_FINISH_TRIES
 from tests.unit.sessions.world import STANDIN, FakeTicks
@@ -81,29 +82,36 @@ def call_site() -> tuple[tuple[str, int], ...]:
 
 class Fuse:
     """Numbers the distinct changes the flow makes through the ports it wraps (on the flow's own
-    thread: a lease keeper's renewals come and go with time), a change being its call site and
-    the call site of the change before it, and blows before the first change numbered ``at``."""
+    thread and those storing a checkpoint's parts for it: a lease keeper's renewals come and go
+    with time), a change being its call site and the call site of the change before it, and
+    blows before the first change numbered ``at``."""
 
     def __init__(self, at: int | None) -> None:
         self.at = at
         self.seen: dict[tuple[Any, ...], int] = {}
         self.last: tuple[Any, ...] = ()
         self.thread = threading.get_ident()
+        self.lock = threading.Lock()
+
+    def counts(self) -> bool:
+        return (threading.get_ident() == self.thread
+                or threading.current_thread().name.startswith(PART_THREADS))  # fmt: skip
 
     @property
     def count(self) -> int:
         return len(self.seen)
 
     def tick(self, port: str, name: str, args: tuple[Any, ...]) -> None:
-        if threading.get_ident() != self.thread or only_reads(port, name, args):
+        if not self.counts() or only_reads(port, name, args):
             return
         site = (port, name, call_site())
-        change, self.last = (self.last, site), site
-        if change in self.seen:
-            return
-        self.seen[change] = len(self.seen) + 1
-        if self.at is not None and self.count == self.at:
-            raise Crash(f"crashed before change {self.count}: {name} at {site[2][:1]}")
+        with self.lock:
+            change, self.last = (self.last, site), site
+            if change in self.seen:
+                return
+            self.seen[change] = len(self.seen) + 1
+            if self.at is not None and self.count == self.at:
+                raise Crash(f"crashed before change {self.count}: {name} at {site[2][:1]}")
 
 
 class Faulty:
