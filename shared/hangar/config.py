@@ -134,6 +134,9 @@ class Settings(BaseModel):
     sandbox_limits: Literal["auto", "cgroup", "rlimit"] = Field(
         "auto", description="How the agent's limits are enforced: auto, cgroup or rlimit"
     )
+    max_message_kb: int = Field(
+        1024, ge=1, le=16384, description="The largest message of a new or a send, in KiB of "
+        "UTF-8; larger ones get 413 message_too_large with nothing started")
     max_body_mb: float = Field(
         32, gt=0, le=1024, description="The largest request body the API reads, in MiB (Cloud "
         "Run's own request limit is 32); larger ones get 413 before they are read",

@@ -14,6 +14,7 @@ once shipped; messages may.
     │   ├── InvalidSchema               invalid_schema      400
     │   └── InvalidContext              invalid_context     400
     ├── PayloadTooLarge                 payload_too_large   413
+    ├── MessageTooLarge                 message_too_large   413
     ├── Unauthorized                    unauthorized        401
     ├── Forbidden                       forbidden           403
     ├── NotFound                        not_found           404
@@ -114,6 +115,14 @@ class PayloadTooLarge(HangarError):
     read."""
 
     code = "payload_too_large"
+    status = 413
+
+
+class MessageTooLarge(HangarError):
+    """A message over ``HANGAR_MAX_MESSAGE_KB`` (counted in UTF-8 bytes), refused at the request
+    with nothing started."""
+
+    code = "message_too_large"
     status = 413
 
 

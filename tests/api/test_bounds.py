@@ -20,7 +20,7 @@ from hangar.config import Settings
 from hangar.models import SessionState
 from hangar.runtime import Runtime
 from hangar.testing.db import make_session
-from tests.api.conftest import add_env, new_session, wait_turn
+from tests.api.conftest import add_env, new_session, standin_harnesses, wait_turn
 
 
 def refused(response: Any, code: str = "invalid_input", status: int = 400) -> dict[str, Any]:
@@ -244,3 +244,38 @@ def test_a_declared_oversize_body_is_refused_without_reading_a_byte() -> None:
     body = json.loads(sent[1]["body"])
     assert body["error"]["code"] == "payload_too_large" and "314572800 bytes" in (
         body["error"]["message"])  # fmt: skip
+
+
+@pytest.fixture
+def message_api(tmp_path: Path) -> Iterator[tuple[TestClient, Runtime]]:
+    """A running API (the Antigravity stand-in as its agent) whose messages are capped at 2 KiB."""
+    runtime = Runtime(Settings.build(data_dir=tmp_path / "data", max_message_kb=2,
+                                     harness_dir=standin_harnesses(tmp_path / "harnesses")))
+    runtime.start()
+    token_file = runtime.settings.data_dir / "admin-token"
+    ensure_admin_token(runtime.db, token_file)
+    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = f"Bearer {token_file.read_text().strip()}"
+        yield client, runtime
+    runtime.close()
+    for info in runtime.sandboxes.list():
+        runtime.sandboxes.destroy(info.id, hooks=False)
+
+
+@pytest.mark.sandbox
+def test_a_message_one_byte_over_the_limit_gets_413_and_starts_nothing(
+    message_api: tuple[TestClient, Runtime], remote: Path
+) -> None:
+    api, runtime = message_api
+    add_env(api, remote)
+    over = "é" * 1024 + "x"  # 2,049 bytes of UTF-8 in 1,025 characters: bytes are counted
+    body = {"name": "demo", "message": over, "env": "app", "harness": "antigravity"}
+    error = refused(api.post("/api/sessions", json=body), "message_too_large", 413)
+    assert "HANGAR_MAX_MESSAGE_KB" in error["message"] and error["limit"] == 2048
+    assert error["size"] == 2049
+    assert runtime.db.list_sessions() == [] and runtime.sandboxes.list() == []
+    new_session(api, "demo", "- a message at the limit " + "x" * (2048 - 25))
+    wait_turn(api, "demo", 1)
+    before = api.get("/api/sessions/demo").json()
+    refused(api.post("/api/sessions/demo/send", json={"message": over}), "message_too_large", 413)
+    assert api.get("/api/sessions/demo").json() == before

@@ -3,6 +3,7 @@ the admin token's file, and a session's life driven the way a person would."""
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import stat
@@ -346,3 +347,32 @@ def test_session_list_keeps_only_the_state_and_the_name_prefix_asked_for_on_ever
     code, _, err = cli("session", "list", "--prefix", "x" * 65)
     assert code == 1 and "prefix" in one_error_line(err, "invalid_input")
     assert STATES == tuple(state.value for state in SessionState)
+
+
+def test_a_message_comes_from_standard_input_or_a_file_as_written(
+    server: Server, cli: Cli, remote: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert cli("env", "add", "app", "--repo", str(remote), *identity())[0] == 0
+    message = "- fix the typo\n" + "- and the next one, «quoted» `$(x)`\n" * 3000  # ~110 KB
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(message.encode())))
+    code, out, err = cli("session", "new", "demo", "-", "--env", "app", "--harness",
+                         "antigravity", "-w")  # fmt: skip
+    assert code == 0, err
+    assert "the task began with: - fix the typo" in out
+    file = tmp_path / "message.txt"
+    file.write_bytes(b"--help\r\n\n")
+    code, out, err = cli("session", "send", "demo", "--message-file", str(file), "-w")
+    assert code == 0, err
+    code, out, _ = cli("session", "get", "demo", "--json")
+    turns = json.loads(out)["turns"]
+    assert [t["message"] for t in turns] == [message, "--help\r\n\n"]
+    assert [t["outcome"] for t in turns] == ["exited", "exited"]
+
+    code, _, err = cli("session", "send", "demo", "x" * (121 << 10))
+    assert code != 0 and "what the antigravity CLI can be given" in one_error_line(
+        err, "message_too_large")  # fmt: skip
+    code, _, err = cli("session", "send", "demo", "hi", "--message-file", str(file))
+    assert code != 0 and "not both" in err
+    code, _, err = cli("session", "send", "demo")
+    assert code != 0 and "--message-file" in err
+    assert len(json.loads(cli("session", "get", "demo", "--json")[1])["turns"]) == 2

@@ -2,7 +2,7 @@
 """A scripted stand-in for the Antigravity CLI (``agy``), which cannot be installed here.
 
 It implements the interface hangar assumes (see hangar/harnesses/antigravity.py): ``agy -p
-PROMPT --output-format stream-json [--conversation ID] [--model M]``; conversations in
+--output-format stream-json [--conversation ID] [--model M] -- PROMPT``; conversations in
 ``~/.gemini/antigravity-cli/conversations/<id>.db`` (SQLite); an ``init`` event first; an
 unknown id silently starts a new conversation. Its reply says how much history it saw.
 Test knobs: AGY_STANDIN_EXIT=N exits N after a message on stderr; AGY_STANDIN_NO_INIT=1 leaves
@@ -28,11 +28,16 @@ import uuid
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="agy")
-    parser.add_argument("-p", dest="prompt")
+    parser.add_argument("-p", dest="print", action="store_true")
     parser.add_argument("--output-format", default="text")
     parser.add_argument("--conversation")
     parser.add_argument("--model")
+    parser.add_argument("prompt", nargs="?")
     args = parser.parse_args()
+    if args.print and args.prompt is None:
+        parser.error("-p needs a prompt")
+    if not args.print:
+        args.prompt = None
     if os.environ.get("AGY_STANDIN_EXIT"):
         sys.stderr.write("agy: the model service refused the request\n")
         return int(os.environ["AGY_STANDIN_EXIT"])

@@ -5,6 +5,8 @@ RUN_DIR (hangar's, out of the agent's reach) holds, written by the control plane
 
     spec.json   {"argv": [...], "cwd": "..."}: the command and where it runs
     env.json    its variables and secrets (mode 0600); read and removed before it starts
+    stdin       what the command reads on its standard input (mode 0600; a turn's message),
+                opened and removed before it starts; without it the input is /dev/null
 
 and, written here::
 
@@ -78,7 +80,19 @@ def become_agent(identity):
         raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS)")
 
 
-def start_child(run, spec, env, identity, log, err):
+def open_input(run):
+    """The run's input file opened for reading and removed (the command keeps the descriptor,
+    nobody can read it from the folder after), or /dev/null."""
+    path = os.path.join(run, "stdin")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return os.open(os.devnull, os.O_RDONLY)
+    os.unlink(path)
+    return fd
+
+
+def start_child(run, spec, env, identity, log, err, stdin):
     child = os.fork()
     if child:
         return child
@@ -92,8 +106,7 @@ def start_child(run, spec, env, identity, log, err):
         else:
             base.update(HOME=os.environ.get("HOME", "/root"), PATH=os.environ.get("PATH", ""))
         os.chdir(spec["cwd"])
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
+        os.dup2(stdin, 0)
         os.dup2(log, 1)
         os.dup2(err, 2)
         argv = spec["argv"]
@@ -142,6 +155,7 @@ def supervise(run, started_w):
     spec = read_json(os.path.join(run, "spec.json"))
     env = read_json(os.path.join(run, "env.json"), remove=True) or {}
     identity = read_json(IDENTITY)
+    stdin = open_input(run)
     log = os.open(os.path.join(run, "log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     err = os.open(os.path.join(run, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     # Every file of ours is made before the command runs: a command that uses up the disk's
@@ -157,7 +171,8 @@ def supervise(run, started_w):
         kill_run(child)
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    child = start_child(run, spec, env, identity, log, err)
+    child = start_child(run, spec, env, identity, log, err, stdin)
+    os.close(stdin)
     os.close(log)
     os.close(err)
     os.write(pid_fd, b"%d %d\n" % (os.getpid(), child))

@@ -66,6 +66,13 @@ def _switch(p: argparse.ArgumentParser) -> None:
                    "unless given)")  # fmt: skip
 
 
+def _message(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("message", nargs="?",
+                        help="what to ask (- reads it from standard input; after -- it may "
+                        "start with a dash)")  # fmt: skip
+    parser.add_argument("--message-file", metavar="PATH", help="read the message from PATH")
+
+
 def _schema(p: argparse.ArgumentParser, default: str = "") -> None:
     p.add_argument("--schema", metavar="FILE", help="a JSON Schema file the turn's result must "
                    "match (the agent is asked for it; shown after the summary)" + default)
@@ -141,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = ses.add_subparsers(dest="action", required=True, metavar="ACTION")
     new = cmd.add_parser("new", help="create a session and start its first turn")
     new.add_argument("name")
-    new.add_argument("message")
+    _message(new)
     new.add_argument("--env", required=True)
     new.add_argument("--harness", default="claude", choices=HARNESSES, help="default claude")
     new.add_argument("--model")
@@ -165,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     _json(get)
     send = cmd.add_parser("send", help="start the next turn (resuming a suspended session)")
     send.add_argument("name")
-    send.add_argument("message")
+    _message(send)
     _switch(send)
     _schema(send, "; default: the session's")
     _context(send)

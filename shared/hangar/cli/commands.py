@@ -160,14 +160,14 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     a = args.action
     path = session_path(getattr(args, "name", ""))
     if a == "new":
-        body = {"name": args.name, "message": args.message, "env": args.env,
+        body = {"name": args.name, "message": _message(args), "env": args.env,
                 "harness": args.harness, "model": args.model, "title": args.title,
                 "idle_minutes": args.idle, "output_schema": _schema(args.schema),
                 "context": context_items(api, args)}  # fmt: skip
         started = api.call("POST", "/api/sessions", body)
         return _started(api, args, args.name, started)
     if a == "send":
-        body = {"message": args.message, "harness": args.harness, "model": args.model,
+        body = {"message": _message(args), "harness": args.harness, "model": args.model,
                 "output_schema": _schema(args.schema), "context": context_items(api, args)}  # fmt: skip
         started = api.call("POST", f"{path}/send", body)
         return _started(api, args, args.name, started)
@@ -236,6 +236,32 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     from hangar.cli.terminal import terminal
 
     return terminal(api, args.name, mode="agent" if agent else "shell")
+
+
+def _message(args: argparse.Namespace) -> str:
+    """The message: the argument, standard input for ``-``, or ``--message-file``'s contents,
+    as they are (the server checks its size); UsageError when none or two are given, or the
+    file cannot be read as UTF-8."""
+    if args.message_file is not None:
+        if args.message is not None:
+            raise UsageError("give the message or --message-file, not both")
+        try:
+            with open(args.message_file, encoding="utf-8", newline="") as f:
+                return f.read()
+        except OSError as exc:
+            raise UsageError(f"--message-file: cannot read {args.message_file}: "
+                             f"{exc.strerror}") from None  # fmt: skip
+        except UnicodeDecodeError:
+            raise UsageError(f"--message-file: {args.message_file} is not UTF-8 text") from None
+    if args.message == "-":
+        try:
+            return sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise UsageError("the message on standard input is not UTF-8 text") from None
+    if args.message is None:
+        raise UsageError("a message is needed: the text, - for standard input, or "
+                         "--message-file PATH")  # fmt: skip
+    return str(args.message)
 
 
 def _schema(path: str | None) -> Any:

@@ -51,10 +51,13 @@ class TurnSpec:
 
 @dataclass(frozen=True)
 class Invocation:
-    """The command for a turn: ``argv`` with ``env`` added to the turn's environment."""
+    """The command for a turn: ``argv`` with ``env`` added to the turn's environment, reading
+    ``stdin`` (the turn's message, which is never an argument: a message that starts with a
+    dash would be taken for an option, and one argument is at most 128 KiB)."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    stdin: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class Harness(Protocol):
     conversation_dirs: tuple[str, ...]
     can_resume: bool
     can_fork: bool
+    max_message_bytes: int | None
+    """The largest message the CLI can be given (None: no limit of its own)."""
 
     def command(self, spec: TurnSpec) -> Invocation:
         """The command for ``spec``; raises HarnessError for a request it cannot honour."""

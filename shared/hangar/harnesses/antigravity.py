@@ -2,7 +2,9 @@
 the spec and the interface pinned in the project's issue, and is tested against a scripted
 stand-in of that interface only.
 
-Assumed interface: a turn is ``agy -p PROMPT --output-format stream-json``, resumed with
+Assumed interface: a turn is ``agy -p --output-format stream-json -- PROMPT`` (the message after
+``--``, so that one starting with a dash is not an option; one argument holds at most 128 KiB),
+resumed with
 ``--conversation ID``; the first event is ``{"type": "init", "conversation_id": ID, ...}``;
 assistant text arrives as ``{"type": "message", "role": "assistant", "content": ...}`` events and
 a closing ``{"type": "result", "result": TEXT, "usage": {...}}``. Conversations live in
@@ -33,6 +35,9 @@ class Antigravity:
     conversation_dirs: tuple[str, ...] = (".gemini/antigravity-cli/conversations",)
     can_resume = True
     can_fork = False
+    # One argument holds at most 128 KiB (MAX_ARG_STRLEN); hangar's notes on a prompt (the
+    # exchange, a handoff) take the rest.
+    max_message_bytes: int | None = 120 << 10
 
     def command(self, spec: TurnSpec) -> Invocation:
         if spec.fork_from:
@@ -40,12 +45,12 @@ class Antigravity:
                 "antigravity cannot fork a conversation; start a new one with a handoff prompt",
                 harness=self.name,
             )
-        argv = [self.binary, "-p", spec.prompt, "--output-format", "stream-json"]
+        argv = [self.binary, "-p", "--output-format", "stream-json"]
         if spec.model:
             argv += ["--model", spec.model]
         if spec.conversation_id:
             argv += ["--conversation", spec.conversation_id]
-        return Invocation(argv=argv)
+        return Invocation(argv=[*argv, "--", spec.prompt])
 
     def interactive(self, spec: TurnSpec) -> Invocation:
         argv = [self.binary, "--conversation", conversation_of(self, spec)]

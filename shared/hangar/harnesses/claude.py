@@ -1,4 +1,5 @@
-"""Claude Code (``claude``): ``-p`` turns with ``--output-format stream-json``.
+"""Claude Code (``claude``): ``-p`` turns with ``--output-format stream-json``, the message read
+from standard input (with no prompt argument, ``-p`` reads it byte for byte).
 
 A first turn names its conversation with ``--session-id UUID`` (hangar picks it); later turns
 ``--resume UUID``; a fork resumes the original with ``--fork-session`` and names the branch with
@@ -38,9 +39,10 @@ class ClaudeCode:
     conversation_dirs: tuple[str, ...] = (".claude/projects",)
     can_resume = True
     can_fork = True
+    max_message_bytes: int | None = None
 
     def command(self, spec: TurnSpec) -> Invocation:
-        argv = [self.binary, "-p", spec.prompt, "--output-format", "stream-json", "--verbose"]
+        argv = [self.binary, "-p", "--output-format", "stream-json", "--verbose"]
         argv.append("--dangerously-skip-permissions")
         if spec.model:
             argv += ["--model", spec.model]
@@ -50,7 +52,7 @@ class ClaudeCode:
             argv += ["--resume", spec.fork_from, "--fork-session", "--session-id", self._id(spec)]
         else:
             argv += ["--session-id", self._id(spec)]
-        return Invocation(argv=argv, env=dict(_ENV))
+        return Invocation(argv=argv, env=dict(_ENV), stdin=spec.prompt.encode())
 
     def interactive(self, spec: TurnSpec) -> Invocation:
         argv = [self.binary, "--resume", conversation_of(self, spec)]

@@ -1,6 +1,7 @@
 """Codex (``codex exec --json``).
 
-A first turn is a plain ``codex exec``; its conversation id is the ``thread_id`` of the first
+A first turn is a plain ``codex exec``, its message read from standard input (the prompt
+argument ``-``); its conversation id is the ``thread_id`` of the first
 JSON line. Later turns are ``codex exec resume ID``; a fork is ``codex exec fork ID`` (a new
 thread id). Approvals and Codex's own sandbox are off
 (``--dangerously-bypass-approvals-and-sandbox``): the hangar sandbox is the boundary. Only the
@@ -36,6 +37,7 @@ class Codex:
     conversation_dirs: tuple[str, ...] = (".codex/sessions",)
     can_resume = True
     can_fork = True
+    max_message_bytes: int | None = None
 
     def command(self, spec: TurnSpec) -> Invocation:
         argv = [self.binary, "exec", "--json", "--skip-git-repo-check"]
@@ -45,8 +47,8 @@ class Codex:
             argv += ["resume", spec.conversation_id]
         elif spec.fork_from:
             argv += ["fork", spec.fork_from]
-        argv += ["--", spec.prompt]
-        return Invocation(argv=argv)
+        argv.append("-")
+        return Invocation(argv=argv, stdin=spec.prompt.encode())
 
     def interactive(self, spec: TurnSpec) -> Invocation:
         conversation = conversation_of(self, spec)

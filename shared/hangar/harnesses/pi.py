@@ -1,4 +1,5 @@
-"""pi (``pi -p --mode json``).
+"""pi (``pi -p --mode json``), the message read from standard input. This release trims what it
+reads there (leading and trailing blank space is lost; the rest arrives as sent).
 
 This release has no ``--session-id``: the conversation id is the ``id`` of the first JSON line
 (``{"type": "session", ...}``); later turns pass ``--session ID`` (an unknown id fails loudly)
@@ -32,6 +33,7 @@ class Pi:
     conversation_dirs: tuple[str, ...] = (".pi/agent/sessions",)
     can_resume = True
     can_fork = True
+    max_message_bytes: int | None = None
 
     def command(self, spec: TurnSpec) -> Invocation:
         argv = [self.binary, "-p", "--mode", "json", *_model(spec)]
@@ -39,8 +41,7 @@ class Pi:
             argv += ["--session", spec.conversation_id]
         elif spec.fork_from:
             argv += ["--fork", spec.fork_from]
-        argv.append(spec.prompt)
-        return Invocation(argv=argv, env={"PI_OFFLINE": "1"})
+        return Invocation(argv=argv, env={"PI_OFFLINE": "1"}, stdin=spec.prompt.encode())
 
     def interactive(self, spec: TurnSpec) -> Invocation:
         argv = [self.binary, *_model(spec), "--session", conversation_of(self, spec)]

@@ -8,6 +8,7 @@ so never in a checkpoint::
 
     spec.json   the command and its working folder
     env.json    the run's variables and secrets (mode 0600), removed before the command starts
+    stdin       what the command reads on its standard input (mode 0600), removed likewise
     log         the command's standard output (its JSON events): the run log
     stderr      its standard error
     exit        its exit status, written (atomically) only when it has ended
@@ -15,7 +16,8 @@ so never in a checkpoint::
 
 :func:`start_run` returns as soon as the command runs, as the agent. :func:`read_run` reads the
 log from a byte cursor, so a caller that went away (a restarted control plane) catches up from
-where it stopped. The environment reaches that command only, never a command line.
+where it stopped. The environment and the input (a turn's message) reach that command only,
+never a command line.
 """
 
 from __future__ import annotations
@@ -65,10 +67,12 @@ def start_run(
     *,
     cwd: str,
     env: Mapping[str, str],
+    stdin: bytes | None = None,
 ) -> None:
     """Start ``argv`` detached in the sandbox, as the agent, with ``env`` (variables and
-    secrets) for this run only. Returns once it runs. SandboxError if it cannot be started (the
-    env file is removed)."""
+    secrets) for this run only and ``stdin`` as its standard input (else /dev/null). Returns
+    once it runs. SandboxError if it cannot be started (the env and input files are
+    removed)."""
     folder = run_dir(run_id)
     bad = [k for k in env if not _ENV_NAME.match(k)]
     if bad:
@@ -76,11 +80,14 @@ def start_run(
     spec = {"argv": list(argv), "cwd": cwd}
     sandboxes.put_file(sandbox_id, f"{folder}/env.json", json.dumps(dict(env)).encode(),
                        mode=0o600, user=HANGAR)  # fmt: skip
+    if stdin is not None:
+        sandboxes.put_file(sandbox_id, f"{folder}/stdin", stdin, mode=0o600, user=HANGAR)
     sandboxes.put_file(sandbox_id, f"{folder}/spec.json", json.dumps(spec).encode(), mode=0o600,
                        user=HANGAR)  # fmt: skip
     started = sandboxes.exec(sandbox_id, agent.command("run", folder), user=HANGAR)
     if not started.ok:
-        sandboxes.exec(sandbox_id, ["rm", "-f", f"{folder}/env.json"], user=HANGAR)
+        sandboxes.exec(sandbox_id, ["rm", "-f", f"{folder}/env.json", f"{folder}/stdin"],
+                       user=HANGAR)  # fmt: skip
         raise SandboxError(
             f"could not start run {run_id}: {started.stderr.decode(errors='replace').strip()}",
             run_id=run_id,

@@ -17,7 +17,8 @@ def start_turn(
     invocation = harness.command(spec)
     write_home_files(sandboxes, sandbox_id, harness, spec)
     env = {**spec.env, **invocation.env}
-    start_run(sandboxes, sandbox_id, run_id, invocation.argv, cwd=spec.cwd, env=env)
+    start_run(sandboxes, sandbox_id, run_id, invocation.argv, cwd=spec.cwd, env=env,
+              stdin=invocation.stdin)  # fmt: skip
 
 
 def write_home_files(

@@ -38,6 +38,7 @@ from hangar.errors import (
     HangarError,
     InvalidInput,
     InvalidState,
+    MessageTooLarge,
     NotFound,
     SandboxError,
     SandboxNotFound,
@@ -229,7 +230,7 @@ class SessionService:
         check_name("session", name)
         get_harness(harness)
         environment = self.environments.require(env)
-        _check_message(message)
+        _check_message(message, self._message_limit(harness))
         schema = None if output_schema is None else check_schema(output_schema)
         minutes = 30 if idle_minutes is None else _check_idle(idle_minutes)
         self._startup.capacity.check()
@@ -252,6 +253,14 @@ class SessionService:
         self.context.settle(accepted)
         return Started(made, 1)
 
+    def _message_limit(self, harness: str) -> tuple[int, str]:
+        """The largest message a turn on ``harness`` takes, in bytes, and what sets it."""
+        most = self.settings.max_message_kb << 10
+        own = get_harness(harness).max_message_bytes
+        if own is not None and own < most:
+            return own, f"what the {harness} CLI can be given"
+        return most, "HANGAR_MAX_MESSAGE_KB"
+
     def send(self, ref: str, message: str, *, harness: str | None = None,
              model: str | None = None, output_schema: dict[str, Any] | None = None,
              context: Sequence[ContextItem] = ()) -> Started:  # fmt: skip
@@ -264,7 +273,7 @@ class SessionService:
         SessionBusy while someone talks to the agent in a terminal (a turn would write the
         same conversation). CapacityExhausted, nothing changed, when the session needs a
         sandbox and no place is left (so does :meth:`open`)."""
-        _check_message(message)
+        _check_message(message, self.settings.max_message_kb << 10)
         session = self.resolve(ref)
         if talking(session):
             raise SessionBusy(
@@ -273,6 +282,7 @@ class SessionService:
                 session=session.name,
             )  # fmt: skip
         changes = switch(session, harness, model)
+        _check_message(message, self._message_limit(changes.get("harness", session.harness)))
         if output_schema is not None:
             changes["output_schema"] = check_schema(output_schema)
         self.environments.require(session.environment)
@@ -604,9 +614,17 @@ def _title(message: str) -> str:
     return line if len(line) <= 60 else line[:57] + "..."
 
 
-def _check_message(message: str) -> None:
+def _check_message(message: str, limit: tuple[int, str] | int) -> None:
+    """InvalidInput for an empty message, MessageTooLarge for one over ``limit`` bytes of UTF-8
+    (it reaches the agent byte for byte, whatever it holds); ``limit`` may come with what
+    sets it."""
     if not message.strip():
         raise InvalidInput("the message is empty")
+    most, why = limit if isinstance(limit, tuple) else (limit, "HANGAR_MAX_MESSAGE_KB")
+    size = len(message.encode("utf-8", "surrogatepass"))
+    if size > most:
+        raise MessageTooLarge(f"the message is {size} bytes, over the limit of {most >> 10} KiB "
+                              f"({why})", size=size, limit=most)  # fmt: skip
 
 
 def _check_idle(minutes: float) -> float:

@@ -18,8 +18,8 @@ def lines(*events: dict[str, object]) -> bytes:
 def test_claude_names_new_conversations_resumes_them_and_forks_with_a_new_id() -> None:
     claude = get_harness("claude")
     first = claude.command(TurnSpec("do it", "/workspace/app", model="m", new_id="u1")).argv
-    assert first[:3] == ["claude", "-p", "do it"] and first[-2:] == ["--session-id", "u1"]
-    assert "--dangerously-skip-permissions" in first and ["--model", "m"] == first[7:9]
+    assert first[:2] == ["claude", "-p"] and first[-2:] == ["--session-id", "u1"]
+    assert "--dangerously-skip-permissions" in first and ["--model", "m"] == first[6:8]
     resumed = claude.command(TurnSpec("more", "/w", conversation_id="u1")).argv
     assert resumed[-2:] == ["--resume", "u1"]
     fork = claude.command(TurnSpec("fork", "/w", fork_from="u1", new_id="u2")).argv
@@ -35,10 +35,10 @@ def test_codex_resumes_and_forks_by_thread_and_points_at_a_custom_endpoint() -> 
     argv = codex.command(TurnSpec("go", "/w", model="gpt-5-codex", conversation_id="t1", env=env)).argv
     assert argv[:3] == ["codex", "exec", "--json"]
     assert "--dangerously-bypass-approvals-and-sandbox" in argv
-    assert argv[-4:] == ["resume", "t1", "--", "go"]
+    assert argv[-3:] == ["resume", "t1", "-"]
     assert 'model_provider="hangar"' in argv
     assert any('base_url = "http://127.0.0.1:9/v1"' in a for a in argv)
-    assert codex.command(TurnSpec("go", "/w", fork_from="t1")).argv[-4:] == ["fork", "t1", "--", "go"]
+    assert codex.command(TurnSpec("go", "/w", fork_from="t1")).argv[-3:] == ["fork", "t1", "-"]
 
 
 def test_pi_resumes_by_session_forks_and_declares_a_provider_for_a_custom_endpoint() -> None:
@@ -46,7 +46,7 @@ def test_pi_resumes_by_session_forks_and_declares_a_provider_for_a_custom_endpoi
     env = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
     spec = TurnSpec("go", "/w", model="m1", conversation_id="p1", env=env)
     assert pi.command(spec).argv == ["pi", "-p", "--mode", "json", "--model", "hangar/m1",
-                                     "--session", "p1", "go"]  # fmt: skip
+                                     "--session", "p1"]  # fmt: skip
     models = json.loads(pi.home_files(spec)[".pi/agent/models.json"])
     assert models["providers"]["hangar"]["baseUrl"] == "http://127.0.0.1:9/v1"
     assert models["providers"]["hangar"]["models"][0]["id"] == "m1"
@@ -222,3 +222,14 @@ def test_codex_gets_the_repo_folder_trusted_so_its_interactive_resume_asks_nothi
     files = get_harness("codex").home_files(TurnSpec("go", '/workspace/my "app"'))
     config = tomllib.loads(files[".codex/config.toml"])
     assert config == {"projects": {'/workspace/my "app"': {"trust_level": "trusted"}}}
+
+
+@pytest.mark.parametrize("name", ["claude", "codex", "pi", "antigravity"])
+@pytest.mark.parametrize("message", ["- fix the typo", "--help", "-p", "x" * (200 << 10)])
+def test_a_message_is_never_an_option_nor_an_argument_over_128_kib(name: str, message: str) -> None:
+    invocation = get_harness(name).command(TurnSpec(message, "/w", new_id="u1", model="m"))
+    other = get_harness(name).command(TurnSpec("other", "/w", new_id="u1", model="m"))
+    if invocation.stdin is not None:  # read from standard input, byte for byte
+        assert invocation.stdin == message.encode() and invocation.argv == other.argv
+    else:  # Antigravity: after "--", where no option is looked for (unverified CLI)
+        assert name == "antigravity" and invocation.argv[-2:] == ["--", message]
