@@ -102,7 +102,7 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
             assert line is not None, b"".join(server.output).decode()
             server.output.append(line)
             if b"serving http://" in line:
-                server.url = line.split(b"serving ", 1)[1].split(b"/api")[0].decode()
+                server.url = line.split(b"serving ", 1)[1].split()[0].decode()
         for name in [k for k in os.environ if k.startswith("HANGAR_")]:
             monkeypatch.delenv(name)
         monkeypatch.setenv("HANGAR_URL", server.url)

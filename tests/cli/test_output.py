@@ -45,7 +45,36 @@ def test_model_api_retries_show_with_their_reason_for_each_harness() -> None:
     assert describe_event(line(claude)) == "model API retry 2/10 in 1.2 s: HTTP 529: overloaded"
     assert describe_event(line(codex)) == (
         "model API: Reconnecting... waiting for network (Connection failed)")  # fmt: skip
-    assert describe_event(line(pi)) == "model API retry 1/3 in 2.0 s: Connection error."
+    assert describe_event(line(pi)) == (
+        "model API retry 1/3 in 2.0 s: Connection error. (no HTTP answer: refused, not found or "
+        "unreachable)")  # fmt: skip
+
+
+def test_a_model_api_retry_names_its_cause_not_unknown() -> None:
+    # As Claude Code 2.1.197, Codex 0.171.0 and pi 0.73.1 print them: nothing listening on the
+    # endpoint, then an endpoint answering 503 or 502.
+    claude_refused = {"type": "system", "subtype": "api_retry", "attempt": 10,
+                      "max_retries": 10, "retry_delay_ms": 32000.0, "error_status": None,
+                      "error": "unknown"}  # fmt: skip
+    claude_502 = {**claude_refused, "attempt": 1, "retry_delay_ms": 556.2,
+                  "error_status": 502, "error": "server_error"}  # fmt: skip
+    claude_401 = {**claude_502, "error_status": 401, "error": "authentication_failed"}
+    codex_503 = {"type": "error", "message": "Reconnecting... 1/5 (unexpected status 503 Service "
+                 "Unavailable: stub outage, url: http://127.0.0.1:8787/v1/responses)"}  # fmt: skip
+    pi_502 = {"type": "auto_retry_start", "attempt": 1, "maxAttempts": 3, "delayMs": 2000,
+              "errorMessage": "502 <html>bad gateway</html>"}  # fmt: skip
+    refused = describe_event(line(claude_refused)) or ""
+    assert refused.startswith("model API retry 10/10 in 32.0 s: no HTTP answer (connection "
+                              "refused, host unreachable or timed out")  # fmt: skip
+    assert "unknown" not in refused
+    assert describe_event(line(claude_502)) == (
+        "model API retry 1/10 in 0.6 s: HTTP 502: server error")  # fmt: skip
+    assert describe_event(line(claude_401)) == (
+        "model API retry 1/10 in 0.6 s: HTTP 401: authentication failed")  # fmt: skip
+    assert describe_event(line(codex_503)) == (
+        "model API retry 1/5: HTTP 503 Service Unavailable: stub outage")  # fmt: skip
+    assert describe_event(line(pi_502)) == (
+        "model API retry 1/3 in 2.0 s: HTTP 502: <html>bad gateway</html>")  # fmt: skip
 
 
 def test_the_agents_last_text_is_not_shown_again_when_it_is_the_summary(

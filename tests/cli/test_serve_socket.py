@@ -69,7 +69,7 @@ def _start(tmp_path: Path) -> Server:
             assert line is not None, b"".join(server.output).decode()
             server.output.append(line)
             if b"serving http://" in line:
-                server.url = line.split(b"serving ", 1)[1].split(b"/api")[0].decode()
+                server.url = line.split(b"serving ", 1)[1].split()[0].decode()
     except BaseException:
         server.stop()
         raise

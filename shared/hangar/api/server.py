@@ -23,7 +23,9 @@ import os
 import signal
 import socket
 import sys
+from pathlib import Path
 from types import FrameType
+from urllib.parse import urlsplit
 
 from hangar.api.auth import TOKEN_FILE, ensure_admin_token
 from hangar.api.ticks import PATH as TICKS_PATH
@@ -86,7 +88,6 @@ def serve(settings: Settings, host: str, port: int) -> int:
         raise InvalidSettings(f"cannot make the data folder {settings.data_dir}: "
                               f"{exc.strerror}", setting="HANGAR_DATA_DIR") from None  # fmt: skip
     bound_host, bound_port = sock.getsockname()[:2]
-    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     receive_ticks = settings.ticks.startswith("cloudtasks:") and not settings.ticks_url
     if receive_ticks:
         settings = settings.replace(ticks_url=_self_url(bound_host, bound_port) + TICKS_PATH)
@@ -109,7 +110,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
                                 timeout_graceful_shutdown=GRACE_SECONDS)  # fmt: skip
         server = uvicorn.Server(config)
         runtime.start()
-        _say(f"serving http://{shown}:{bound_port}/api (data in {settings.data_dir})")
+        _say(banner(bound_host, bound_port, settings.data_dir))
         # uvicorn stops on SIGINT/SIGTERM and then raises the signal again under the handler
         # it found: with these no-op handlers that ends run() instead of the process, so the
         # runtime below is closed.
@@ -124,6 +125,17 @@ def serve(settings: Settings, host: str, port: int) -> int:
         sock.close()
     _say("stopped")
     return 0
+
+
+def banner(host: str, port: int, data_dir: Path) -> str:
+    """The line said once the server is up. It starts ``serving URL``, the base URL the CLI
+    takes in ``HANGAR_URL`` and a browser opens (the REST API is under its ``/api``; a
+    wildcard bind is shown as loopback, which reaches it)."""
+    url = _self_url(host, port)
+    bound = f"[{host}]" if ":" in host else host
+    where = f", bound to {bound}:{port}" if urlsplit(url).hostname != host else ""
+    return (f"serving {url} (the CLI's HANGAR_URL; the dashboard at /, the REST API under "
+            f"/api{where}; data in {data_dir})")
 
 
 def _self_url(host: str, port: int) -> str:

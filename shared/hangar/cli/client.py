@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
@@ -25,11 +25,21 @@ def session_path(ref: str, action: str = "") -> str:
     return f"/api/sessions/{quote(ref, safe='')}" + (f"/{action}" if action else "")
 
 
+def base_url(url: str) -> str:
+    """The server's base URL from ``HANGAR_URL``: without a trailing slash, and without a
+    trailing ``/api``, which the API's paths carry themselves (an older ``hangar serve`` printed
+    ``http://HOST:PORT/api`` at start, and that URL taken as is made every call
+    ``/api/api/...``, a 404)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/").removesuffix("/api")))
+
+
 class Client:
-    """``token_hint`` is said when the server refuses a call made without a token."""
+    """``url`` is taken through :func:`base_url`. ``token_hint`` is said when the server
+    refuses a call made without a token."""
 
     def __init__(self, url: str, token: str | None, token_hint: str = "") -> None:
-        self.url = url.rstrip("/")
+        self.url = base_url(url)
         self.token = token
         self.token_hint = token_hint
         headers = {"Authorization": f"Bearer {token}"} if token else {}

@@ -5,6 +5,7 @@ Antigravity events). The CLI's ``-w`` and MCP's ``wait_for_turn`` show the same 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 
@@ -53,16 +54,21 @@ def describe_event(line: bytes) -> str | None:
 
 
 def _retry(event: dict[str, Any]) -> str | None:
-    """A model API retry or error event, said as ``model API ...`` (None for other events)."""
+    """A model API retry or error event, said as ``model API ...`` with its cause (None for
+    other events)."""
     kind = event.get("type")
     if kind == "system" and event.get("subtype") == "api_retry":  # Claude Code
-        status = f"HTTP {event['error_status']}: " if event.get("error_status") else ""
         return (f"model API retry {event.get('attempt')}/{event.get('max_retries')} in "
-                f"{_seconds(event.get('retry_delay_ms'))}: {status}{event.get('error')}")
+                f"{_seconds(event.get('retry_delay_ms'))}: {_claude_cause(event)}")
     if kind == "auto_retry_start":  # pi
         return (f"model API retry {event.get('attempt')}/{event.get('maxAttempts')} in "
-                f"{_seconds(event.get('delayMs'))}: {event.get('errorMessage')}")
+                f"{_seconds(event.get('delayMs'))}: {_pi_cause(event.get('errorMessage'))}")
     if kind == "error" and isinstance(event.get("message"), str):  # Codex
+        retry = _CODEX_RETRY.match(event["message"])
+        if retry:
+            cause = _CODEX_STATUS.sub(r"HTTP \1", retry["cause"], count=1)
+            return (f"model API retry {retry['attempt']}/{retry['of']}: "
+                    f"{one_line(_CODEX_URL.sub('', cause), 100)}")  # fmt: skip
         return f"model API: {one_line(event['message'], 100)}"
     if kind == "turn.failed":  # Codex
         error = event.get("error")
@@ -72,6 +78,44 @@ def _retry(event: dict[str, Any]) -> str | None:
     if kind == "message_end" and isinstance(message, dict) and message.get("errorMessage"):  # pi
         return f"model API error: {one_line(str(message['errorMessage']), 100)}"
     return None
+
+
+# Claude Code's category of a failed call that had an HTTP answer (its api_retry event's
+# "error"), in words; "unknown" with no status is a call that had none.
+_CLAUDE_CATEGORIES = {"overloaded": "overloaded", "rate_limit": "rate limited",
+                      "authentication_failed": "authentication failed",
+                      "server_error": "server error"}  # fmt: skip
+# Codex 0.171's retry events: "Reconnecting... 1/5 (unexpected status 503 Service Unavailable:
+# BODY, url: URL)"; the one that waits for the network has no count.
+_CODEX_RETRY = re.compile(
+    r"Reconnecting\.\.\. (?P<attempt>\d+)/(?P<of>\d+) \((?P<cause>.*)\)\Z", re.S)
+_CODEX_STATUS = re.compile(r"\Aunexpected status (\d{3}\b)")
+_CODEX_URL = re.compile(r", url: \S+\Z")
+# pi's errorMessage of an answer with an error status: "503 BODY".
+_PI_STATUS = re.compile(r"\A(\d{3}) ")
+
+
+def _claude_cause(event: dict[str, Any]) -> str:
+    """Why Claude Code retries. Its event carries the HTTP status and a category when the
+    endpoint answered; when it did not (connection refused, a host not found or unreachable, a
+    timeout), only ``"error": "unknown"`` and no status, and Claude Code names the cause in
+    the text it ends the turn with, after its last retry."""
+    status, category = event.get("error_status"), event.get("error")
+    if isinstance(status, int):
+        words = _CLAUDE_CATEGORIES.get(str(category))
+        return f"HTTP {status}: {words}" if words else f"HTTP {status}"
+    if category in (None, "unknown"):
+        return ("no HTTP answer (connection refused, host unreachable or timed out: Claude "
+                "Code says which after its last retry)")
+    return str(category)
+
+
+def _pi_cause(message: object) -> str:
+    """Why pi retries: its error message, the status of an HTTP answer said as one."""
+    text = one_line(str(message or "no reason given"), 100)
+    if text == "Connection error.":  # the OpenAI SDK's: no HTTP answer, not a timeout
+        return "Connection error. (no HTTP answer: refused, not found or unreachable)"
+    return _PI_STATUS.sub(r"HTTP \1: ", text, count=1)
 
 
 def _seconds(ms: object) -> str:

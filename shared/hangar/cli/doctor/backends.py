@@ -171,8 +171,10 @@ def _local_key_file(
                     "be listed: if checkpoints exist, put the key file back before hangar "
                     "starts")  # fmt: skip
     else:
-        report.line("INFO", f"{label}: {path} does not exist yet: hangar serve makes it on "
-                    "first start (back it up: every checkpoint needs it)")  # fmt: skip
+        report.line("INFO", f"{label}: {path} does not exist yet: hangar serve makes it the "
+                    "first time it seals something (an environment's secret, a turn's log, a "
+                    "checkpoint), not at start; back it up then: every checkpoint needs "
+                    "it")  # fmt: skip
     return False
 
 

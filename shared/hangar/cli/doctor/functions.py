@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hangar.cli.client import base_url
 from hangar.cli.doctor.backends import TASKS_QUEUE
 from hangar.cli.doctor.report import (
     ProbeTimeout,
@@ -154,7 +155,7 @@ def check_functions(
     if api is not None:
         exposure.api(api)
         urls = _urls(api)
-        if urls and settings.url.rstrip("/") not in urls:
+        if urls and base_url(settings.url) not in urls:
             report.line("INFO", f"the CLI talks to HANGAR_URL {settings.url}, not to "
                         f"{_short(api)} (set HANGAR_URL={api.uri} to use the "
                         "functions)")  # fmt: skip

@@ -23,6 +23,9 @@ SANDBOX_TOOLS = {
     "script": "util-linux: session shell terminals",
 }
 HARNESS_BINARIES = {"claude": "claude", "codex": "codex", "pi": "pi", "antigravity": "agy"}
+NOT_INSTALLED = ("antigravity",)
+"""Harnesses ``make harnesses`` does not install (it installs the pinned npm CLIs only):
+missing, they are INFO, not WARN."""
 
 
 def data_dir(report: Report, data_dir: Path) -> None:
@@ -61,9 +64,14 @@ def harnesses(report: Report, harness_dir: Path) -> None:
         if any((folder / binary).exists() for folder in folders):
             found.append(harness)
             report.line("OK", f"harness {harness}: {binary} is in {harness_dir}")
+        elif harness in NOT_INSTALLED:
+            report.line("INFO", f"harness {harness}: no {binary} in {harness_dir}/bin or "
+                        "node_modules/.bin (make harnesses installs only Claude Code, Codex and "
+                        "pi, from npm, and the antigravity adapter is unverified; to use it, put "
+                        f"an {binary} binary in {harness_dir}/bin)")  # fmt: skip
         else:
             report.line("WARN", f"harness {harness}: no {binary} in {harness_dir}/bin or "
-                        "node_modules/.bin (make harnesses)")  # fmt: skip
+                        "node_modules/.bin (make harnesses installs it)")  # fmt: skip
     if not found:
         report.line("FAIL", f"no harness CLI in HANGAR_HARNESS_DIR ({harness_dir}): sessions "
                     "cannot run turns")  # fmt: skip
