@@ -152,10 +152,15 @@ class InvalidContext(InvalidInput):
 
 
 class Unauthorized(HangarError):
-    """No token, or a token hangar does not know."""
+    """No token, or a token hangar does not know (``invalid_token``: one was shown and
+    refused, RFC 6750's ``invalid_token``)."""
 
     code = "unauthorized"
     status = 401
+
+    def __init__(self, message: str, *, invalid_token: bool = False, **data: Any) -> None:
+        super().__init__(message, **data)
+        self.invalid_token = invalid_token
 
 
 class Forbidden(HangarError):

@@ -21,8 +21,13 @@ def test_calls_without_a_known_admin_token_are_refused(api: TestClient, runtime:
     bare = TestClient(api.app)
     missing = bare.get("/api/sessions")
     assert (missing.status_code, missing.json()["error"]["code"]) == (401, "unauthorized")
+    assert missing.headers["www-authenticate"] == 'Bearer realm="hangar"'
+    assert "Authorization: Bearer TOKEN" in missing.json()["error"]["message"]
     wrong = bare.get("/api/envs", headers={"Authorization": "Bearer not-a-token"})
     assert (wrong.status_code, wrong.json()["error"]["code"]) == (401, "unauthorized")
+    assert wrong.headers["www-authenticate"] == ('Bearer realm="hangar", error="invalid_token", '
+                                                 'error_description="the token is unknown or '
+                                                 'expired"')  # fmt: skip
     basic = bare.get("/api/envs", headers={"Authorization": "Basic YWRtaW46YWRtaW4="})
     assert basic.status_code == 401
     runtime.db.create_token(Token(secret_hash=secret_hash("reader-secret"), scopes=["read"]))
@@ -30,6 +35,7 @@ def test_calls_without_a_known_admin_token_are_refused(api: TestClient, runtime:
                          ("GET", "/api/sandboxes"), ("DELETE", "/api/sessions/x")]:  # fmt: skip
         refused = bare.request(method, path, headers={"Authorization": "Bearer reader-secret"})
         assert (refused.status_code, refused.json()["error"]["code"]) == (403, "forbidden")
+        assert "www-authenticate" not in refused.headers
     assert bare.get("/api/openapi.json").status_code == 200
 
 

@@ -8,7 +8,10 @@ ones that open the connection and warm the server up. The p50 (target at most 5 
 the server's own work; a server whose accepted sockets lack TCP_NODELAY adds a delayed ACK
 (about 40 ms on Linux) to every response that is written in more than one piece.
 
-Usage: ``python -m tests.bench.keepalive [--runs N]``; prints one JSON line.
+On the same connection it then times MCP ``tools/list`` (:data:`MCP_NAME`, target at most 5 ms
+warm: the tools' schemas are built once per process), after one untimed call that builds them.
+
+Usage: ``python -m tests.bench.keepalive [--runs N]``; prints two JSON lines.
 """
 
 from __future__ import annotations
@@ -35,11 +38,18 @@ RUNS = 200
 WARMUP = 5
 START_SECONDS = 30.0
 INCLUDES = "one kept-alive connection: the client, the server's auth and the session's read"
+MCP_NAME = "mcp_tools_list_warm"
+MCP_TARGET = 0.005
+MCP_RUNS = 50
+MCP_INCLUDES = "stateless streamable HTTP on the same connection, after one call that warms it"
+TOOLS_LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 
 
-def run(root: Path, runs: int = RUNS) -> list[float]:
-    """The seconds of each of ``runs`` timed ``GET /api/sessions/{id}`` on one connection to a
-    ``hangar serve`` whose data folder is ``root/data`` (made here; ``root`` must exist)."""
+def run(root: Path, runs: int = RUNS) -> dict[str, list[float]]:
+    """The seconds of each of ``runs`` timed ``GET /api/sessions/{id}`` (:data:`NAME`) and of
+    :data:`MCP_RUNS` MCP ``tools/list`` (:data:`MCP_NAME`) on one connection to a ``hangar
+    serve`` whose data folder is ``root/data`` (made here; ``root`` must exist)."""
     data_dir, harnesses = root / "data", root / "harnesses"
     harnesses.mkdir(parents=True, exist_ok=True)
     settings = Settings.build(data_dir=data_dir, harness_dir=harnesses)
@@ -71,7 +81,17 @@ def run(root: Path, runs: int = RUNS) -> list[float]:
                 response.raise_for_status()
                 if n >= WARMUP:
                     samples.append(elapsed)
-        return samples
+            listed: list[float] = []
+            for n in range(1 + MCP_RUNS):
+                start = time.perf_counter()
+                response = client.post("/mcp", json=TOOLS_LIST, headers=MCP_HEADERS)
+                elapsed = time.perf_counter() - start
+                response.raise_for_status()
+                if b'"tools"' not in response.content:
+                    raise RuntimeError(f"tools/list answered {response.text[:300]}")
+                if n:
+                    listed.append(elapsed)
+        return {NAME: samples, MCP_NAME: listed}
     finally:
         proc.terminate()
         try:
@@ -87,21 +107,23 @@ def _wait_serving(proc: subprocess.Popen[bytes], log: Path) -> str:
     while time.monotonic() < deadline:
         for line in log.read_bytes().splitlines():
             if b"serving http://" in line:
-                return line.split(b"serving ", 1)[1].split(b"/api")[0].decode()
+                url = line.split(b"serving ", 1)[1].split()[0].decode()
+                return url.removesuffix("/api")  # older banners named the API's prefix
         if proc.poll() is not None:
             break
         time.sleep(0.05)
     raise RuntimeError(f"hangar serve did not start:\n{log.read_text(errors='replace')}")
 
 
-def line(samples: list[float]) -> dict[str, object]:
+def line(name: str, samples: list[float]) -> dict[str, object]:
+    target, includes = (TARGET, INCLUDES) if name == NAME else (MCP_TARGET, MCP_INCLUDES)
     return {
-        "bench": NAME,
+        "bench": name,
         "seconds": round(statistics.median(samples), 4),
-        "target": TARGET,
+        "target": target,
         "runs": len(samples),
         "samples": [round(s, 4) for s in samples],
-        "includes": INCLUDES,
+        "includes": includes,
     }
 
 
@@ -110,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=RUNS)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hangar-bench-api-") as tmp:
-        print(json.dumps(line(run(Path(tmp), args.runs))), flush=True)
+        for name, samples in run(Path(tmp), args.runs).items():
+            print(json.dumps(line(name, samples)), flush=True)
     return 0
 
 

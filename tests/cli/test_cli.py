@@ -376,3 +376,26 @@ def test_a_message_comes_from_standard_input_or_a_file_as_written(
     code, _, err = cli("session", "send", "demo")
     assert code != 0 and "--message-file" in err
     assert len(json.loads(cli("session", "get", "demo", "--json")[1])["turns"]) == 2
+
+
+def test_delete_asks_on_a_terminal_and_refuses_a_running_turn_unless_forced(
+    server: Server, cli: Cli, remote: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert cli("env", "add", "app", "--repo", str(remote), *identity())[0] == 0
+    assert cli("session", "new", "demo", "wait-for: /tmp/never\nstuck", "--env", "app",
+               "--harness", "antigravity")[0] == 0  # fmt: skip
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))
+    code, _, err = cli("session", "delete", "demo")
+    assert code == 1 and "nothing deleted" in err
+    monkeypatch.setattr("sys.stdin", Terminal(""))
+    code, _, err = cli("session", "delete", "demo", "--yes")
+    assert code != 0 and one_error_line(err, "session_busy") and "--force" not in err
+    assert json.loads(cli("session", "get", "demo", "--json")[1])["name"] == "demo"
+    code, out, _ = cli("session", "delete", "demo", "--yes", "--force")
+    assert code == 0 and "deleted session demo" in out
+    assert cli("session", "get", "demo")[0] != 0

@@ -17,8 +17,9 @@ T = TypeVar("T")
 
 @dataclass
 class Called:
-    """One tool call's answer: its JSON (structuredContent), whether it is an error, its text
-    block parsed, and the progress messages that arrived before it."""
+    """One tool call's answer: its JSON (structuredContent, or an error's body), whether it is
+    an error, its text (the first block parsed; an error's line), and the progress messages
+    that arrived before it."""
 
     body: dict[str, Any]
     is_error: bool
@@ -53,6 +54,11 @@ class Mcp:
                 seen.append((value, message))
 
             result = await client.call_tool(tool, args, progress_callback=progress)
+            if result.is_error:  # a line a person reads, then the error body as JSON
+                assert result.structured_content is None, "an error has no structuredContent"
+                line, body = result.content[0].text, json.loads(result.content[1].text)
+                assert line == f"{body['error']['message']} ({body['error']['code']})", line
+                return Called(body, True, line, seen)
             text = json.loads(result.content[0].text) if result.content else None
             return Called(result.structured_content or {}, bool(result.is_error), text, seen)
 

@@ -6,6 +6,7 @@ would."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +21,8 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 
 TOOLS = {"new_session", "list_sessions", "get_session", "open_session", "send_to_session",
          "keep_session", "suspend_session", "fork_session", "wait_for_turn", "get_artifact",
-         "get_session_patch"}  # fmt: skip
+         "get_session_patch", "list_environments", "interrupt_session", "archive_session",
+         "delete_session"}  # fmt: skip
 SCHEMA = {"type": "object", "properties": {"tests_added": {"type": "integer"}},
           "required": ["tests_added"]}  # fmt: skip
 FIRST = "\n".join([
@@ -48,13 +50,57 @@ def mcp_of(server: Server) -> Mcp:
 def test_mcp_checks_the_token_and_takes_only_posts(standin_server: Server) -> None:
     url = standin_server.url + "/mcp"
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-    assert httpx.post(url, json=body).status_code == 401
+    missing = httpx.post(url, json=body)
+    assert missing.status_code == 401  # RFC 6750: the realm, and no error without a token
+    assert missing.headers["www-authenticate"] == 'Bearer realm="hangar"'
+    assert "Authorization: Bearer TOKEN" in missing.json()["error"]["message"]
     wrong = httpx.post(url, json=body, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "unauthorized"
+    assert wrong.headers["www-authenticate"].startswith(
+        'Bearer realm="hangar", error="invalid_token", error_description="')  # fmt: skip
+    assert "Authorization: Bearer TOKEN" in wrong.json()["error"]["message"]
     token = {"Authorization": f"Bearer {mcp_of(standin_server).token}"}
     assert httpx.get(url, headers=token).status_code == 405
     with pytest.raises(Exception):
         Mcp(standin_server.url, "nope").tools()
+
+
+def test_an_agent_over_mcp_lists_environments_interrupts_archives_and_deletes(
+    standin_server: Server, remote: Path
+) -> None:
+    mcp = mcp_of(standin_server)
+    standin_server.ok("env", "add", "app", "--repo", str(remote), *IDENTITY,
+                      "--secret", "API_TOKEN=very-secret-value")  # fmt: skip
+    envs = mcp.ok("list_environments")["environments"]
+    assert [(e["name"], e["repo"], e["secrets"]) for e in envs] == [
+        ("app", str(remote), ["API_TOKEN"])]  # fmt: skip
+    assert "very-secret-value" not in json.dumps(envs)
+
+    mcp.ok("new_session", name="ex", message="wait-for: /tmp/never\nstuck", env="app",
+           harness="antigravity")  # fmt: skip
+    busy = mcp.call("delete_session", ref="ex")
+    assert busy.is_error and busy.body["error"]["code"] == "session_busy", busy.body
+    assert "interrupt it first" in busy.text
+    deadline = time.monotonic() + 60
+    while mcp.ok("get_session", ref="ex")["state"] != "active":  # its turn runs
+        assert time.monotonic() < deadline, "the turn never started"
+    assert mcp.ok("interrupt_session", ref="ex")["turn"] == 1
+    stopped = mcp.ok("wait_for_turn", ref="ex", timeout_seconds=120)
+    assert (stopped["done"], stopped["outcome"]) == (True, "interrupted")
+    idle = mcp.call("interrupt_session", ref="ex")
+    assert idle.is_error and idle.body["error"]["code"] == "invalid_state"
+
+    archived = mcp.ok("archive_session", ref="ex")
+    assert archived["state"] == "archived" and archived["sandbox_id"] is None
+    assert mcp.ok("delete_session", ref="ex") == {"deleted": "ex"}
+    gone = mcp.call("get_session", ref="ex")
+    assert gone.is_error and gone.body["error"]["code"] == "session_not_found"
+
+    mcp.ok("new_session", name="ex2", message="wait-for: /tmp/never\nstuck", env="app",
+           harness="antigravity")  # fmt: skip
+    assert mcp.ok("delete_session", ref="ex2", force=True) == {"deleted": "ex2"}
+    assert mcp.ok("list_sessions")["sessions"] == []
+    assert standin_server.sandboxes().list() == []
 
 
 def test_every_tool_over_http_through_a_session_that_hands_work_back(
@@ -74,7 +120,7 @@ def every_tool(mcp: Mcp, ok: Callable[..., str], remote: Path) -> None:
     bad = mcp.call("new_session", name="ex", message="x", env="app", harness="antigravity",
                    output_schema={"type": "nope"})  # fmt: skip
     assert bad.is_error and bad.body["error"]["code"] == "invalid_schema"
-    assert bad.text == bad.body
+    assert bad.text.endswith("(invalid_schema)") and bad.body["error"]["message"] in bad.text
     for schema in REFUSED:
         bad = mcp.call("new_session", name="ex", message="x", env="app", harness="antigravity",
                        output_schema=schema)  # fmt: skip

@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute, Route
 
 from hangar import dashboard
 from hangar.api import envs, openapi, sandboxes, sessions, uploads
-from hangar.api.auth import authenticate
+from hangar.api.auth import authenticate, challenge
 from hangar.api.limits import BodyLimit
 from hangar.api.routes import Endpoint, Handler
 from hangar.api.terminal import ENDPOINTS as TERMINAL_ENDPOINTS, terminal_route
@@ -46,8 +46,8 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 def error_response(exc: HangarError) -> JSONResponse:
     """The error's body and status; ``Retry-After`` too when it says when to try again."""
     wait = exc.retry_after
-    headers = None if wait is None else {"Retry-After": str(wait)}
-    return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers)
+    headers = challenge(exc) if wait is None else {"Retry-After": str(wait)}
+    return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers or None)
 
 
 def create_app(runtime: Runtime, *, receive_ticks: bool = False) -> Starlette:

@@ -12,12 +12,15 @@ import secrets
 from pathlib import Path
 
 from hangar.db import Db
-from hangar.errors import Forbidden, TokenNotFound, Unauthorized
+from hangar.errors import Forbidden, HangarError, TokenNotFound, Unauthorized
 from hangar.models import Token, utcnow
 from hangar.private import private_dirs
 
 ADMIN = "admin"
 TOKEN_FILE = "admin-token"
+REALM = "hangar"
+_HOW = ("send the header Authorization: Bearer TOKEN (a local server's admin token is in "
+        "DATA_DIR/admin-token)")
 
 
 def secret_hash(secret: str) -> str:
@@ -31,16 +34,28 @@ def authenticate(db: Db, header: str | None, *, scope: str = ADMIN) -> Token:
     kind, _, secret = (header or "").partition(" ")
     secret = secret.strip()
     if kind.lower() != "bearer" or not secret:
-        raise Unauthorized("a bearer token is required (Authorization: Bearer TOKEN)")
+        raise Unauthorized(f"a bearer token is required: {_HOW}")
     try:
         token = db.find_token(secret_hash(secret))
     except TokenNotFound:
-        raise Unauthorized("the bearer token is not valid") from None
+        raise Unauthorized(f"the bearer token is not valid: {_HOW}", invalid_token=True) from None
     if token.expired(utcnow()):
-        raise Unauthorized("the bearer token has expired")
+        raise Unauthorized(f"the bearer token has expired: {_HOW}", invalid_token=True)
     if scope not in token.scopes:
         raise Forbidden(f"this token lacks the {scope!r} scope", scope=scope)
     return token
+
+
+def challenge(exc: HangarError) -> dict[str, str]:
+    """The ``WWW-Authenticate`` header of a 401 (RFC 6750 §3), else none: the realm when no
+    token came, with ``error="invalid_token"`` when one came and was refused, so that a client
+    knows to ask its user for another token rather than look for OAuth."""
+    if not isinstance(exc, Unauthorized):
+        return {}
+    value = f'Bearer realm="{REALM}"'
+    if exc.invalid_token:
+        value += ', error="invalid_token", error_description="the token is unknown or expired"'
+    return {"WWW-Authenticate": value}
 
 
 def ensure_admin_token(db: Db, path: Path) -> bool:

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from hangar.api import schemas as s
-from hangar.api.routes import NDJSON, Endpoint, Query, param, parse, reply, run_waiting
+from hangar.api.routes import NDJSON, Endpoint, Query, flag, param, parse, reply, run_waiting
 from hangar.api.streams import ClientGone, Emitter, in_thread
 from hangar.errors import HangarError, InvalidInput
 from hangar.harnesses.events import EventLines
@@ -161,7 +161,8 @@ async def keep(runtime: Runtime, request: Request) -> Response:
 
 
 async def delete(runtime: Runtime, request: Request) -> Response:
-    await run_in_threadpool(runtime.sessions.delete, param(request, "ref"))
+    ref, force = param(request, "ref"), flag(request, "force")
+    await run_in_threadpool(lambda: runtime.sessions.delete(ref, force=force))
     return Response(status_code=204)
 
 
@@ -353,8 +354,10 @@ ENDPOINTS = [
              ]),
     Endpoint("GET", S, "A session with its turns and checkpoints", get,
              response=s.SessionView),
-    Endpoint("DELETE", S, "Delete the session, its sandbox and everything it stored", delete,
-             status=204),
+    Endpoint("DELETE", S, "Delete the session, its sandbox and everything it stored; 409 "
+             "session_busy while a turn starts or runs, unless force", delete, status=204,
+             query=[Query("force", "boolean", "delete it even while a turn runs (its work is "
+                          "lost)")]),
     Endpoint("POST", S + "/open", "Resume the session into a sandbox (restoring its work), on "
              "another harness or model when given: 200 when it has one, else 202 and STARTING "
              "(follow its phase with GET)", open_, s.Open, s.SessionView, status=202),

@@ -193,7 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     keep.add_argument("name")
     keep.add_argument("--idle", type=float, required=True, metavar="MIN", help="0: never")
     _json(keep)
-    cmd.add_parser("delete", help="delete the session and all it stored").add_argument("name")
+    delete = cmd.add_parser("delete", help="delete the session and all it stored")
+    delete.add_argument("name")
+    delete.add_argument("--force", action="store_true", help="even while a turn runs (its "
+                        "work is lost)")  # fmt: skip
+    delete.add_argument("--yes", action="store_true", help="do not ask (on a terminal, delete "
+                        "asks first)")  # fmt: skip
     fork = cmd.add_parser("fork", help="restore the session into N new sessions")
     fork.add_argument("name")
     fork.add_argument("n", type=int, metavar="N")

@@ -198,7 +198,11 @@ def _session(api: Client, args: argparse.Namespace) -> int:
             print(f"session {args.name} never suspends for idleness")
         return 0
     if a == "delete":
-        api.call("DELETE", path)
+        if not args.yes and not confirmed(f"delete session {args.name} and everything it "
+                                          "stored?"):  # fmt: skip
+            say("nothing deleted", err=True)
+            return 1
+        api.call("DELETE", path + ("?force=true" if args.force else ""))
         print(f"deleted session {args.name}")
         return 0
     if a == "fork":
@@ -236,6 +240,18 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     from hangar.cli.terminal import terminal
 
     return terminal(api, args.name, mode="agent" if agent else "shell")
+
+
+def confirmed(question: str) -> bool:
+    """Whether the person at the terminal says yes to ``question``; True when nobody is there
+    to ask (standard input is not a terminal: a script already chose)."""
+    if not sys.stdin.isatty():
+        return True
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _message(args: argparse.Namespace) -> str:

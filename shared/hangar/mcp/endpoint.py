@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from hangar.api.auth import authenticate
+from hangar.api.auth import authenticate, challenge
 from hangar.errors import HangarError
 
 if TYPE_CHECKING:
@@ -74,9 +74,8 @@ class McpEndpoint:
         try:
             await run_in_threadpool(authenticate, self.runtime.db, header)
         except HangarError as exc:
-            extra = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-            await JSONResponse(exc.to_dict(), status_code=exc.status, headers=extra)(
-                scope, receive, send)  # fmt: skip
+            await JSONResponse(exc.to_dict(), status_code=exc.status,
+                               headers=challenge(exc) or None)(scope, receive, send)  # fmt: skip
             return
         if scope["method"] != "POST":
             await Response("MCP here is stateless streamable HTTP: POST requests only\n",

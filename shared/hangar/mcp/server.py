@@ -9,6 +9,7 @@ pydantic models that check the calls. ``resources/list`` lists the artifacts of 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import mimetypes
@@ -25,7 +26,7 @@ from pydantic import ValidationError
 
 from hangar import __version__
 from hangar.api.limits import find_nul
-from hangar.errors import HangarError, InvalidInput
+from hangar.errors import HangarError, InvalidInput, NotFound
 from hangar.exchange import is_text
 from hangar.mcp.tools import TOOLS, Tool, error_body
 from hangar.sessions.watching import Note
@@ -39,9 +40,22 @@ ARTIFACT = UriTemplate.parse("hangar://sessions/{name}/artifacts/{turn}/{+path}"
 LISTED_SESSIONS = 50
 
 
-def _result(body: dict[str, Any], *, error: bool = False) -> CallToolResult:
+def _result(body: dict[str, Any]) -> CallToolResult:
+    """A tool's answer: its output as ``structuredContent`` (it matches the tool's
+    ``outputSchema``) and as JSON text."""
     return CallToolResult(content=[TextContent(type="text", text=json.dumps(body))],
-                          structured_content=body, is_error=error)  # fmt: skip
+                          structured_content=body)  # fmt: skip
+
+
+def _error(exc: HangarError) -> CallToolResult:
+    """A tool's error (``isError``): the message and its stable code as a line a person reads,
+    then the REST API's error body as JSON text for programs. No ``structuredContent``: the
+    tool's ``outputSchema`` describes its answers, and clients check what they get against
+    it."""
+    body = error_body(exc)
+    line = TextContent(type="text", text=f"{exc.message} ({exc.code})")
+    return CallToolResult(content=[line, TextContent(type="text", text=json.dumps(body))],
+                          is_error=True)  # fmt: skip
 
 
 class HangarMcp(MCPServer):
@@ -57,25 +71,21 @@ class HangarMcp(MCPServer):
         self.tools = {t.name: t for t in TOOLS}
 
     async def list_tools(self) -> list[McpTool]:
-        return [McpTool(name=t.name, description=t.description,
-                        input_schema=t.input.model_json_schema(),
-                        output_schema=t.output.model_json_schema()) for t in TOOLS]  # fmt: skip
+        return listed_tools()
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[Any, Any] | None = None) -> CallToolResult:  # fmt: skip
         tool = self.tools.get(name)
         if tool is None:
-            return _result({"error": {"code": "not_found", "message": f"no tool {name!r}"}},
-                           error=True)  # fmt: skip
+            return _error(NotFound(f"no tool {name!r}: tools/list names them", tool=name))
         try:
             args = _parse(tool, arguments)
             out = await tool.run(self.runtime, args, _reporter(context))
         except HangarError as exc:
-            return _result(error_body(exc), error=True)
+            return _error(exc)
         except Exception:  # a tool's top level: log it, tell the caller nothing more
             logger.exception("MCP tool %s failed", name)
-            return _result({"error": {"code": "internal", "message": "internal error; see the "
-                                      "log"}}, error=True)  # fmt: skip
+            return _error(HangarError("internal error; see the server's log"))
         return _result(out.model_dump(mode="json"))
 
     async def list_resources(self) -> list[Resource]:
@@ -112,6 +122,15 @@ class HangarMcp(MCPServer):
             raise ResourceNotFoundError(f"no resource {uri}: {exc.message}") from None
         content: str | bytes = data.decode() if is_text(data) else data
         return [ReadResourceContents(content=content, mime_type=_mime(path))]
+
+
+@functools.cache
+def listed_tools() -> list[McpTool]:
+    """Every tool with its input and output JSON Schema, built once per process (building
+    them takes tens of milliseconds, and they never change while it runs)."""
+    return [McpTool(name=t.name, description=t.description,
+                    input_schema=t.input.model_json_schema(),
+                    output_schema=t.output.model_json_schema()) for t in TOOLS]  # fmt: skip
 
 
 def _parse(tool: Tool, arguments: dict[str, Any] | None) -> Any:

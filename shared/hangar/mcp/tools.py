@@ -3,7 +3,9 @@
 Inputs are pydantic models that forbid unknown fields (their JSON Schema is the tool's
 ``inputSchema``); outputs are the REST API's views, so a tool answers the same JSON as the
 matching REST call, as ``structuredContent`` and as text. A tool's error is a result with
-``isError`` and ``{"error": {"code", "message"}}``, with REST's codes (:func:`error_body`).
+``isError``, no ``structuredContent`` (it would contradict the tool's ``outputSchema``), and two
+texts: the message with its stable code, and REST's body ``{"error": {"code", "message", ...}}``
+(:func:`error_body`).
 Tool functions block; the server runs them in worker threads.
 """
 
@@ -72,6 +74,24 @@ class WaitIn(Ref):
                                    description="how long to wait; done false: call again")  # fmt: skip
 
 
+class DeleteIn(Ref):
+    force: bool = Field(False, description="delete it even while a turn runs (its work is lost)")
+
+
+class NoArguments(s.Body):
+    pass
+
+
+class EnvironmentsOut(BaseModel):
+    environments: list[s.EnvironmentView] = Field(
+        description="what new_session's env names: repo, branch, setup, variables and the "
+        "names of secrets (never their values)")
+
+
+class DeletedOut(BaseModel):
+    deleted: str = Field(description="the session's name")
+
+
 class ArtifactIn(Ref):
     turn: int = Field(ge=1, le=s.MAX_TURN)
     path: str = Field(description="its path under out/artifacts")
@@ -125,7 +145,8 @@ class Tool:
 
 
 def error_body(exc: HangarError) -> dict[str, Any]:
-    return {"error": {"code": exc.code, "message": exc.message}}
+    """The REST API's error body for ``exc``: its code, message and data fields."""
+    return exc.to_dict()
 
 
 async def _thread(func: Callable[[], T]) -> T:
@@ -170,6 +191,28 @@ async def keep_session(runtime: Runtime, a: KeepIn, report: Report) -> BaseModel
 
 async def suspend_session(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
     return await _thread(lambda: s.SessionSummary.of(runtime.sessions.suspend(a.ref)))
+
+
+async def list_environments(runtime: Runtime, a: NoArguments, report: Report) -> BaseModel:
+    envs = await _thread(runtime.sessions.environments.list)
+    return EnvironmentsOut(environments=[s.EnvironmentView.of(e) for e in envs])
+
+
+async def archive_session(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
+    return await _thread(lambda: s.SessionSummary.of(runtime.sessions.archive(a.ref)))
+
+
+async def delete_session(runtime: Runtime, a: DeleteIn, report: Report) -> BaseModel:
+    def run() -> DeletedOut:
+        name = runtime.sessions.resolve(a.ref).name
+        runtime.sessions.delete(a.ref, force=a.force)
+        return DeletedOut(deleted=name)
+
+    return await _thread(run)
+
+
+async def interrupt_session(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
+    return await _thread(lambda: started_view(runtime, runtime.sessions.interrupt(a.ref)))
 
 
 async def fork_session(runtime: Runtime, a: ForkIn, report: Report) -> BaseModel:
@@ -242,6 +285,17 @@ TOOLS = [
          s.SessionSummary, suspend_session),
     Tool("fork_session", "Restore the session's newest checkpoint into n new sessions.",
          ForkIn, ForkOut, fork_session),
+    Tool("interrupt_session", "Stop the session's running turn: it ends interrupted and its "
+         "work is checkpointed; the session stays, ready for the next send.", Ref,
+         s.StartedView, interrupt_session),
+    Tool("archive_session", "Drop the session's sandbox and checkpoints; keep its record, "
+         "turns and summaries.", Ref, s.SessionSummary, archive_session),
+    Tool("delete_session", "Delete the session and everything it stored; refused "
+         "(session_busy) while a turn starts or runs, unless force.", DeleteIn, DeletedOut,
+         delete_session),
+    Tool("list_environments", "The environments sessions can be made from (new_session's "
+         "env): each one's repo, branch and setup.", NoArguments, EnvironmentsOut,
+         list_environments),
     Tool("wait_for_turn", "Wait for the session's latest turn to end (up to timeout_seconds, "
          "at most 600), sending progress notifications; done false means call again.",
          WaitIn, WaitOut, wait_for_turn),

@@ -39,7 +39,7 @@ from hangar.models import utcnow
 from hangar.sandboxes import Sandboxes
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.records import Records
-from hangar.sessions.sandbox import sandbox_alive, take_checkpoint
+from hangar.sessions.sandbox import SESSION_LABEL, sandbox_alive, take_checkpoint
 from hangar.sessions.schedule import REAP_SECONDS, ClaimTick, IdleTick, IntervalTick, ReapTick
 from hangar.sessions.schedule import Schedule, StartTick, WatchTick, later, parse
 from hangar.sessions.shells import live
@@ -49,6 +49,9 @@ from hangar.sessions.transitions import Transitions
 from hangar.sessions.turns import Turns
 
 logger = logging.getLogger(__name__)
+
+ORPHAN_SECONDS = 600
+"""How old a sandbox of a session that no longer exists must be before the reaper takes it."""
 
 
 class Housekeeping:
@@ -214,4 +217,26 @@ class Housekeeping:
             t.start()
         for t in threads:
             t.join()
-        return sorted(destroyed)
+        return sorted(destroyed + self.reap_orphans())
+
+    def reap_orphans(self) -> list[str]:
+        """Destroy, without hooks (no session is left to checkpoint for), every sandbox
+        labelled with a session that no longer exists, once it is older than
+        :data:`ORPHAN_SECONDS` (a start records its sandbox well within that): a session
+        deleted while a step of its start was making one. Returns their ids."""
+        cutoff = utcnow() - timedelta(seconds=ORPHAN_SECONDS)
+        orphans = []
+        for info in self.sandboxes.list():
+            owner = info.labels.get(SESSION_LABEL)
+            if owner is None or info.created_at > cutoff:
+                continue
+            try:
+                self.db.get_session(owner)
+            except SessionNotFound:
+                orphans.append(info.id)
+        for sandbox_id in orphans:
+            try:
+                self.sandboxes.destroy(sandbox_id, hooks=False)
+            except HangarError as exc:  # the next pass tries again
+                logger.warning("reaping orphan sandbox %s failed: %s", sandbox_id, exc.message)
+        return orphans

@@ -474,10 +474,15 @@ class SessionService:
         """Drop the sandbox and the checkpoints; keep the record, its turns and summaries."""
         return self._suspends.archive(self.resolve(ref))
 
-    def delete(self, ref: str) -> None:
+    def delete(self, ref: str, *, force: bool = False) -> None:
         """Delete the session with every sandbox labelled with it, its checkpoints, turns and
-        stored logs. Works in any state (the way out of anything)."""
+        stored logs. SessionBusy while a turn starts or runs (its work would be lost), unless
+        ``force``: then it works in any state (the way out of anything)."""
         session = self.resolve(ref)
+        if session.state in (S.STARTING, S.ACTIVE) and not force:
+            raise SessionBusy(f"session {session.name} is {session.state.value}: deleting it now "
+                              "loses the turn's work; interrupt it first, or force the delete",
+                              session=session.name, state=session.state.value)  # fmt: skip
         self._schedule.cancel_all(session.id)
         self._provisioner.destroy_all(session.id)
         self.checkpointer.drop_all(session.id)

@@ -32,7 +32,7 @@ from typing import Any
 
 from hangar.config import Settings
 from hangar.db import Db
-from hangar.errors import HangarError, SandboxError, SessionBusy
+from hangar.errors import HangarError, SandboxError, SessionBusy, SessionNotFound
 from hangar.models import CheckpointReason, ClaimKind, Environment, Phase, Session
 from hangar.models import SessionState as S, SkippedCheckpoint
 from hangar.models import StartError, StartIntent, StartKind, StartStep, TurnOutcome, utcnow
@@ -172,10 +172,15 @@ class Startup:
             info = self.provisioner.create(session, env)
             ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
             run = f"clone-{secrets.token_hex(4)}"
-            session = self.transitions.advance(
-                session, token, StartStep.CLONING, env.repo, sandbox_id=info.id,
-                sandbox_expires_at=utcnow() + ttl, start=intent.model_copy(update={"run": run}),
-            )  # fmt: skip
+            try:
+                session = self.transitions.advance(
+                    session, token, StartStep.CLONING, env.repo, sandbox_id=info.id,
+                    sandbox_expires_at=utcnow() + ttl,
+                    start=intent.model_copy(update={"run": run}),
+                )  # fmt: skip
+            except SessionNotFound:  # deleted (forced) while its sandbox was made: no later
+                self.provisioner.destroy_all(session.id)  # step would ever find this one
+                raise
             self.provisioner.start_clone(session, env, run)
             self.schedule.start_step(session.id, token, POLL_SECONDS[0])
             return

@@ -163,6 +163,24 @@ def test_the_reaper_takes_expired_sandboxes_through_the_pre_destroy_hook(world: 
     assert after.checkpoints[-1].reason is CheckpointReason.DESTROY
 
 
+def test_the_reaper_takes_a_sandbox_whose_session_is_gone_once_past_its_grace(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hangar.sandboxes import SandboxSpec
+    from hangar.sessions import housekeeping
+    from hangar.sessions.sandbox import SESSION_LABEL
+
+    start(world)
+    own = world.service.resolve("demo").sandbox_id
+    orphan = world.sandboxes.create(SandboxSpec(labels={SESSION_LABEL: "ses-deleted"}))
+    unlabelled = world.sandboxes.create(SandboxSpec())
+    assert world.service.reap() == []  # a start may still be about to record it
+    monkeypatch.setattr(housekeeping, "ORPHAN_SECONDS", 0)
+    assert world.service.reap() == [orphan.id]
+    assert {i.id for i in world.sandboxes.list()} == {own, unlabelled.id}
+    assert world.service.get("demo").state is SessionState.IDLE
+
+
 def test_an_idle_session_suspends_itself_but_not_while_a_shell_runs(world: World) -> None:
     start(world, idle_minutes=0.0001)
     session = world.service.resolve("demo")
@@ -451,6 +469,23 @@ def test_exec_on_a_session_with_no_sandbox_is_refused_until_it_is_opened(world: 
         world.service.exec("demo", ["true"])
     world.open("demo")
     assert world.service.exec("demo", ["true"]) == 0
+
+
+def test_deleting_a_session_whose_turn_runs_is_refused_unless_forced(world: World) -> None:
+    start(world)
+    world.service.send("demo", "wait-for: /tmp/never\nstuck turn")
+    world.settle("demo")
+    before = world.service.get("demo")
+    assert before.state is SessionState.ACTIVE
+    with pytest.raises(SessionBusy, match="interrupt it first, or force"):
+        world.service.delete("demo")
+    after = world.service.get("demo")
+    assert (after.state, after.sandbox_id, len(after.turns)) == (
+        SessionState.ACTIVE, before.sandbox_id, 2)  # fmt: skip
+    world.service.delete("demo", force=True)
+    with pytest.raises(SessionNotFound):
+        world.service.get("demo")
+    assert world.sandboxes.list() == []
 
 
 def test_delete_destroys_every_sandbox_labelled_with_the_session(world: World) -> None:
