@@ -16,6 +16,10 @@ TEST_DEB_PACKAGES := chromium iproute2
 HARNESS_PACKAGES := @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 \
 	@mariozechner/pi-coding-agent@0.73.1
 export HANGAR_HARNESS_DIR ?= $(HOME)/.local/share/hangar/harnesses
+# A real MCP client nobody here wrote, for the MCP tests: the MCP Inspector in CLI mode, pinned
+# (it asks for Node 22 in its manifest, and runs on Node 20 all the same; newer ones do not).
+INSPECTOR_PACKAGE := @modelcontextprotocol/inspector@0.21.2
+export HANGAR_TEST_TOOLS_DIR ?= $(HOME)/.local/share/hangar/test-tools
 # The Cloud Tasks emulator pins protobuf<5, which clashes with ours: it gets a venv of its own.
 TASKS_VENV := .venv-tasks
 TASKS_EMULATOR_VERSION := 0.6.2
@@ -24,7 +28,7 @@ TASKS_STAMP := $(TASKS_VENV)/.installed-$(TASKS_EMULATOR_VERSION)
 DASHBOARD := shared/hangar/dashboard
 ASSETS_STAMP := $(DASHBOARD)/static/vendor/.built
 
-.PHONY: install system-packages test-packages harnesses tasks-emulator assets test bench run package lint clean
+.PHONY: install system-packages test-packages harnesses test-tools tasks-emulator assets test bench run package lint clean
 
 install: system-packages $(STAMP) assets
 
@@ -42,6 +46,9 @@ $(ASSETS_STAMP): $(DASHBOARD)/package.json $(DASHBOARD)/package-lock.json
 harnesses:
 	@scripts/install-harnesses "$(HANGAR_HARNESS_DIR)" $(HARNESS_PACKAGES)
 
+test-tools:
+	@scripts/install-harnesses "$(HANGAR_TEST_TOOLS_DIR)" $(INSPECTOR_PACKAGE)
+
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip
@@ -56,7 +63,7 @@ $(TASKS_STAMP):
 	@$(TASKS_VENV)/bin/python -m pip install --quiet 'gcloud-tasks-emulator==$(TASKS_EMULATOR_VERSION)'
 	@touch $(TASKS_STAMP)
 
-test: install test-packages harnesses tasks-emulator
+test: install test-packages harnesses test-tools tasks-emulator
 	$(BIN)/python -m pytest $(ARGS)
 
 run: install harnesses tasks-emulator
