@@ -123,6 +123,12 @@ class Settings(BaseModel):
     sandbox_ttl_minutes: float = Field(120, gt=0)
     activity_grace_seconds: float = Field(90, ge=0)
     setup_timeout_minutes: float = Field(15, gt=0)
+    turn_timeout_minutes: float = Field(
+        120, gt=0, le=10_080, description="How long a turn may run before it is stopped and ends "
+        "timed_out, in minutes (fractions allowed); an environment or a send may set its own")
+    turn_idle_minutes: float = Field(
+        15, gt=0, le=10_080, description="How long a turn may go with neither a new line in its "
+        "run log nor any output from the harness before it is stopped and ends timed_out")
     claim_lease_seconds: float = Field(
         120, gt=0, description="How long a claim on a session (a start, a suspend, a turn's end) "
         "lasts unless its worker renews it; an expired one is taken over",

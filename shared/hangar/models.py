@@ -194,6 +194,9 @@ class StartIntent(BaseModel):
     run: str | None = None
     attempts: int = 0
     context: list[ContextRef] = Field(default_factory=list)
+    timeout_minutes: float | None = Field(
+        default=None, description="the turn's time limit the send asked for (None: its "
+        "environment's, else HANGAR_TURN_TIMEOUT_MINUTES)")
 
 
 class StartError(BaseModel):
@@ -344,6 +347,12 @@ class Turn(Record):
     context_base: str | None = Field(
         default=None, description="the session's new base, when a bundle started it fresh"
     )
+    timeout_minutes: float | None = Field(
+        default=None, description="its time limit, fixed when it starts (None: a record from "
+        "before limits were kept, HANGAR_TURN_TIMEOUT_MINUTES holds)")
+    stopped_for: str | None = Field(
+        default=None, description="why hangar stopped its run (a limit ran out), recorded "
+        "before the stop: the turn ends timed_out with it as its summary")
 
     @property
     def active_run_id(self) -> str:
@@ -482,6 +491,9 @@ class Environment(Record):
         default_factory=list,
         description="host loopback ports its sandboxes reach at their own 127.0.0.1:PORT",
     )
+    turn_timeout_minutes: float | None = Field(
+        default=None, description="its sessions' turns' time limit (None: "
+        "HANGAR_TURN_TIMEOUT_MINUTES); a send may give its own")
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 

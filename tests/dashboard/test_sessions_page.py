@@ -15,8 +15,8 @@ from playwright.sync_api import Page, expect
 from emulators.model import ModelStub
 from hangar.dashboard import POLICY
 from tests.dashboard.conftest import admin_token, screenshot, sign_in
-from tests.e2e.conftest import Server
-from tests.e2e.test_acceptance import add_env, until
+from tests.e2e.conftest import STANDIN_SETTINGS, Server, _server, standin_harnesses
+from tests.e2e.test_acceptance import IDENTITY, add_env, until
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 
@@ -416,3 +416,23 @@ def test_talking_to_the_agent_here_resumes_the_harness_own_conversation(
         page.keyboard.press("Enter")
         expect(rows).to_contain_text("Next: the tests.", timeout=60_000)
         assert api(server, "GET", "/api/sessions/talk")["open_terminals"] == 1
+
+
+def test_a_turn_stopped_past_its_idle_limit_says_why_on_the_session_page(
+    tmp_path: Path, remote: Path, page: Page
+) -> None:
+    hang = "and now hang"
+    for server in _server(tmp_path / "data", standin_harnesses(tmp_path), **STANDIN_SETTINGS,
+                          HANGAR_TURN_IDLE_MINUTES="0.05"):  # fmt: skip
+        server.ok("env", "add", "app", "--repo", str(remote), *IDENTITY, "--var",
+                  f"AGY_STANDIN_HANG_ON={hang}")  # fmt: skip
+        new(server, "hung", "run: echo one > one.txt")
+        assert server.cli("session", "send", "hung", hang, "-w").returncode == 1
+        sign_in(page, server)
+        page.goto(server.url + "/sessions/hung")
+        expect(page.locator("#timed-out")).to_contain_text(
+            "Turn 2 was stopped: the turn had no output for 3 seconds")
+        turn = page.locator("[data-turn='2']")
+        expect(turn).to_contain_text("timed out")
+        expect(turn).to_contain_text("the turn had no output for 3 seconds")
+        expect(page.locator("#status")).to_contain_text("idle")

@@ -12,7 +12,8 @@ import pytest
 
 from hangar.sandboxes import SandboxSpec
 from tests.e2e.conftest import HANGAR, STANDIN_SETTINGS, Server, _server, standin_harnesses
-from tests.e2e.test_acceptance import add_env, get, until
+from tests.e2e.test_acceptance import IDENTITY, add_env, get, until
+from tests.mcp.client import Mcp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.sandbox]
 
@@ -109,3 +110,37 @@ def test_delete_takes_a_sandbox_a_dead_start_left_behind(
     server.ok("session", "delete", "leaky")
     assert orphan.id not in {i.id for i in server.sandboxes().list()}
     assert server.sandboxes().list() == []
+
+
+def test_a_hung_turn_ends_timed_out_and_the_cli_and_mcp_say_why_then_the_next_send_works(
+    tmp_path: Path, remote: Path
+) -> None:
+    """The stand-in says nothing on a prompt holding HANG (after its run: lines): with the idle
+    limit at three seconds, ``-w`` and ``wait_for_turn`` end with why, the work is kept, and a
+    send's own --turn-timeout is held to as well."""
+    hang = "and now hang"
+    for server in _server(tmp_path / "data", standin_harnesses(tmp_path), **STANDIN_SETTINGS,
+                          HANGAR_TURN_IDLE_MINUTES="0.05"):  # fmt: skip
+        server.ok("env", "add", "app", "--repo", str(remote), *IDENTITY, "--var",
+                  f"AGY_STANDIN_HANG_ON={hang}")  # fmt: skip
+        server.ok("session", "new", "hung", "run: echo one > one.txt", "--env", "app",
+                  "--harness", "antigravity", "-w")  # fmt: skip
+        waited = server.cli("session", "send", "hung", f"run: echo late > late.txt\n{hang}",
+                            "-w")  # fmt: skip
+        assert waited.returncode == 1, waited
+        assert "turn 2 of hung timed out: the turn had no output for 3 seconds" in waited.stderr
+        assert waited.stderr.rstrip().endswith("(timed_out)"), waited.stderr
+        mcp = Mcp(server.url, (server.data_dir / "admin-token").read_text().strip())
+        answer = mcp.ok("wait_for_turn", ref="hung", timeout_seconds=5)
+        assert answer["done"] and answer["outcome"] == "timed_out", answer
+        assert answer["summary"].startswith("the turn had no output for 3 seconds")
+        assert state(server, "hung") == "idle"
+        assert get(server, "hung")["checkpoints"][-1]["reason"] == "turn"
+
+        limited = server.cli("session", "send", "hung", hang, "--turn-timeout", "0.02", "-w")
+        assert limited.returncode == 1, limited
+        assert "turn 3 of hung timed out: the turn timed out after 1.2 seconds" in limited.stderr
+        assert get(server, "hung")["turns"][-1]["timeout_minutes"] == 0.02
+
+        server.ok("session", "send", "hung", "run: cat late.txt > seen.txt", "-w")
+        assert server.ok("session", "shell", "hung", "--", "cat", "seen.txt") == "late\n"

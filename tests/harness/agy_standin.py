@@ -6,9 +6,10 @@ It implements the interface hangar assumes (see hangar/harnesses/antigravity.py)
 ``~/.gemini/antigravity-cli/conversations/<id>.db`` (SQLite); an ``init`` event first; an
 unknown id silently starts a new conversation. Its reply says how much history it saw.
 Test knobs: AGY_STANDIN_EXIT=N exits N after a message on stderr; AGY_STANDIN_NO_INIT=1 leaves
-the init event out; AGY_STANDIN_HANG_ON=TEXT makes a prompt holding TEXT wait (up to a minute)
-before it is answered; a prompt line ``run: CMD`` runs CMD with bash in the working folder (a tool
-call, as far as tests care); a line ``wait-for: PATH`` waits (up to a minute) until PATH exists.
+the init event out; AGY_STANDIN_HANG_ON=TEXT makes a prompt holding TEXT wait (a minute, saying
+nothing) after its ``run:`` lines, before it is answered; a prompt line ``run: CMD`` runs CMD
+with bash in the working folder (a tool call, as far as tests care); a line ``wait-for: PATH``
+waits (up to a minute) until PATH exists.
 hangar's ``<hangar-exchange>`` note is context, not part of the task, as the model stub reads it.
 Without ``-p`` it is interactive (the terminal's agent mode), as far as tests care: it prints
 its arguments, the conversation's message count, ``$HANGAR_IO`` and whether the environment's
@@ -59,9 +60,6 @@ def main() -> int:
         emit({"type": "init", "conversation_id": conversation, "model": args.model or "agy-1"})
     # hangar's note on $HANGAR_IO is context, not the task (as the model stub reads it)
     args.prompt = re.sub(r"\s*<hangar-exchange>.*?</hangar-exchange>", "", args.prompt, flags=re.S)
-    hang_on = os.environ.get("AGY_STANDIN_HANG_ON")
-    if hang_on and hang_on in args.prompt:
-        time.sleep(60)
     for line in args.prompt.splitlines():
         if line.startswith("run: "):
             subprocess.run(["bash", "-c", line[5:]], check=False)
@@ -69,6 +67,9 @@ def main() -> int:
             deadline = time.monotonic() + 60
             while not os.path.exists(line[10:]) and time.monotonic() < deadline:
                 time.sleep(0.05)
+    hang_on = os.environ.get("AGY_STANDIN_HANG_ON")
+    if hang_on and hang_on in args.prompt:
+        time.sleep(60)
     first = history[0][1] if history else args.prompt
     reply = "Seen %d earlier messages; the task began with: %s" % (len(history), first)
     db.executemany(

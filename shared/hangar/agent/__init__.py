@@ -26,6 +26,7 @@ USES: dict[str, tuple[str, ...]] = {
     "checkpoint": ("gitsafe", "paths"),
     "context": ("gitsafe",),
     "exchange": ("paths",),
+    "homeconfig": ("tomltext",),
     "restore": ("gitsafe", "paths", "quiesce", "fdtree"),
     "run": (),
 }

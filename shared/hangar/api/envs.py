@@ -28,6 +28,7 @@ async def create(runtime: Runtime, request: Request) -> Response:
         lambda: runtime.sessions.environments.add(
             body.name, body.repo, branch=body.branch, setup=body.setup, vars=body.vars,
             secrets=body.secrets, host_ports=body.host_ports,
+            turn_timeout_minutes=body.turn_timeout_minutes,
         )  # fmt: skip
     )
     return reply(s.EnvironmentView.of(env), 201)

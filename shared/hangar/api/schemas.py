@@ -24,6 +24,7 @@ from hangar.redact import redact
 from hangar.sandboxes import SandboxInfo
 from hangar.sessions.environments import loopback_warnings
 from hangar.sessions.service import MAX_IDLE_MINUTES, SESSION_LABEL
+from hangar.sessions.timeouts import MAX_TURN_MINUTES
 from hangar.sessions.shells import live
 
 MAX_TURN = 1_000_000
@@ -50,6 +51,11 @@ SCHEMA_DOC = ("a JSON Schema the turn's result (out/result.json) must match; a m
               "invalid result gets one repair turn, then result_error")
 
 
+TURN_LIMIT_DOC = ("the turn's time limit in minutes (fractions allowed, at most a week): past "
+                  "it the turn is stopped and ends timed_out; default: the environment's, else "
+                  "HANGAR_TURN_TIMEOUT_MINUTES (120)")
+ENV_LIMIT_DOC = ("its sessions' turns' time limit in minutes (null: HANGAR_TURN_TIMEOUT_MINUTES, "
+                 "120); a send may give its own")
 CONTEXT_DOC = ("what comes with the message: files for $HANGAR_IO/in/<turn>/, links, a patch "
                "applied as uncommitted changes, a bundle of commits (see docs/exchange.md)")
 
@@ -73,6 +79,8 @@ class NewSession(Body):
     )
     output_schema: dict[str, Any] | None = Field(None, description=SCHEMA_DOC)
     context: list[ContextItem] = Field(default_factory=list, description=CONTEXT_DOC)
+    turn_timeout_minutes: float | None = Field(None, gt=0, le=MAX_TURN_MINUTES,
+                                               allow_inf_nan=False, description=TURN_LIMIT_DOC)
 
 
 class SendMessage(Body):
@@ -85,6 +93,8 @@ class SendMessage(Body):
     output_schema: dict[str, Any] | None = Field(None, description=SCHEMA_DOC + "; default: "
                                                  "the session's")
     context: list[ContextItem] = Field(default_factory=list, description=CONTEXT_DOC)
+    turn_timeout_minutes: float | None = Field(None, gt=0, le=MAX_TURN_MINUTES,
+                                               allow_inf_nan=False, description=TURN_LIMIT_DOC)
 
 
 class Open(Body):
@@ -125,6 +135,8 @@ class NewEnvironment(Body):
     host_ports: list[int] = Field(default_factory=list, description="host loopback ports (a "
                                   "local model server) its sandboxes reach at their own "
                                   "127.0.0.1:PORT; no other host port is reachable")  # fmt: skip
+    turn_timeout_minutes: float | None = Field(None, gt=0, le=MAX_TURN_MINUTES,
+                                               allow_inf_nan=False, description=ENV_LIMIT_DOC)
 
 
 class EnvironmentPatch(Body):
@@ -137,6 +149,8 @@ class EnvironmentPatch(Body):
                                     "stored encrypted, never shown again")  # fmt: skip
     unset: list[str] = Field(default_factory=list, description="variables or secrets to remove")
     host_ports: list[int] | None = Field(None, description="replaces the list")
+    turn_timeout_minutes: float | None = Field(None, gt=0, le=MAX_TURN_MINUTES,
+                                               allow_inf_nan=False, description=ENV_LIMIT_DOC)
 
 
 class TurnArtifactView(BaseModel):
@@ -220,7 +234,10 @@ class TurnView(BaseModel):
     question_options: list[str] = Field(description="answers it offered to pick from")
     artifacts: list[TurnArtifactView] = Field(description="the files it handed back (new or "
                                               "changed)")
-    warnings: list[str] = Field(description="what it handed back that was left out, and why")
+    warnings: list[str] = Field(description="what was left out, and why: of what it handed "
+                                "back, or of hangar's settings in the harness's own "
+                                "configuration files")
+    timeout_minutes: float | None = Field(description="its time limit, fixed when it started")
     repair: RepairView | None = Field(description="the repair run its result needed")
     repair_usage: dict[str, int]
     context: list[ContextView] = Field(description="what came with its message")
@@ -242,7 +259,7 @@ class TurnView(BaseModel):
             question_options=turn.question_options,
             artifacts=[TurnArtifactView(path=a.path, size=a.size, redacted=a.redacted)
                        for a in turn.artifacts],
-            warnings=turn.warnings,
+            warnings=turn.warnings, timeout_minutes=turn.timeout_minutes,
             repair=RepairView(reason=repair.reason, started_at=repair.started_at,
                               exit_code=repair.exit_code) if repair else None,
             repair_usage=turn.repair_usage,
@@ -430,6 +447,7 @@ class EnvironmentView(BaseModel):
     vars: list[str] = Field(description="variable names; values are not shown")
     secrets: list[str] = Field(description="secret names; values are never shown")
     host_ports: list[int] = Field(description="host loopback ports its sandboxes reach")
+    turn_timeout_minutes: float | None = Field(description=ENV_LIMIT_DOC)
     warnings: list[str] = Field(description="what would keep its sandboxes from working, such "
                                 "as a variable naming a loopback port they cannot reach")
     created_at: datetime
@@ -438,6 +456,7 @@ class EnvironmentView(BaseModel):
     def of(cls, e: Environment) -> EnvironmentView:
         return cls(name=e.name, repo=e.repo, branch=e.branch, setup=e.setup,
                    vars=sorted(e.vars), secrets=sorted(e.secrets), host_ports=e.host_ports,
+                   turn_timeout_minutes=e.turn_timeout_minutes,
                    warnings=loopback_warnings(e), created_at=e.created_at)  # fmt: skip
 
 

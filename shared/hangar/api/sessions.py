@@ -62,7 +62,7 @@ async def create(runtime: Runtime, request: Request) -> Response:
         started = runtime.sessions.new(
             body.name, body.message, body.env, harness=body.harness, model=body.model,
             title=body.title, idle_minutes=body.idle_minutes, output_schema=body.output_schema,
-            context=body.context,
+            context=body.context, turn_timeout_minutes=body.turn_timeout_minutes,
         )  # fmt: skip
         return started_view(runtime, started)
 
@@ -119,7 +119,8 @@ async def send(runtime: Runtime, request: Request) -> Response:
     def run() -> s.StartedView:
         started = runtime.sessions.send(ref, body.message, harness=body.harness, model=body.model,
                                         output_schema=body.output_schema,
-                                        context=body.context)  # fmt: skip
+                                        context=body.context,
+                                        turn_timeout_minutes=body.turn_timeout_minutes)  # fmt: skip
         return started_view(runtime, started)
 
     return reply(await run_in_threadpool(run), 202)

@@ -88,6 +88,14 @@ def _context(p: argparse.ArgumentParser) -> None:
                    "patch); the agent's branch gets both before the turn")  # fmt: skip
 
 
+TURN_TIMEOUT_HELP = ("stop the turn after MIN minutes (it ends timed_out; default: the "
+                     "environment's, else HANGAR_TURN_TIMEOUT_MINUTES, 120)")
+
+
+def _turn_timeout(p: argparse.ArgumentParser, help_: str) -> None:
+    p.add_argument("--turn-timeout", type=float, metavar="MIN", help=help_)
+
+
 def _wait(p: argparse.ArgumentParser) -> None:
     p.add_argument("-w", "--wait", action="store_true",
                    help="wait for the turn, showing its progress; then print its summary")
@@ -119,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--host-port", action="append", type=_port, metavar="PORT", default=[],
                      help="repeatable; a port on the server's loopback (a local model server) "
                      "its sandboxes reach at their own 127.0.0.1:PORT")  # fmt: skip
+    _turn_timeout(add, "stop a turn of its sessions after MIN minutes (it ends timed_out; "
+                  "default HANGAR_TURN_TIMEOUT_MINUTES, 120)")
     _json(add)
     _json(env_cmd.add_parser("list", help="list environments (never secret values)"))
     get_env = env_cmd.add_parser("get", help="show an environment (never secret values)")
@@ -138,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     ports.add_argument("--host-port", action="append", type=_port, metavar="PORT",
                        help="replaces the list; repeatable")  # fmt: skip
     ports.add_argument("--no-host-ports", action="store_true", help="allow no host port")
+    _turn_timeout(upd, "its turns' time limit (0: HANGAR_TURN_TIMEOUT_MINUTES)")
     _json(upd)
     delete_env = env_cmd.add_parser("delete", help="delete an environment no session uses")
     delete_env.add_argument("name")
@@ -157,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="suspend after MIN minutes unused (0: never; default 30)")  # fmt: skip
     _schema(new)
     _context(new)
+    _turn_timeout(new, TURN_TIMEOUT_HELP)
     _wait(new)
     _json(new)
     listing = cmd.add_parser("list", help="list sessions, newest first")
@@ -176,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     _switch(send)
     _schema(send, "; default: the session's")
     _context(send)
+    _turn_timeout(send, TURN_TIMEOUT_HELP)
     _wait(send)
     _json(send)
     open_ = cmd.add_parser("open", help="resume the session into a sandbox")

@@ -110,7 +110,8 @@ def _env(api: Client, args: argparse.Namespace) -> int:
     if args.action == "add":
         body = {"name": args.name, "repo": args.repo, "branch": args.branch,
                 "setup": args.setup, "vars": _pairs(args.var, "--var"),
-                "secrets": _pairs(args.secret, "--secret"), "host_ports": args.host_port}  # fmt: skip
+                "secrets": _pairs(args.secret, "--secret"), "host_ports": args.host_port,
+                "turn_timeout_minutes": args.turn_timeout}  # fmt: skip
         env = api.call("POST", "/api/envs", body)
         if args.json:
             print_json(env)
@@ -150,9 +151,11 @@ def _env_change(args: argparse.Namespace) -> dict[str, Any]:
         body["unset"] = args.unset
     if args.host_port or args.no_host_ports:
         body["host_ports"] = args.host_port or []
+    if args.turn_timeout is not None:
+        body["turn_timeout_minutes"] = args.turn_timeout or None
     if not body:
         raise UsageError("env update: nothing to change (give --branch, --setup, --var, "
-                         "--secret, --unset or --host-port)")  # fmt: skip
+                         "--secret, --unset, --host-port or --turn-timeout)")  # fmt: skip
     return body
 
 
@@ -163,12 +166,14 @@ def _session(api: Client, args: argparse.Namespace) -> int:
         body = {"name": args.name, "message": _message(args), "env": args.env,
                 "harness": args.harness, "model": args.model, "title": args.title,
                 "idle_minutes": args.idle, "output_schema": _schema(args.schema),
-                "context": context_items(api, args)}  # fmt: skip
+                "context": context_items(api, args),
+                "turn_timeout_minutes": args.turn_timeout}  # fmt: skip
         started = api.call("POST", "/api/sessions", body)
         return _started(api, args, args.name, started)
     if a == "send":
         body = {"message": _message(args), "harness": args.harness, "model": args.model,
-                "output_schema": _schema(args.schema), "context": context_items(api, args)}  # fmt: skip
+                "output_schema": _schema(args.schema), "context": context_items(api, args),
+                "turn_timeout_minutes": args.turn_timeout}  # fmt: skip
         started = api.call("POST", f"{path}/send", body)
         return _started(api, args, args.name, started)
     if a == "list":

@@ -145,7 +145,8 @@ def wait_turn(api: Client, name: str, n: int, *, as_json: bool = False,
                            f"{turn['result_error']}")  # fmt: skip
         return 0
     code = turn.get("error_code") or turn["outcome"]
-    raise ApiError(code, f"turn {n} of {name} {turn['outcome']}: {turn['summary'] or ''}")
+    how = str(turn["outcome"]).replace("_", " ")  # "timed out": its summary says which limit
+    raise ApiError(code, f"turn {n} of {name} {how}: {turn['summary'] or ''}")
 
 
 def print_outcome(name: str, turn: dict[str, Any]) -> None:

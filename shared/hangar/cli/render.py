@@ -180,6 +180,8 @@ def print_env(e: dict[str, Any]) -> None:
     say(f"  vars:       {', '.join(e['vars']) or '(none)'}")
     say(f"  secrets:    {', '.join(e['secrets']) or '(none)'}")
     say(f"  host ports: {', '.join(str(p) for p in e.get('host_ports') or []) or '(none)'}")
+    limit = e.get("turn_timeout_minutes")
+    say(f"  turn limit: {f'{limit:g} minutes' if limit else '(HANGAR_TURN_TIMEOUT_MINUTES)'}")
 
 
 def print_sandboxes(boxes: list[dict[str, Any]]) -> None:

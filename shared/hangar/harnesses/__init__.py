@@ -88,9 +88,12 @@ class Harness(Protocol):
         """The command for ``spec``; raises HarnessError for a request it cannot honour."""
         ...
 
-    def home_files(self, spec: TurnSpec) -> dict[str, str]:
-        """Configuration files (path under HOME -> content) to write before the turn, derived
-        from the turn's environment; never conversation folders, never secrets' values."""
+    def home_files(self, spec: TurnSpec) -> dict[str, dict[str, Any]]:
+        """The settings the turn needs in the CLI's own configuration files: path under HOME
+        (``.toml`` or ``.json``) -> the keys to set, as nested tables. They are merged into what
+        the file holds (the environment's setup's, an image's defaults), never written over it
+        (:func:`hangar.harnesses.turns.write_home_files`). Derived from the turn's environment;
+        never conversation folders, never secrets' values."""
         ...
 
     def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:

@@ -16,6 +16,8 @@ Interactively (the terminal's agent mode) it is assumed to be ``agy --conversati
 
 from __future__ import annotations
 
+from typing import Any
+
 from hangar.errors import HarnessError
 from hangar.harnesses import (
     Invocation,
@@ -58,7 +60,7 @@ class Antigravity:
             argv += ["--model", spec.model]
         return Invocation(argv=argv)
 
-    def home_files(self, spec: TurnSpec) -> dict[str, str]:
+    def home_files(self, spec: TurnSpec) -> dict[str, dict[str, Any]]:
         return {}
 
     def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:

@@ -13,6 +13,7 @@ a person answers them.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hangar.errors import InvalidInput
 from hangar.harnesses import (
@@ -76,7 +77,7 @@ class ClaudeCode:
             raise InvalidInput("a new Claude Code conversation needs an id (TurnSpec.new_id)")
         return spec.new_id
 
-    def home_files(self, spec: TurnSpec) -> dict[str, str]:
+    def home_files(self, spec: TurnSpec) -> dict[str, dict[str, Any]]:
         return {}
 
     def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:

@@ -7,8 +7,8 @@ thread id). Approvals and Codex's own sandbox are off
 (``--dangerously-bypass-approvals-and-sandbox``): the hangar sandbox is the boundary. Only the
 Responses wire API works with custom endpoints: when the turn's environment has
 ``OPENAI_BASE_URL``, a ``hangar`` provider pointing at it (key from ``OPENAI_API_KEY``) is set
-with ``-c`` overrides (the one config file written, ``~/.codex/config.toml``, marks the repo
-folder trusted); such a turn needs a model (HarnessError
+with ``-c`` overrides (the one key hangar merges into ``~/.codex/config.toml`` marks the repo
+folder trusted; everything else there is the environment's); such a turn needs a model (HarnessError
 without one: Codex's default is one of OpenAI's own, and it would do nothing there). Conversations live in
 ``~/.codex/sessions/YYYY/MM/DD/rollout-*-<id>.jsonl``. Interactively (the terminal's agent mode)
 it is ``codex resume ID`` with the same model and provider, approvals on (a person answers
@@ -18,6 +18,7 @@ them) and Codex's own sandbox off (``--sandbox danger-full-access``: it cannot n
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hangar.errors import HarnessError
 from hangar.harnesses import (
@@ -75,13 +76,12 @@ class Codex:
             argv += ["-c", 'model_provider="hangar"', "-c", f"model_providers.hangar={{{inline}}}"]
         return argv
 
-    def home_files(self, spec: TurnSpec) -> dict[str, str]:
+    def home_files(self, spec: TurnSpec) -> dict[str, dict[str, Any]]:
         # The repo folder marked trusted: Codex's interactive resume asks a person to trust a
         # folder it has not seen before, and a sandbox's HOME is always new to it (the folder
-        # is the agent's own workspace: the sandbox is the boundary). JSON's string escapes
-        # are TOML's for a path.
-        return {".codex/config.toml": f"[projects.{json.dumps(spec.cwd)}]\n"
-                                      'trust_level = "trusted"\n'}  # fmt: skip
+        # is the agent's own workspace: the sandbox is the boundary). Merged into the file: an
+        # environment configures Codex there too (its model providers, as Codex's docs do).
+        return {".codex/config.toml": {"projects": {spec.cwd: {"trust_level": "trusted"}}}}
 
     def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:
         conversation: str | None = None

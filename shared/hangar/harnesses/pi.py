@@ -12,7 +12,7 @@ Interactively (the terminal's agent mode) it is ``pi --session ID`` with the sam
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 from hangar.harnesses import (
     Invocation,
@@ -47,7 +47,7 @@ class Pi:
         argv = [self.binary, *_model(spec), "--session", conversation_of(self, spec)]
         return Invocation(argv=argv, env={"PI_OFFLINE": "1"})
 
-    def home_files(self, spec: TurnSpec) -> dict[str, str]:
+    def home_files(self, spec: TurnSpec) -> dict[str, dict[str, Any]]:
         base_url = spec.env.get("OPENAI_BASE_URL")
         if not base_url:
             return {}
@@ -58,7 +58,7 @@ class Pi:
             "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
             "models": [{"id": spec.model or "default", "contextWindow": 128000, "maxTokens": 16384}],
         }
-        return {".pi/agent/models.json": json.dumps({"providers": {PROVIDER: provider}}, indent=2)}
+        return {".pi/agent/models.json": {"providers": {PROVIDER: provider}}}
 
     def outcome(self, spec: TurnSpec, exit_code: int, stdout: bytes, stderr: bytes) -> TurnResult:
         conversation: str | None = None

@@ -42,11 +42,14 @@ HANGAR = SandboxUser.HANGAR
 @dataclass(frozen=True)
 class RunStatus:
     """Log bytes from the cursor asked for, the cursor after them, and the exit status once the
-    run has ended (then the log is complete: the status is written after the log is closed)."""
+    run has ended (then the log is complete: the status is written after the log is closed).
+    ``idle_seconds``: how long neither its log nor its standard error has changed, by the
+    sandbox's clock, in whole seconds (None: not known)."""
 
     data: bytes
     cursor: int
     exit_code: int | None
+    idle_seconds: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -105,7 +108,9 @@ _READ = """
 cd "$1" 2>/dev/null || exit 3
 size=$(stat -c %s log 2>/dev/null || echo 0)
 code=$(cat exit 2>/dev/null || echo -)
-printf '%s %s\\n' "$size" "$code"
+now=$(date +%s)
+last=$(stat -c %Y log stderr 2>/dev/null | sort -n | tail -n 1)
+printf '%s %s %s\\n' "$size" "$code" "$((now - ${last:-$now}))"
 [ -f log ] && tail -c +$(($2 + 1)) log | head -c "$3"
 exit 0
 """
@@ -121,10 +126,11 @@ def read_run(
     if result.exit_code == 3:
         raise SandboxError(f"no run {run_id} in sandbox {sandbox_id}", run_id=run_id)
     header, _, data = result.stdout.partition(b"\n")
-    _size, _, code = header.decode().partition(" ")
+    _size, code, idle, *_ = (*header.decode().split(" "), "", "")
     exit_code = int(code) if code.strip().lstrip("-").isdigit() else None
-    status = RunStatus(data=data, cursor=cursor + len(data), exit_code=exit_code)
-    return status
+    idle_seconds = float(idle) if idle.strip().lstrip("-").isdigit() else None
+    return RunStatus(data=data, cursor=cursor + len(data), exit_code=exit_code,
+                     idle_seconds=idle_seconds)  # fmt: skip
 
 
 def read_stderr(sandboxes: Sandboxes, sandbox_id: str, run_id: str, limit: int = 8192) -> bytes:

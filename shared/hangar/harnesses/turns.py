@@ -3,30 +3,62 @@ outcome read back once the run has ended."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from hangar import agent
 from hangar.harnesses import Harness, TurnResult, TurnSpec
 from hangar.harnesses.runs import read_stderr, start_run
-from hangar.sandboxes import HOME, Sandboxes
+from hangar.sandboxes import HOME, Sandboxes, SandboxUser
+
+MERGE_TIMEOUT = 60
+"""Seconds the merge of a harness's settings may take (it reads at most 1 MiB a file)."""
+MAX_WARNING = 500
 
 
 def start_turn(
     sandboxes: Sandboxes, sandbox_id: str, harness: Harness, spec: TurnSpec, run_id: str
-) -> None:
-    """Write the harness's configuration files, then start its command detached in the repo
-    with the turn's environment (the environment's variables and secrets, then the harness's
-    own settings). Returns at once; HarnessError if the harness cannot honour ``spec``."""
+) -> list[str]:
+    """Merge the harness's settings into its configuration files, then start its command
+    detached in the repo with the turn's environment (the environment's variables and secrets,
+    then the harness's own settings). Returns at once, with the merge's warnings (see
+    :func:`write_home_files`); HarnessError if the harness cannot honour ``spec``."""
     invocation = harness.command(spec)
-    write_home_files(sandboxes, sandbox_id, harness, spec)
+    warnings = write_home_files(sandboxes, sandbox_id, harness, spec)
     env = {**spec.env, **invocation.env}
     start_run(sandboxes, sandbox_id, run_id, invocation.argv, cwd=spec.cwd, env=env,
               stdin=invocation.stdin)  # fmt: skip
+    return warnings
 
 
 def write_home_files(
     sandboxes: Sandboxes, sandbox_id: str, harness: Harness, spec: TurnSpec
-) -> None:
-    """Write the harness's configuration files for ``spec`` under HOME, as the agent (0600)."""
-    for path, content in harness.home_files(spec).items():
-        sandboxes.put_file(sandbox_id, f"{HOME}/{path}", content.encode(), mode=0o600)
+) -> list[str]:
+    """Merge the harness's settings for ``spec`` into its configuration files under HOME, in
+    the sandbox, as the agent (:mod:`hangar.agent.homeconfig`): every key and table already
+    there stays (an environment's setup may configure the harness the way its docs say), only
+    hangar's own keys are added or replaced. A file that is a link, is not a regular file, or
+    does not parse is left as it is. Returns one warning per file left as it was, or one saying
+    the merge did not run; raises only what running a command in the sandbox raises. What the
+    merge answers is read as the agent's (untrusted): bounded, and only its strings."""
+    files = harness.home_files(spec)
+    if not files:
+        return []
+    request = json.dumps({"files": files}).encode()
+    result = sandboxes.exec(sandbox_id, agent.command("homeconfig", HOME), stdin=request,
+                            timeout=MERGE_TIMEOUT, user=SandboxUser.AGENT)  # fmt: skip
+    answer: Any = None
+    if result.ok:
+        try:
+            answer = json.loads(result.stdout[: 64 << 10])
+        except ValueError:
+            pass
+    found = answer.get("warnings") if isinstance(answer, dict) else None
+    if not isinstance(found, list):
+        why = " ".join(result.stderr.decode(errors="replace").split())[-300:] or "no answer"
+        names = ", ".join(f"~/{path}" for path in files)
+        return [f"{harness.name}'s settings could not be merged into {names}: {why}"]
+    return [w[:MAX_WARNING] for w in found[: len(files)] if isinstance(w, str)]
 
 
 def turn_result(

@@ -159,7 +159,7 @@ async def new_session(runtime: Runtime, a: NewSessionIn, report: Report) -> Base
     return await _thread(lambda: started_view(runtime, runtime.sessions.new(
         a.name, a.message, a.env, harness=a.harness, model=a.model, title=a.title,
         idle_minutes=a.idle_minutes, output_schema=a.output_schema,
-        context=a.context)))  # fmt: skip
+        context=a.context, turn_timeout_minutes=a.turn_timeout_minutes)))  # fmt: skip
 
 
 async def list_sessions(runtime: Runtime, a: ListIn, report: Report) -> BaseModel:
@@ -182,7 +182,8 @@ async def open_session(runtime: Runtime, a: OpenIn, report: Report) -> BaseModel
 async def send_to_session(runtime: Runtime, a: SendIn, report: Report) -> BaseModel:
     return await _thread(lambda: started_view(runtime, runtime.sessions.send(
         a.ref, a.message, harness=a.harness, model=a.model,
-        output_schema=a.output_schema, context=a.context)))  # fmt: skip
+        output_schema=a.output_schema, context=a.context,
+        turn_timeout_minutes=a.turn_timeout_minutes)))  # fmt: skip
 
 
 async def keep_session(runtime: Runtime, a: KeepIn, report: Report) -> BaseModel:

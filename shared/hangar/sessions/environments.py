@@ -25,6 +25,7 @@ from hangar.errors import (
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal_bytes, unseal_bytes
 from hangar.models import NAME_PATTERN, Environment, utcnow
+from hangar.sessions.timeouts import check_minutes
 
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LOOPBACK_URL = re.compile(
@@ -41,7 +42,8 @@ class EnvironmentChange(BaseModel):
     """A change to an environment: only the fields set (``model_fields_set``) change. Variables
     and secrets given are added or replaced; ``unset`` removes variables or secrets by name;
     ``host_ports`` replaces the list; ``branch`` None is the remote's HEAD, ``setup`` None or
-    empty is none. The repo cannot change: sessions' checkpoints are commits of it."""
+    empty is none; ``turn_timeout_minutes`` None is HANGAR_TURN_TIMEOUT_MINUTES. The repo cannot
+    change: sessions' checkpoints are commits of it."""
 
     branch: str | None = None
     setup: str | None = None
@@ -49,6 +51,7 @@ class EnvironmentChange(BaseModel):
     secrets: dict[str, str] = Field(default_factory=dict)
     unset: list[str] = Field(default_factory=list)
     host_ports: list[int] | None = None
+    turn_timeout_minutes: float | None = None
 
 
 def _aad(env_name: str, secret: str) -> bytes:
@@ -121,17 +124,21 @@ class Environments:
         vars: dict[str, str] | None = None,
         secrets: dict[str, str] | None = None,
         host_ports: list[int] | None = None,
+        turn_timeout_minutes: float | None = None,
     ) -> Environment:
         """Check everything, including that the repo (and branch) can be reached with
-        ``git ls-remote``, then create the environment. Creates nothing on any error."""
+        ``git ls-remote``, then create the environment. Creates nothing on any error.
+        ``turn_timeout_minutes``: its sessions' turns' time limit (None: the setting's)."""
         check_name("environment", name)
         check_vars(vars or {})
         check_vars(secrets or {})
         ports = check_ports(host_ports or [])
+        limit = check_minutes(turn_timeout_minutes, "turn_timeout_minutes")
         self._check_reachable(repo, branch)
         sealed = {k: self._seal(name, k, v) for k, v in (secrets or {}).items()}
         env = Environment(name=name, repo=repo, branch=branch, setup=setup, vars=vars or {},
-                          secrets=sealed, host_ports=ports)  # fmt: skip
+                          secrets=sealed, host_ports=ports,
+                          turn_timeout_minutes=limit)  # fmt: skip
         return self.db.create_environment(env)
 
     def _check_reachable(self, repo: str, branch: str | None) -> None:
@@ -178,11 +185,13 @@ class Environments:
     def update(self, name: str, change: EnvironmentChange) -> Environment:
         """Apply ``change`` (see :class:`EnvironmentChange`) after checking all of it (a new
         branch must answer ``git ls-remote``); nothing changes on any error. Variables and
-        secrets reach the next turn; branch, setup and host ports the next sandbox."""
+        secrets, and the turns' time limit, reach the next turn; branch, setup and host ports the
+        next sandbox."""
         given = change.model_fields_set
         check_vars(change.vars)
         check_vars(change.secrets)
         ports = check_ports(change.host_ports or []) if "host_ports" in given else None
+        limit = check_minutes(change.turn_timeout_minutes, "turn_timeout_minutes")
         both = sorted(set(change.unset) & (set(change.vars) | set(change.secrets)))
         if both:
             raise InvalidInput(f"cannot both set and unset {', '.join(both)}", names=both)
@@ -202,6 +211,8 @@ class Environments:
                 "vars": {**_without(env.vars, change.unset, change.secrets), **change.vars},
                 "secrets": {**_without(env.secrets, change.unset, change.vars), **sealed},
                 "host_ports": env.host_ports if ports is None else ports,
+                "turn_timeout_minutes": (limit if "turn_timeout_minutes" in given
+                                         else env.turn_timeout_minutes),
                 "updated_at": utcnow(),
             })  # fmt: skip
             try:

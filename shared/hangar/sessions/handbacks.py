@@ -59,7 +59,7 @@ class HandBacks:
         stored, skipped = self.artifacts.store(session, turn.n, handback.artifacts, earlier)
         good = turn.outcome is TurnOutcome.EXITED
         changes: dict[str, Any] = {"collected": True, "artifacts": stored,
-                                   "warnings": [*handback.warnings, *skipped]}  # fmt: skip
+                                   "warnings": [*turn.warnings, *handback.warnings, *skipped]}  # fmt: skip
         if good and handback.summary:
             changes["summary"] = handback.summary
         if good and handback.question:

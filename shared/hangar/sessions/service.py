@@ -81,6 +81,7 @@ from hangar.sessions.schedule import Schedule
 from hangar.sessions.shells import Shells, talking
 from hangar.sessions.startup import Startup
 from hangar.sessions.suspends import Suspends
+from hangar.sessions.timeouts import check_minutes
 from hangar.sessions.transitions import Transitions
 from hangar.sessions.turns import Turns, run_log_key
 from hangar.sessions.watching import TurnWatch
@@ -220,19 +221,23 @@ class SessionService:
         idle_minutes: float | None = None,
         output_schema: dict[str, Any] | None = None,
         context: Sequence[ContextItem] = (),
+        turn_timeout_minutes: float | None = None,
     ) -> Started:
         """Create a session and ask for its first turn; answers at once (STARTING). Everything
         is checked before anything is created (name, harness, environment, message, schema,
-        context). ``output_schema``: the JSON Schema of the turns' results (later sends
-        inherit it); ``context``: what comes with the message (:mod:`hangar.exchange.context`),
-        sealed before this answers. CapacityExhausted, nothing made, when no sandbox place is
-        left (:mod:`hangar.sessions.capacity`)."""
+        context, time limit). ``output_schema``: the JSON Schema of the turns' results (later
+        sends inherit it); ``context``: what comes with the message
+        (:mod:`hangar.exchange.context`), sealed before this answers; ``turn_timeout_minutes``:
+        the turn's time limit (default: the environment's, else the setting's; see
+        :mod:`.timeouts`). CapacityExhausted, nothing made, when no sandbox place is left
+        (:mod:`hangar.sessions.capacity`)."""
         check_name("session", name)
         get_harness(harness)
         environment = self.environments.require(env)
         _check_message(message, self._message_limit(harness))
         schema = None if output_schema is None else check_schema(output_schema)
         minutes = 30 if idle_minutes is None else _check_idle(idle_minutes)
+        limit = check_minutes(turn_timeout_minutes, "turn_timeout_minutes")
         self._startup.capacity.check()
         session = Session(
             name=name,
@@ -246,7 +251,8 @@ class SessionService:
             output_schema=schema,
         )
         accepted = self.context.accept(session.id, 1, context)
-        intent = StartIntent(kind=StartKind.NEW, turn=1, message=message, context=accepted.refs)
+        intent = StartIntent(kind=StartKind.NEW, turn=1, message=message, context=accepted.refs,
+                             timeout_minutes=limit)  # fmt: skip
         with self._releasing(accepted):
             made = self._startup.create(session, intent)
         self._turns.ensure(made, 1, message, accepted.refs)
@@ -263,17 +269,19 @@ class SessionService:
 
     def send(self, ref: str, message: str, *, harness: str | None = None,
              model: str | None = None, output_schema: dict[str, Any] | None = None,
-             context: Sequence[ContextItem] = ()) -> Started:  # fmt: skip
+             context: Sequence[ContextItem] = (),
+             turn_timeout_minutes: float | None = None) -> Started:  # fmt: skip
         """Ask for the next turn (resuming the session first when it is suspended), on
         ``harness`` and ``model`` when given (see :func:`conversations.switch`), its result
-        checked against ``output_schema`` (default: the session's), with ``context`` (as for
-        :meth:`new`); answers at once. Exactly
+        checked against ``output_schema`` (default: the session's), with ``context`` and
+        ``turn_timeout_minutes`` (as for :meth:`new`); answers at once. Exactly
         one of two concurrent sends wins; the other gets SessionBusy. The send is the answer
         to a question the last turn asked (``needs_input``), cleared once the turn starts.
         SessionBusy while someone talks to the agent in a terminal (a turn would write the
         same conversation). CapacityExhausted, nothing changed, when the session needs a
         sandbox and no place is left (so does :meth:`open`)."""
         _check_message(message, self.settings.max_message_kb << 10)
+        limit = check_minutes(turn_timeout_minutes, "turn_timeout_minutes")
         session = self.resolve(ref)
         if talking(session):
             raise SessionBusy(
@@ -289,7 +297,8 @@ class SessionService:
         self._startup.capacity.check_for(session)
         n = len(self.db.list_turns(session.id)) + 1
         accepted = self.context.accept(session.id, n, context)
-        intent = StartIntent(kind=StartKind.SEND, turn=n, message=message, context=accepted.refs)
+        intent = StartIntent(kind=StartKind.SEND, turn=n, message=message, context=accepted.refs,
+                             timeout_minutes=limit)  # fmt: skip
         with self._releasing(accepted):
             claimed = self._startup.begin(session, intent, **changes)
         self._turns.ensure(claimed, n, message, accepted.refs)

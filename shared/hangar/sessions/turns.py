@@ -60,7 +60,7 @@ from hangar.models import CheckpointReason, ContextRef, Session, SessionState as
 from hangar.models import TurnOutcome
 from hangar.models import utcnow
 from hangar.sandboxes import Sandboxes
-from hangar.sessions import conversations
+from hangar.sessions import conversations, timeouts
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.environments import Environments
 from hangar.sessions.handbacks import HandBacks, repair_prompt
@@ -145,8 +145,11 @@ class Turns:
             prompt = layout.with_note(prompt, session, turn.output_schema,
                                       intake.prompt_lines(session, turn.n, turn.context))
             chosen = session.harness_session or turn.harness_session or str(uuid.uuid4())
+            limit = timeouts.turn_limit(self.settings,
+                                        self.environments.require(session.environment),
+                                        session.start.timeout_minutes)  # fmt: skip
             turn = self._update_turn(turn, harness_session=chosen, handoff=handoff,
-                                     harness=harness.name)  # fmt: skip
+                                     harness=harness.name, timeout_minutes=limit)  # fmt: skip
             try:
                 layout.prepare(self.sandboxes, session)
                 base = intake.deliver(self.sandboxes, self.context, session, turn,
@@ -154,7 +157,10 @@ class Turns:
                 if base is not None:  # a bundle started the branch fresh on its own base
                     turn = self._update_turn(turn, context_base=base)
                 spec = self._spec(session, turn, harness, prompt)
-                start_turn(self.sandboxes, session.sandbox_id, harness, spec, turn.run_id)
+                warnings = start_turn(self.sandboxes, session.sandbox_id, harness, spec,
+                                      turn.run_id)  # fmt: skip
+                if warnings:  # (a finisher's handback adds its own to these)
+                    turn = self._update_turn(turn, warnings=[*turn.warnings, *warnings])
             except HangarError as exc:
                 self._update_turn(turn, finished_at=utcnow(), outcome=TurnOutcome.FAILED,
                                   error_code=exc.code, summary=exc.message)  # fmt: skip
@@ -205,7 +211,8 @@ class Turns:
                         conversation_id=session.harness_session,
                         env=self._env(session))  # fmt: skip
         invocation = harness.interactive(spec)
-        write_home_files(self.sandboxes, session.sandbox_id, harness, spec)
+        for warning in write_home_files(self.sandboxes, session.sandbox_id, harness, spec):
+            logger.warning("the agent terminal of session %s: %s", session.id, warning)
         return Invocation(argv=invocation.argv, env={**spec.env, **invocation.env})
 
     def _source_turns(self, session: Session) -> list[Turn]:
@@ -218,16 +225,22 @@ class Turns:
     # -- finishing --------------------------------------------------------------------------
 
     def watch(self, session: Session) -> Session:
-        """If the session's running turn has ended, finish it (see :meth:`finish`); if its
-        sandbox is gone, interrupt the turn and suspend the session to resume from its last
-        checkpoint. Returns the session as it is now."""
+        """If the session's running turn has ended, finish it (see :meth:`finish`); if it ran
+        past one of its limits (:mod:`.timeouts`), record why and stop its run, then finish it
+        (it ends TIMED_OUT); if its sandbox is gone, interrupt the turn and suspend the session
+        to resume from its last checkpoint. Returns the session as it is now."""
         if session.state is not S.ACTIVE or not session.sandbox_id:
             return session
         turn = self.turn(session.id, None)
         if turn.finished_at is None:
             try:
                 status = read_run(self.sandboxes, session.sandbox_id, turn.active_run_id, 0, 0)
-                if not status.finished and self._repair_overdue(turn):
+                why = None if status.finished else timeouts.overdue(
+                    self.settings, turn, status.idle_seconds, utcnow())  # fmt: skip
+                if why is not None:
+                    turn = self._stop_for(session, turn, why)
+                stopping = turn.stopped_for is not None or self._repair_overdue(turn)
+                if not status.finished and stopping:
                     stop_run(self.sandboxes, session.sandbox_id, turn.active_run_id)
                     status = read_run(self.sandboxes, session.sandbox_id, turn.active_run_id, 0, 0)
             except SandboxNotFound:
@@ -238,6 +251,23 @@ class Turns:
             if not status.finished:
                 return session
         return self.finish(session)
+
+    def _stop_for(self, session: Session, turn: Turn, why: str) -> Turn:
+        """The turn with ``why`` recorded as the reason its run is to be stopped. Recorded
+        before the stop, and the run is stopped only once it is (by :meth:`watch`): a watcher
+        that dies between the two is followed by one that stops it again, and the finish knows
+        the stop for a time-out. A reason recorded already, or a turn that ended meanwhile, is
+        left as it is."""
+        for _ in range(5):
+            if turn.stopped_for is not None or turn.finished_at is not None:
+                return turn
+            try:
+                turn = self._update_turn(turn, stopped_for=why)
+                logger.info("stopping turn %d of %s: %s", turn.n, session.id, why)
+                return turn
+            except VersionConflict:
+                turn = self.db.get_turn(session.id, turn.n)  # written meanwhile: look again
+        return turn  # still changing under us: the next watch tries again
 
     def _repair_overdue(self, turn: Turn) -> bool:
         limit = timedelta(minutes=self.settings.exchange_repair_timeout_minutes)
@@ -430,8 +460,10 @@ class Turns:
         summary = result.summary if result.ok else (error.message if error else None)
         if exit_code == INTERRUPTED_EXIT:
             outcome, error = TurnOutcome.INTERRUPTED, None
-            summary = "interrupted" + (f"; its last words: {result.summary}"
-                                       if result.summary else "")  # fmt: skip
+            if turn.stopped_for is not None:  # stopped by hangar: a limit ran out
+                outcome = TurnOutcome.TIMED_OUT
+            summary = (turn.stopped_for or "interrupted") + (
+                f"; its last words: {result.summary}" if result.summary else "")  # fmt: skip
         finished = turn.model_copy(update={
             "exit_code": exit_code, "outcome": outcome,
             "summary": summary, "usage": result.usage,

@@ -47,7 +47,7 @@ def test_pi_resumes_by_session_forks_and_declares_a_provider_for_a_custom_endpoi
     spec = TurnSpec("go", "/w", model="m1", conversation_id="p1", env=env)
     assert pi.command(spec).argv == ["pi", "-p", "--mode", "json", "--model", "hangar/m1",
                                      "--session", "p1"]  # fmt: skip
-    models = json.loads(pi.home_files(spec)[".pi/agent/models.json"])
+    models = pi.home_files(spec)[".pi/agent/models.json"]
     assert models["providers"]["hangar"]["baseUrl"] == "http://127.0.0.1:9/v1"
     assert models["providers"]["hangar"]["models"][0]["id"] == "m1"
     assert pi.home_files(TurnSpec("go", "/w")) == {}
@@ -217,11 +217,9 @@ def test_a_handoff_prompt_gives_the_compact_account_and_says_it_is_lossy() -> No
 
 
 def test_codex_gets_the_repo_folder_trusted_so_its_interactive_resume_asks_nothing() -> None:
-    import tomllib
-
     files = get_harness("codex").home_files(TurnSpec("go", '/workspace/my "app"'))
-    config = tomllib.loads(files[".codex/config.toml"])
-    assert config == {"projects": {'/workspace/my "app"': {"trust_level": "trusted"}}}
+    assert files == {".codex/config.toml": {"projects": {'/workspace/my "app"':
+                                                         {"trust_level": "trusted"}}}}
 
 
 @pytest.mark.parametrize("name", ["claude", "codex", "pi", "antigravity"])

@@ -35,6 +35,7 @@ from hangar.keys.local import LocalKeys
 from hangar.models import SessionState as S, TurnOutcome, utcnow
 from hangar.sandboxes.local import LocalSandboxes
 from hangar.sessions.checkpoints import PART_THREADS
+from hangar.sessions.environments import EnvironmentChange
 from hangar.sessions.service import SessionService
 from hangar.sessions.turns import MAX_FINISH_TRIES
 from tests.unit.sessions.world import STANDIN, FakeTicks
@@ -240,6 +241,21 @@ def send_with_context(rig: Rig, service: SessionService) -> None:
     rig.drive(service, settled(service, S.IDLE, S.FAILED))
 
 
+HANG = "and now hang"
+
+
+def hang_on(rig: Rig, service: SessionService) -> None:
+    """The stand-in hangs, saying nothing, on a prompt holding HANG (after its run: lines)."""
+    service.environments.update("app", EnvironmentChange(vars={"AGY_STANDIN_HANG_ON": HANG}))
+
+
+def send_past_its_limit(rig: Rig, service: SessionService) -> None:
+    """A turn that hangs past its time limit (a tenth of a second): the watch records why,
+    stops its run, and the turn ends TIMED_OUT with its work checkpointed."""
+    service.send("demo", f"run: echo late > late.txt\n{HANG}", turn_timeout_minutes=1 / 600)
+    rig.drive(service, settled(service, S.IDLE, S.FAILED))
+
+
 def fork(rig: Rig, service: SessionService) -> None:
     service.fork("demo", 1)
     rig.drive(service, lambda: service.resolve("demo-fork-1").state in (S.IDLE, S.FAILED)
@@ -261,6 +277,7 @@ FLOWS: dict[str, tuple[list[Callable[[Rig, SessionService], None]], Callable[[Ri
     "a second turn": ([new_session], send),
     "a turn and its result's repair run": ([new_session], send_with_schema),
     "a turn with a file and a patch": ([new_session], send_with_context),
+    "a turn stopped past its time limit": ([new_session, hang_on], send_past_its_limit),
     "suspend": ([new_session], suspend),
     "fork": ([new_session], fork),
     "open into a new sandbox": ([new_session, suspend], open_),
@@ -303,6 +320,8 @@ def check_usable(rig: Rig, service: SessionService) -> None:
         owner = rig.db.get_session(info.labels["hangar.session"])
         assert owner.sandbox_id == info.id, (info, owner.state)
     for t in rig.db.list_turns(session.id):  # context is put in place once, whatever died
+        if t.stopped_for is not None:  # a turn stopped past its limit says so
+            assert t.outcome is TurnOutcome.TIMED_OUT, t
         assert t.error_code != "context_rejected", t
         if t.context and t.outcome is TurnOutcome.EXITED:
             seen = rig.sandboxes.exec(sandbox, ["cat", "/workspace/app/seen.txt"]).stdout

@@ -113,6 +113,10 @@ export function renderSession(main, name, ctx) {
     } else if (s.state === "failed" && s.error) {
       parts.push(h("p", { class: "notice bad" }, `${s.error} Resume tries again.`));
     }
+    const last = s.turns[s.turns.length - 1];
+    if (last && last.outcome === "timed_out") {  // hangar stopped it: its summary says which limit
+      parts.push(h("p", { class: "notice bad", id: "timed-out" }, `Turn ${last.n} was stopped: ${last.summary}`));
+    }
     if (s.checkpoint_error) parts.push(h("p", { class: "notice bad" }, `The last checkpoint failed: ${s.checkpoint_error}`));
     status.replaceChildren(...parts);
   }
@@ -136,7 +140,7 @@ export function renderSession(main, name, ctx) {
     turns.replaceChildren(...s.turns.map((t) => h("tr", { "data-turn": String(t.n) },
       h("td", {}, String(t.n)),
       h("td", {}, t.message),
-      h("td", {}, t.outcome || (t.started_at ? "running" : "starting"), t.error_code ? ` (${t.error_code})` : ""),
+      h("td", {}, t.outcome ? t.outcome.replaceAll("_", " ") : (t.started_at ? "running" : "starting"), t.error_code ? ` (${t.error_code})` : ""),
       h("td", { class: "summary" }, t.summary || "", t.question ? h("div", {}, `Asks: ${t.question}`) : ""),
       h("td", {}, when(t.started_at || t.requested_at)),
       h("td", {}, duration(t.started_at, t.finished_at)),
