@@ -4,6 +4,7 @@ so no model is needed."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 import warnings
@@ -50,12 +51,19 @@ def runtime(tmp_path: Path) -> Iterator[Runtime]:
         runtime.sandboxes.destroy(info.id, hooks=False)
 
 
-@pytest.fixture
-def api(runtime: Runtime) -> Iterator[TestClient]:
+@contextlib.contextmanager
+def signed_in(runtime: Runtime) -> Iterator[TestClient]:
+    """A test client of the app over ``runtime`` that sends the admin token."""
     token_file = runtime.settings.data_dir / "admin-token"
     ensure_admin_token(runtime.db, token_file)
     with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
         client.headers["Authorization"] = f"Bearer {token_file.read_text().strip()}"
+        yield client
+
+
+@pytest.fixture
+def api(runtime: Runtime) -> Iterator[TestClient]:
+    with signed_in(runtime) as client:
         yield client
 
 

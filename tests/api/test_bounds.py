@@ -13,14 +13,12 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from hangar.api.app import create_app
-from hangar.api.auth import ensure_admin_token
 from hangar.api.limits import BodyLimit
 from hangar.config import Settings
 from hangar.models import SessionState
 from hangar.runtime import Runtime
 from hangar.testing.db import make_session
-from tests.api.conftest import add_env, new_session, standin_harnesses, wait_turn
+from tests.api.conftest import add_env, new_session, signed_in, standin_harnesses, wait_turn
 
 
 def refused(response: Any, code: str = "invalid_input", status: int = 400) -> dict[str, Any]:
@@ -194,10 +192,7 @@ def test_nul_bytes_in_names_arguments_variables_and_messages_are_refused(
 def small_api(tmp_path: Path) -> Iterator[tuple[TestClient, Runtime]]:
     """An API whose bodies are capped at 1 MiB."""
     runtime = Runtime(Settings.build(data_dir=tmp_path / "data", max_body_mb=1))
-    token_file = runtime.settings.data_dir / "admin-token"
-    ensure_admin_token(runtime.db, token_file)
-    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
-        client.headers["Authorization"] = f"Bearer {token_file.read_text().strip()}"
+    with signed_in(runtime) as client:
         yield client, runtime
     runtime.close()
 
@@ -252,10 +247,7 @@ def message_api(tmp_path: Path) -> Iterator[tuple[TestClient, Runtime]]:
     runtime = Runtime(Settings.build(data_dir=tmp_path / "data", max_message_kb=2,
                                      harness_dir=standin_harnesses(tmp_path / "harnesses")))
     runtime.start()
-    token_file = runtime.settings.data_dir / "admin-token"
-    ensure_admin_token(runtime.db, token_file)
-    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
-        client.headers["Authorization"] = f"Bearer {token_file.read_text().strip()}"
+    with signed_in(runtime) as client:
         yield client, runtime
     runtime.close()
     for info in runtime.sandboxes.list():

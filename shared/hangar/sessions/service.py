@@ -280,7 +280,7 @@ class SessionService:
         SessionBusy while someone talks to the agent in a terminal (a turn would write the
         same conversation). CapacityExhausted, nothing changed, when the session needs a
         sandbox and no place is left (so does :meth:`open`)."""
-        _check_message(message, self.settings.max_message_kb << 10)
+        _check_message(message, (self.settings.max_message_kb << 10, "HANGAR_MAX_MESSAGE_KB"))
         limit = check_minutes(turn_timeout_minutes, "turn_timeout_minutes")
         session = self.resolve(ref)
         if talking(session):
@@ -628,13 +628,12 @@ def _title(message: str) -> str:
     return line if len(line) <= 60 else line[:57] + "..."
 
 
-def _check_message(message: str, limit: tuple[int, str] | int) -> None:
-    """InvalidInput for an empty message, MessageTooLarge for one over ``limit`` bytes of UTF-8
-    (it reaches the agent byte for byte, whatever it holds); ``limit`` may come with what
-    sets it."""
+def _check_message(message: str, limit: tuple[int, str]) -> None:
+    """InvalidInput for an empty message, MessageTooLarge for one over ``limit``: its bytes of
+    UTF-8 and what sets it (the message reaches the agent byte for byte, whatever it holds)."""
     if not message.strip():
         raise InvalidInput("the message is empty")
-    most, why = limit if isinstance(limit, tuple) else (limit, "HANGAR_MAX_MESSAGE_KB")
+    most, why = limit
     size = len(message.encode("utf-8", "surrogatepass"))
     if size > most:
         raise MessageTooLarge(f"the message is {size} bytes, over the limit of {most >> 10} KiB "
