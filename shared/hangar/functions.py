@@ -50,7 +50,7 @@ class ApiFunction:
     """The api function: ``await function(request)`` answers one request."""
 
     def __init__(self, runtime: Runtime) -> None:
-        from hangar.api.app import create_app
+        from hangar.server.app import create_app
 
         self.runtime = runtime
         self.app = create_app(runtime)

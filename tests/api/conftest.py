@@ -19,8 +19,8 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=".*httpx2")
     from starlette.testclient import TestClient
 
-from hangar.api.app import create_app
-from hangar.api.auth import ensure_admin_token
+from hangar.server.app import create_app
+from hangar.operations.auth import ensure_admin_token
 from hangar.config import Settings
 from hangar.runtime import Runtime
 from tests.conftest import GIT_IDENTITY

@@ -11,7 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from hangar.api.app import ENDPOINTS
-from hangar.api.auth import secret_hash
+from hangar.operations.auth import secret_hash
 from hangar.models import Token
 from hangar.runtime import Runtime
 from tests.api.conftest import add_env, new_session, wait_turn

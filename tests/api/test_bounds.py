@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from hangar.api.limits import BodyLimit
+from hangar.operations.limits import BodyLimit
 from hangar.config import Settings
 from hangar.models import SessionState
 from hangar.runtime import Runtime

@@ -14,7 +14,7 @@ import anyio
 import pytest
 from starlette.testclient import TestClient
 
-from hangar.api.auth import secret_hash
+from hangar.operations.auth import secret_hash
 from hangar.config import Settings
 from hangar.mcp.server import HangarMcp
 from hangar.models import Token

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
 from hangar.api import terminal, tickets
-from hangar.api.auth import secret_hash
+from hangar.operations.auth import secret_hash
 from hangar.models import Session, Token, utcnow
 from hangar.runtime import Runtime
 from hangar.testing.db import make_session

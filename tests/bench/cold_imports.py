@@ -53,7 +53,7 @@ def sample(name: str, build: bool, data_dir: Path) -> float:
 _TOKEN = """
 import os
 from pathlib import Path
-from hangar.api.auth import ensure_admin_token
+from hangar.operations.auth import ensure_admin_token
 from hangar.config import Settings
 from hangar.runtime import Runtime
 runtime = Runtime(Settings.from_env(dict(os.environ, HANGAR_DATA_DIR={data!r})))

@@ -29,7 +29,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
-from hangar.api.schemas import SessionSummary
+from hangar.operations.wire import SessionSummary
 from hangar.db.firestore import FirestoreDb
 from hangar.models import Checkpoint, CheckpointReason, Session, SessionState, Turn, utcnow
 

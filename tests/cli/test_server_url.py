@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from hangar.api.server import banner
+from hangar.server.serve import banner
 from hangar.cli.client import base_url
 from tests.cli.conftest import Cli, Server
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from emulators.model import ModelStub
-from hangar.api.app import create_app
-from hangar.api.auth import ensure_admin_token
+from hangar.server.app import create_app
+from hangar.operations.auth import ensure_admin_token
 from hangar.config import Settings
 from hangar.runtime import Runtime
 from tests.api.conftest import ticket, wait_turn

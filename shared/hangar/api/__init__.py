@@ -1,3 +1,4 @@
-"""The REST API (and, later, the MCP endpoint): thin surfaces over the session service.
+"""The REST API under ``/api``: a thin surface over the session service, beside MCP
+(:mod:`hangar.mcp`); what both stand on is in :mod:`hangar.operations`.
 
-Import :func:`create_app` from :mod:`hangar.api.app`; this package imports nothing heavy."""
+This package imports nothing heavy; the server (:mod:`hangar.server`) serves its routes."""

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hangar.api import schemas as s
+from hangar.operations import wire as s
 from hangar.api.routes import Endpoint, Query, flag, param, parse, reply
 from hangar.sessions.environments import EnvironmentChange
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from hangar import __version__
 from hangar.api import terminal
 from hangar.api.routes import JSON, Endpoint, Query
-from hangar.api.schemas import ErrorView
+from hangar.operations.wire import ErrorView
 
 REF = "#/components/schemas/{model}"
 

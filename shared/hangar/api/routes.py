@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hangar.api.limits import find_nul
+from hangar.operations.limits import find_nul
 from hangar.errors import InvalidInput
 
 if TYPE_CHECKING:

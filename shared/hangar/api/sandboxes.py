@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hangar.api import schemas as s
+from hangar.operations import wire as s
 from hangar.api.routes import Endpoint, flag, param, reply
 from hangar.sessions.sandbox import SESSION_LABEL
 

@@ -23,7 +23,7 @@ from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from hangar.api import schemas as s
+from hangar.operations import wire as s
 from hangar.api.routes import NDJSON, Endpoint, Query, flag, param, parse, reply, run_waiting
 from hangar.api.streams import ClientGone, Emitter, in_thread
 from hangar.errors import HangarError, InvalidInput

@@ -70,7 +70,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from hangar.api import pty, tickets
 from hangar.api.routes import Endpoint, Query, param, parse, reply
-from hangar.api.schemas import TerminalResize, TerminalTicket, TerminalTicketView
+from hangar.operations.wire import TerminalResize, TerminalTicket, TerminalTicketView
 from hangar.api.streams import ClientGone
 from hangar.errors import HangarError, InvalidInput, Unauthorized
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from hangar.api.auth import secret_hash
+from hangar.operations.auth import secret_hash
 from hangar.db import Db
 from hangar.errors import TokenNotFound, Unauthorized
 from hangar.models import Session, Token, utcnow

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hangar.api import schemas as s
+from hangar.operations import wire as s
 from hangar.api.routes import Endpoint, param, parse, reply
 from hangar.api.sessions import whole
 from hangar.models import Token

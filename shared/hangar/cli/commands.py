@@ -28,7 +28,7 @@ INTERRUPT_WAIT = 120.0
 
 def run(args: argparse.Namespace, env: dict[str, str]) -> int:
     if args.command == "serve":
-        from hangar.api.server import serve
+        from hangar.server.serve import serve
 
         if args.data_dir:
             env = {**env, "HANGAR_DATA_DIR": args.data_dir}
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, env: dict[str, str]) -> int:
 def _admin_token(settings: Settings) -> int:
     """Register the admin token of ``DATA_DIR/admin-token`` (made if missing, mode 0600) in the
     database the settings name, directly (no server needed). Idempotent."""
-    from hangar.api.auth import TOKEN_FILE, ensure_admin_token
+    from hangar.operations.auth import TOKEN_FILE, ensure_admin_token
     from hangar.db import open_db
 
     db = open_db(settings.db, settings)

@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from hangar.api.auth import authenticate, challenge
+from hangar.operations.auth import authenticate, challenge
 from hangar.errors import HangarError
 
 if TYPE_CHECKING:

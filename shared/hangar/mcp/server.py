@@ -25,7 +25,7 @@ from mcp_types import Tool as McpTool
 from pydantic import ValidationError
 
 from hangar import __version__
-from hangar.api.limits import find_nul
+from hangar.operations.limits import find_nul
 from hangar.errors import HangarError, InvalidInput, NotFound
 from hangar.exchange import is_text
 from hangar.mcp.tools import TOOLS, Tool, error_body

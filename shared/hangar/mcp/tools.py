@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from hangar.api import schemas as s
+from hangar.operations import wire as s
 from hangar.api.sessions import started_view
 from hangar.errors import ArtifactTooLarge, HangarError
 from hangar.exchange import is_text

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from hangar.api import tickets
-from hangar.api.auth import ADMIN, authenticate, secret_hash
+from hangar.operations.auth import ADMIN, authenticate, secret_hash
 from hangar.db.sqlite import SqliteDb
 from hangar.errors import Forbidden, Unauthorized
 from hangar.models import Session, Token, utcnow

@@ -1,4 +1,4 @@
-"""Wire shapes of the REST API: requests and views, as pydantic models.
+"""Wire shapes of REST and MCP: requests and views, as pydantic models.
 
 Views are built from the stored records by their ``of`` class methods; they never carry a
 secret's value, a wrapped key or a conversation's content. Summaries in lists go through

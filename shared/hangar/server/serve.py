@@ -27,7 +27,7 @@ from pathlib import Path
 from types import FrameType
 from urllib.parse import urlsplit
 
-from hangar.api.auth import TOKEN_FILE, ensure_admin_token
+from hangar.operations.auth import TOKEN_FILE, ensure_admin_token
 from hangar.api.ticks import PATH as TICKS_PATH
 from hangar.config import Settings
 from hangar.errors import InvalidSettings
@@ -75,7 +75,7 @@ def listen(host: str, port: int) -> socket.socket:
 def serve(settings: Settings, host: str, port: int) -> int:
     import uvicorn
 
-    from hangar.api.app import create_app
+    from hangar.server.app import create_app
     from hangar.runtime import Runtime
 
     sock = listen(host, port)
