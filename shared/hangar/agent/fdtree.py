@@ -141,24 +141,25 @@ def prune_empty(root, parts):
 
 def remove_link_on_path(root, parts):
     """Remove the first link met on the way from folder ``root`` down the folders ``parts``
-    (the link itself, never what it points to); True when one was removed. A missing step or a
-    file ends the way quietly: whoever makes the folders says what is wrong."""
+    (the link itself, never what it points to); returns its path relative to ``root``, or None
+    when there was none. A missing step or a file ends the way quietly: whoever makes the
+    folders says what is wrong."""
     fd = open_base(root)
     try:
-        for part in parts:
+        for depth, part in enumerate(parts, 1):
             try:
                 st = os.stat(part, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
-                return False
+                return None
             if stat.S_ISLNK(st.st_mode):
                 os.unlink(part, dir_fd=fd)
-                return True
+                return "/".join(parts[:depth])
             nxt = open_folder(fd, part)
             if nxt is None:
-                return False
+                return None
             os.close(fd)
             fd = nxt
-        return False
+        return None
     finally:
         os.close(fd)
 

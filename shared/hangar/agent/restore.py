@@ -34,9 +34,10 @@ Steps, in order:
    tree) to the working tree; then the repo's branch (detached when git refuses the branch),
    HEAD and index are set to the result. Every archive as it is decompressed, and the head's
    tree before its checkout, count against ``max_bytes``.
-4. Remove a link standing where a conversation or exchange folder goes in HOME, or on the way
-   to it (a fresh sandbox's HOME holds only what its setup made; the link goes, never what it
-   points to). Check the tree on disk: a member that would go through a symbolic link on disk is
+4. Remove a link standing in HOME where a conversation or exchange folder goes, or where any
+   folder an archive for HOME writes goes, or on the way to one (a fresh sandbox's HOME holds
+   only what its setup made, and the archive is the session's own record of those folders: the
+   link goes, never what it points to, and a warning names it). Check the tree on disk: a member that would go through a symbolic link on disk is
    refused (unsafe_archive); a file where a folder is, or the reverse, fails (restore_failed).
    Either comes after the git steps of 3 but before any member is written.
 5. Unpack the untracked files into the repo, then the agent files into HOME, every write made
@@ -68,7 +69,7 @@ import tempfile
 
 from hangar.agent import fdtree, quiesce
 from hangar.agent.gitsafe import GitError, Repo
-from hangar.agent.paths import clean_name, folders_rule, member_problem, untracked_rule
+from hangar.agent.paths import clean_name, folders_rule, member_problem, readable, untracked_rule
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -409,7 +410,11 @@ def restore(plan, staging):
     except (GitError, OSError) as exc:
         raise Failure("restore_failed", "checkout", str(exc)) from None
 
-    clear_links_in_home(home, [d for d in conversation_dirs + exchange if d])
+    folders = [d for d in conversation_dirs + exchange if d]
+    for label, root, plain, checked in archives:
+        if root == home:
+            folders += folders_written(checked)
+    warnings += clear_links_in_home(home, folders)
     for label, root, plain, checked in archives:
         check_on_disk(root, checked, label)
     for label, root, plain, checked in archives:
@@ -480,16 +485,39 @@ def clean(r, repo):
         raise Failure("restore_failed", "clean", "removing untracked files: %s" % exc) from None
 
 
+def folders_written(checked):
+    """The folders (relative to the root) that the checked members of an archive write or
+    pass through, each once."""
+    out = set()
+    for m, name in checked:
+        parts = name.split("/")
+        out.add("/".join(parts if m.isdir() else parts[:-1]))
+    out.discard("")
+    return sorted(out)
+
+
 def clear_links_in_home(home, folders):
-    """Remove a link standing where a folder of ``folders`` (relative to HOME), or one on the
-    way to it, goes: it can only be the agent's (a fresh sandbox's HOME holds what its setup
-    made), and unpacking would refuse to go through it. The link itself goes, never its target."""
+    """Remove every link standing where a folder of ``folders`` (relative to HOME), or one on
+    the way to it, goes: it can only be the agent's or its setup's (a fresh sandbox's HOME holds
+    what its setup made), and unpacking would refuse to go through it, every time. The link
+    itself goes, never its target. Returns a warning naming the links removed, if any."""
+    removed = []
     for folder in folders:
         try:
-            fdtree.remove_link_on_path(home, folder.split("/"))
+            # Beneath a link removed, nothing is left on disk: one call clears the way.
+            link = fdtree.remove_link_on_path(home, folder.split("/"))
         except OSError as exc:
             raise Failure("restore_failed", "unpack", "clearing the way to %s: %s"
                           % (folder, exc)) from None  # fmt: skip
+        if link:
+            removed.append(link)
+    if not removed:
+        return []
+    shown = ", ".join("~/" + readable(link) for link in removed[:5])
+    more = " and %d more" % (len(removed) - 5) if len(removed) > 5 else ""
+    return ["links in HOME stood where the checkpoint's folders go: %s%s; each link was removed "
+            "(never what it pointed to) and the checkpoint's folder restored in its place"
+            % (shown, more)]  # fmt: skip
 
 
 def hand_over(home, tops, uid, gid):

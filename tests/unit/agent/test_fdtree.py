@@ -227,8 +227,8 @@ def test_a_link_on_the_way_to_a_folder_is_removed_and_what_it_points_to_is_kept(
     (home / ".gemini" / "cli" / "conversations").symlink_to(victim)
     parts = [".gemini", "cli", "conversations", "inner"]
 
-    assert fdtree.remove_link_on_path(str(home), parts) is True
-    assert fdtree.remove_link_on_path(str(home), parts) is False
+    assert fdtree.remove_link_on_path(str(home), parts) == ".gemini/cli/conversations"
+    assert fdtree.remove_link_on_path(str(home), parts) is None
     assert not (home / ".gemini" / "cli" / "conversations").exists()
     assert tree(victim) == before
 

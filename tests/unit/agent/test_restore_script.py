@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -381,6 +382,32 @@ def test_a_file_member_where_a_folder_is_on_disk_fails_before_anything_is_unpack
     assert answer["ok"] is False and answer["code"] == "restore_failed", answer
     assert "folder on disk" in str(answer["error"])
     assert_nothing_changed(world, before)
+
+
+def test_a_link_the_setup_left_inside_a_conversation_folder_gives_way_to_the_checkpoints_folder(
+    world: World,
+) -> None:
+    # An environment's setup runs in every fresh sandbox before a restore: a link it leaves
+    # where the conversation archive has a folder would otherwise refuse every restore.
+    before = snapshot(world.victim, times=True)
+    projects = world.home / ".claude" / "projects"
+    projects.mkdir(parents=True)
+    (projects / "-workspace-app").symlink_to(world.victim)
+    conversation = [
+        folder(".claude/projects"),
+        folder(".claude/projects/-workspace-app"),
+        file(".claude/projects/-workspace-app/conv.jsonl", b'{"role": "user"}\n'),
+    ]
+
+    answer = restore(world, {"agent.tar.gz": tar_gz(conversation)})
+
+    assert answer["ok"] is True, answer
+    warnings = cast(list[str], answer["warnings"])
+    assert len(warnings) == 1 and "~/.claude/projects/-workspace-app" in warnings[0], warnings
+    restored = projects / "-workspace-app"
+    assert not restored.is_symlink() and restored.is_dir()
+    assert (restored / "conv.jsonl").read_bytes() == b'{"role": "user"}\n'
+    assert snapshot(world.victim, times=True) == before
 
 
 # Races and git failures -----------------------------------------------------------------------
