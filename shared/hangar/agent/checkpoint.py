@@ -822,6 +822,16 @@ def main():
     try:
         r = Repo(cfg["repo"], staging)
         head, branch, records, head_warnings = repo_state(r, cfg.get("base"))
+        # Before the fingerprint: an edit the index hides must count as a change, or an
+        # interval checkpoint would skip it as "unchanged".
+        hidden = r.reveal_hidden()
+        if hidden:  # their changes are in this status and the patches now
+            head, branch, records, head_warnings = repo_state(r, cfg.get("base"))
+            shown = ", ".join(hidden[:8]) + (" and %d more" % (len(hidden) - 8)
+                                             if len(hidden) > 8 else "")  # fmt: skip
+            head_warnings.append("the index hid the changes of %d tracked files "
+                                 "(assume-unchanged or skip-worktree): saved all the same, and "
+                                 "restored without those bits: %s" % (len(hidden), shown))
         if cfg.get("mode") == "patch":
             import shutil
             import subprocess
@@ -838,14 +848,6 @@ def main():
         import threading
 
         clean_stale(tmp, keep=staging)
-        hidden = r.reveal_hidden()
-        if hidden:  # their changes are in this status and the patches now
-            head, branch, records, head_warnings = repo_state(r, cfg.get("base"))
-            shown = ", ".join(hidden[:8]) + (" and %d more" % (len(hidden) - 8)
-                                             if len(hidden) > 8 else "")  # fmt: skip
-            head_warnings.append("the index hid the changes of %d tracked files "
-                                 "(assume-unchanged or skip-worktree): saved all the same, and "
-                                 "restored without those bits: %s" % (len(hidden), shown))
         manifest, parts = pack(cfg, r, staging, head, branch, records, fp, head_warnings)
         listed = [{k: v for k, v in p.items() if k != "path"} for p in parts]
         out.write(json.dumps(dict(manifest, parts=listed)).encode() + b"\n")

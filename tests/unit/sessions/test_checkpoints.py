@@ -358,6 +358,20 @@ def test_an_edit_that_keeps_size_and_mtime_is_still_noticed(engine: Engine, path
     assert taken is not None and taken.reason is CheckpointReason.INTERVAL
 
 
+def test_an_edit_the_index_hides_is_not_skipped_as_unchanged(engine: Engine) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, TURN_ONE)
+    engine.sh(sandbox, "git update-index --assume-unchanged README.md")
+    engine.take(sandbox, workspace)
+    # (git status would rewrite the index, whose stat the fingerprint holds: not here.)
+    engine.sh(sandbox, "echo hidden >> README.md")
+    target = engine.target(sandbox, workspace)
+    taken = engine.checkpointer.take(target, CheckpointReason.INTERVAL, skip_if_unchanged=True)
+    assert taken is not None, "an edit hidden by assume-unchanged was taken for no change"
+    # Nothing changed since: the next interval check skips again.
+    assert engine.checkpointer.take(target, CheckpointReason.INTERVAL, skip_if_unchanged=True) is None
+
+
 def test_a_pre_destroy_hook_takes_a_destroy_checkpoint_before_the_sandbox_goes(
     engine: Engine,
 ) -> None:
