@@ -52,7 +52,10 @@ def responses_entries(body: JSON) -> list[Entry]:
                 out.extend(Entry("assistant", t) for t in texts)
         elif kind in ("function_call", "custom_tool_call"):
             args = item.get("arguments", item.get("input", ""))
-            out.append(Entry("tool_call", f"{item.get('name')} {args}"))
+            name = item.get("name")
+            if isinstance(item.get("namespace"), str):  # as responses_tools lists it
+                name = f"{item['namespace']}__{name}"
+            out.append(Entry("tool_call", f"{name} {args}"))
         elif kind == "local_shell_call":
             action = json.dumps(item.get("action", {}), sort_keys=True)
             out.append(Entry("tool_call", f"local_shell {action}"))
@@ -61,12 +64,33 @@ def responses_entries(body: JSON) -> list[Entry]:
     return out
 
 
-def responses_tools(body: JSON) -> dict[str, JSON]:
-    """Offered function tools by name; other tool types are listed under their ``type``."""
-    offered: dict[str, JSON] = {}
+def _namespaced(body: JSON) -> dict[str, tuple[str, str, JSON]]:
+    """Function tools inside ``namespace`` tools (Codex's MCP servers: namespace
+    ``mcp__SERVER``): ``NAMESPACE__NAME`` → (namespace, name, parameters schema)."""
+    found: dict[str, tuple[str, str, JSON]] = {}
     listed = body.get("tools")
     for tool in listed if isinstance(listed, list) else []:
-        if not isinstance(tool, dict):
+        if not (isinstance(tool, dict) and tool.get("type") == "namespace"):
+            continue
+        namespace, inner = tool.get("name"), tool.get("tools")
+        if not (isinstance(namespace, str) and isinstance(inner, list)):
+            continue
+        for child in inner:
+            if isinstance(child, dict) and isinstance(child.get("name"), str):
+                params = child.get("parameters")
+                schema = params if isinstance(params, dict) else {}
+                found[f"{namespace}__{child['name']}"] = (namespace, child["name"], schema)
+    return found
+
+
+def responses_tools(body: JSON) -> dict[str, JSON]:
+    """Offered function tools by name; a namespace's functions as ``NAMESPACE__NAME`` (so
+    Codex's MCP tools carry the names Claude Code gives them); other tool types are listed
+    under their ``type``."""
+    offered: dict[str, JSON] = {n: schema for n, (_, _, schema) in _namespaced(body).items()}
+    listed = body.get("tools")
+    for tool in listed if isinstance(listed, list) else []:
+        if not isinstance(tool, dict) or tool.get("type") == "namespace":
             continue
         if tool.get("type") == "function" and isinstance(tool.get("name"), str):
             params = tool.get("parameters")
@@ -78,9 +102,9 @@ def responses_tools(body: JSON) -> dict[str, JSON]:
     return offered
 
 
-def _response_item(reply: Reply) -> JSON:
+def _response_item(body: JSON, reply: Reply) -> JSON:
     if isinstance(reply, ToolCall):
-        return {
+        item: JSON = {
             "type": "function_call",
             "id": new_id("fc_"),
             "call_id": new_id("call_"),
@@ -88,6 +112,10 @@ def _response_item(reply: Reply) -> JSON:
             "arguments": json.dumps(reply.arguments),
             "status": "completed",
         }
+        namespaced = _namespaced(body).get(reply.name)
+        if namespaced is not None:  # a namespace's function: its own name, and the namespace
+            item["namespace"], item["name"] = namespaced[0], namespaced[1]
+        return item
     return {
         "type": "message",
         "id": new_id("msg_"),
@@ -126,13 +154,13 @@ def _response(body: JSON, response_id: str, status: str, output: list[JSON]) -> 
 
 def responses_complete(body: JSON, reply: Reply) -> JSON:
     """The non-streaming Response object."""
-    return _response(body, new_id("resp_"), "completed", [_response_item(reply)])
+    return _response(body, new_id("resp_"), "completed", [_response_item(body, reply)])
 
 
 def responses_stream(body: JSON, reply: Reply) -> list[SseEvent]:
     """The Response as SSE events, each carrying ``type`` and a ``sequence_number``."""
     response_id = new_id("resp_")
-    item = _response_item(reply)
+    item = _response_item(body, reply)
     item_id = item["id"]
     data: list[JSON] = [
         {"type": "response.created", "response": _response(body, response_id, "in_progress", [])},

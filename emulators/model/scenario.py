@@ -3,20 +3,27 @@
 A scenario is JSON::
 
     {"rules": [{"when": "commit", "delay": 0,
-                "steps": [{"shell": "echo hi > a.txt"}, {"text": "Wrote a.txt."}]}],
+                "steps": [{"shell": "echo hi > a.txt"}, {"text": "Wrote a.txt."}]},
+               {"when": "hand it over",
+                "steps": [{"tool": "mcp__hangar__list_sessions", "arguments": {"limit": 5}},
+                          {"text": "Listed."}]}],
      "default": [{"text": "ok"}],
      "models": ["stub-model"],
      "side": "ok"}
 
 Each step is one model response: ``{"shell": CMD}`` (one call of whichever shell tool the
-request offers) or ``{"text": STR}`` (a final answer; ``{prompt}`` in it is replaced by the
-prompt). ``delay`` (seconds, on a step or on a rule as the default for its steps) holds the
-response back. ``models`` names what ``GET /v1/models`` lists; ``side`` is the reply to side
-requests (requests that offer no tools, such as title generation).
+request offers), ``{"tool": NAME, "arguments": {...}}`` (one call of the offered tool of that
+name, MCP tools included: :func:`named_call`) or ``{"text": STR}`` (a final answer; ``{prompt}``
+in it, and in a tool call's string arguments, is replaced by the prompt). ``delay`` (seconds,
+on a step or on a rule as the default for its steps) holds the response back. ``models`` names
+what ``GET /v1/models`` lists; ``side`` is the reply to side requests (requests that offer no
+tools, such as title generation).
 
 The choice is a pure function of the request (:func:`choose`), so resumes, retries and restarts
 of the stub behave the same: the latest genuine user prompt picks the rule (first ``when`` that
-is a substring of it, else ``default``), and the number of assistant tool-call rounds after
+is a substring of it; else, when the CLI added prompts of its own after the person's with no
+model response between, the first rule matching one of those, newest first; else ``default``),
+and the number of assistant tool-call rounds after
 that prompt is the step index. Past the last step, a final text step repeats; a final shell step
 is followed by the text ``done``.
 """
@@ -41,11 +48,14 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True)
 class Step:
-    """One model response: exactly one of ``shell`` and ``text`` is set."""
+    """One model response: exactly one of ``shell``, ``tool`` and ``text`` is set;
+    ``arguments`` goes with ``tool``."""
 
     shell: str | None = None
     text: str | None = None
     delay: float = 0.0
+    tool: str | None = None
+    arguments: JSON = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,16 +136,29 @@ def _steps(doc: Any, where: str, default_delay: float) -> tuple[Step, ...]:
         at = f"{where}[{i}]"
         if not isinstance(step, Mapping):
             raise ScenarioError(f"{at} must be an object")
-        extra = set(step) - {"shell", "text", "delay"}
+        extra = set(step) - {"shell", "text", "tool", "arguments", "delay"}
         if extra:
             raise ScenarioError(f"{at} has unknown keys: {sorted(extra)}")
-        shell, text = step.get("shell"), step.get("text")
-        if (shell is None) == (text is None):
-            raise ScenarioError(f"{at} needs exactly one of shell and text")
-        if not isinstance(shell if shell is not None else text, str):
-            raise ScenarioError(f"{at}: shell and text must be strings")
+        kinds = [k for k in ("shell", "text", "tool") if step.get(k) is not None]
+        if len(kinds) != 1:
+            raise ScenarioError(f"{at} needs exactly one of shell, text and tool")
+        if not isinstance(step[kinds[0]], str) or (kinds[0] == "tool" and not step["tool"]):
+            raise ScenarioError(f"{at}: shell, text and tool must be strings (a tool's not empty)")
+        arguments = step.get("arguments", {})
+        if "arguments" in step and kinds[0] != "tool":
+            raise ScenarioError(f"{at}: arguments go with a tool step only")
+        if not isinstance(arguments, Mapping):
+            raise ScenarioError(f"{at}.arguments must be an object")
         delay = _delay(step.get("delay", default_delay), f"{at}.delay")
-        steps.append(Step(shell=shell, text=text, delay=delay))
+        steps.append(
+            Step(
+                shell=step.get("shell"),
+                text=step.get("text"),
+                delay=delay,
+                tool=step.get("tool"),
+                arguments=dict(arguments),
+            )
+        )
     return tuple(steps)
 
 
@@ -195,6 +218,26 @@ def latest_prompt(entries: Sequence[Entry]) -> tuple[str, int]:
     return "", -1
 
 
+def latest_prompts(entries: Sequence[Entry]) -> tuple[list[str], int]:
+    """The prompts of the latest user turn, newest first, and the latest prompt's index
+    (``([], -1)`` when there is none).
+
+    A user turn is the run of prompts and context before the latest prompt with no model
+    response (text, tool call) or tool result between: a person's prompt and whatever user text
+    the CLI sent after it as a message of its own.
+    """
+    prompt, at = latest_prompt(entries)
+    if at < 0:
+        return [], -1
+    prompts = [prompt]
+    for entry in reversed(entries[:at]):
+        if entry.kind not in ("prompt", "context"):
+            break
+        if entry.kind == "prompt":
+            prompts.append(entry.text)
+    return prompts, at
+
+
 def tool_rounds_after(entries: Sequence[Entry], index: int) -> int:
     """How many assistant tool-call rounds follow ``entries[index]``.
 
@@ -214,16 +257,21 @@ def choose(scenario: Scenario, entries: Sequence[Entry], offers_tools: bool) -> 
     """The step answering a request whose conversation is ``entries``.
 
     A request that offers no tools is a side request and gets ``scenario.side`` without
-    consuming a step. Text is returned with ``{prompt}`` already replaced.
+    consuming a step. The latest prompt is matched against every rule first; when none matches,
+    the earlier prompts of the same user turn are (so a rule still matches when the CLI sends
+    text of its own after the person's prompt). Text, and a tool call's string arguments, are
+    returned with ``{prompt}`` (the prompt that matched, else the latest) already replaced.
     """
-    prompt, at = latest_prompt(entries)
+    prompts, at = latest_prompts(entries)
     if not offers_tools:
         return Step(text=scenario.side)
-    steps = scenario.default
-    for rule in scenario.rules:
-        if rule.when in prompt:
-            steps = rule.steps
-            break
+    steps, prompt = scenario.default, prompts[0] if prompts else ""
+    matched = (
+        (rule, text) for text in prompts for rule in scenario.rules if rule.when in text
+    )
+    rule_and_text = next(matched, None)
+    if rule_and_text is not None:
+        steps, prompt = rule_and_text[0].steps, rule_and_text[1]
     index = tool_rounds_after(entries, at) if at >= 0 else 0
     if index < len(steps):
         step = steps[index]
@@ -233,7 +281,20 @@ def choose(scenario: Scenario, entries: Sequence[Entry], offers_tools: bool) -> 
         step = Step(text="done")
     if step.text is not None:
         return Step(text=step.text.replace("{prompt}", prompt), delay=step.delay)
+    if step.tool is not None:
+        return Step(tool=step.tool, arguments=_filled(step.arguments, prompt), delay=step.delay)
     return step
+
+
+def _filled(value: Any, prompt: str) -> Any:
+    """``value`` with ``{prompt}`` replaced in every string inside it."""
+    if isinstance(value, str):
+        return value.replace("{prompt}", prompt)
+    if isinstance(value, list):
+        return [_filled(item, prompt) for item in value]
+    if isinstance(value, dict):
+        return {key: _filled(item, prompt) for key, item in value.items()}
+    return value
 
 
 def render_transcript(entries: Sequence[Entry]) -> str:
@@ -284,6 +345,27 @@ def shell_call(tools: Mapping[str, JSON], command: str, cwd: str | None) -> Tool
     if cwd and "workdir" in props:
         arguments["workdir"] = cwd
     return ToolCall(name=name, arguments=arguments)
+
+
+def named_call(tools: Mapping[str, JSON], name: str, arguments: JSON) -> ToolCall | None:
+    """A call of the offered tool ``name`` with ``arguments``, or None when none is offered.
+
+    An exact name wins. Otherwise the tool is found by its last ``__``-separated part, so one
+    scenario serves every CLI's naming of an MCP tool: Claude Code offers a server's tools as
+    ``mcp__SERVER__TOOL``, Codex in a namespace (listed as ``NAMESPACE__TOOL``: see the
+    Responses wire). When several offered tools share that part, the one whose full name ends
+    in the scenario's (or that the scenario's ends in) is taken; if that is not exactly one,
+    none is.
+    """
+    if name in tools:
+        return ToolCall(name=name, arguments=dict(arguments))
+    base = name.rsplit("__", 1)[-1]
+    found = [n for n in tools if n.rsplit("__", 1)[-1] == base]
+    if len(found) > 1:  # several servers offer it: the scenario's server part decides
+        found = [n for n in found if n.endswith(name) or name.endswith(n)]
+    if len(found) != 1:
+        return None
+    return ToolCall(name=found[0], arguments=dict(arguments))
 
 
 _CWD = re.compile(r"<cwd>(.*?)</cwd>", re.DOTALL)

@@ -38,6 +38,7 @@ from .scenario import (
     ScenarioError,
     choose,
     cwd_of,
+    named_call,
     render_transcript,
     shell_call,
 )
@@ -244,6 +245,10 @@ class _Handler(BaseHTTPRequestHandler):
         if step.shell is not None:
             call = shell_call(tools, step.shell, cwd_of(entries))
             reply = call if call is not None else f"no shell tool offered (tools: {sorted(tools)})"
+        elif step.tool is not None:
+            call = named_call(tools, step.tool, step.arguments)
+            missing = f"no tool {step.tool} offered (tools: {sorted(tools)})"
+            reply = call if call is not None else missing
         else:
             reply = step.text or ""
         if step.delay and stub.wait_stopping(step.delay):

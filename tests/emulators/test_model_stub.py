@@ -568,7 +568,7 @@ def test_put_scenario_replaces_it_and_a_bad_one_is_refused(stub: ModelStub) -> N
     assert first_text(post_json(stub, "/v1/messages", body)) == "replaced"
 
     status, raw = call(stub, "PUT", "/_stub/scenario", {"default": [{"shell": "x", "text": "y"}]})
-    assert status == 400 and b"exactly one of shell and text" in raw
+    assert status == 400 and b"exactly one of shell, text and tool" in raw
     assert first_text(post_json(stub, "/v1/messages", body)) == "replaced"
 
     stub.set_scenario(SCENARIO)
