@@ -1,0 +1,129 @@
+"""The mission's second story end to end: a person's Claude Code, with hangar as its MCP server,
+hands work to hangar and gets the patch back. The real Claude Code runs on the host (the
+person's machine) in a throwaway HOME, configured with ``claude mcp add --transport http``; the
+model stub scripts it to call ``new_session``, ``wait_for_turn`` and ``get_session_patch``; the
+session's own agent, the real Claude Code in a sandbox of a real ``hangar serve``, is scripted
+to change a file; the patch must come back to the first Claude Code as its tool result."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulators.model import ModelStub
+from tests.e2e.conftest import Server, _server
+from tests.e2e.test_acceptance import MODELS, add_env
+from tests.harness.conftest import harness_dir
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.e2e, pytest.mark.harness]
+
+ASK = "HAND-OFF: have hangar add a line about empty files to the README, then show me the patch"
+WORK = "CSV-EDIT: say in the README that empty files are handled"
+LINE = "Empty CSV files are handled."
+TOOLS = ("mcp__hangar__new_session", "mcp__hangar__wait_for_turn",
+         "mcp__hangar__get_session_patch")  # fmt: skip
+SCENARIO = {
+    "rules": [
+        {"when": "HAND-OFF", "steps": [  # the person's Claude Code
+            {"tool": TOOLS[0], "arguments": {"name": "csv", "message": WORK, "env": "app",
+                                             "harness": "claude", "model": MODELS["claude"]}},
+            {"tool": TOOLS[1], "arguments": {"ref": "csv", "timeout_seconds": 180}},
+            {"tool": TOOLS[2], "arguments": {"ref": "csv"}},
+            {"text": "Here is hangar's patch."}]},
+        {"when": "CSV-EDIT", "steps": [  # the session's agent, in its sandbox
+            {"shell": f"echo '{LINE}' >> README.md"}, {"text": "Noted empty files."}]},
+    ],
+    "models": [MODELS["claude"]],
+}  # fmt: skip
+CLAUDE_SECONDS = 240
+
+
+@pytest.fixture
+def stub() -> Iterator[ModelStub]:
+    with ModelStub(SCENARIO) as running:
+        yield running
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    yield from _server(tmp_path / "data", harness_dir())
+
+
+def claude_code(home: Path, stub: ModelStub, token: str) -> dict[str, str]:
+    """The person's Claude Code: its own HOME, the stub as its model API, and hangar's token in
+    its environment only (the MCP config names ``${HANGAR_TOKEN}``, Claude Code expands it), so
+    no command line another process can read carries it. With -p, Claude Code sends its first
+    request before an HTTP MCP server has connected (offering WaitForMcpServers instead of its
+    tools) unless MCP_CONNECTION_NONBLOCKING is off."""
+    return {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "TERM": "dumb",
+            "ANTHROPIC_BASE_URL": stub.url, "ANTHROPIC_API_KEY": "sk-stub",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+            "MCP_CONNECTION_NONBLOCKING": "0", "MCP_TIMEOUT": "30000",
+            "MCP_TOOL_TIMEOUT": str(CLAUDE_SECONDS * 1000),
+            "HANGAR_TOKEN": token}  # fmt: skip
+
+
+def first_agent_requests(stub: ModelStub) -> list[dict[str, Any]]:
+    """The person's Claude Code's turn requests (the session's agent was asked CSV-EDIT)."""
+    return [r for r in stub.requests("anthropic") if r["body"].get("tools")
+            and any(e.kind == "prompt" and "HAND-OFF" in e.text
+                    for e in ModelStub.entries(r["body"]))]  # fmt: skip
+
+
+def test_claude_code_hands_work_to_hangar_over_mcp_and_gets_the_patch_back(
+    server: Server, remote: Path, stub: ModelStub, tmp_path: Path
+) -> None:
+    add_env(server, remote, stub)
+    home, laptop = tmp_path / "home", tmp_path / "laptop"
+    home.mkdir()
+    laptop.mkdir()
+    env = claude_code(home, stub, (server.data_dir / "admin-token").read_text().strip())
+    claude = str(harness_dir() / "node_modules" / ".bin" / "claude")
+    added = subprocess.run(
+        [claude, "mcp", "add", "--transport", "http", "hangar", f"{server.url}/mcp",
+         "--header", "Authorization: Bearer ${HANGAR_TOKEN}"],
+        cwd=laptop, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr + added.stdout
+    assert env["HANGAR_TOKEN"] not in (home / ".claude.json").read_text()
+
+    # No --dangerously-skip-permissions: the three tools are allowed by name, anything else
+    # would be refused (and show in permission_denials) since -p cannot ask.
+    done = subprocess.run(
+        [claude, "-p", "--output-format", "stream-json", "--verbose", "--model", MODELS["claude"],
+         "--allowedTools", ",".join(TOOLS)],
+        cwd=laptop, env=env, input=ASK, capture_output=True, text=True, timeout=CLAUDE_SECONDS,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout[-4000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    result = lines[-1]
+    assert (result["subtype"], result["result"]) == ("success", "Here is hangar's patch."), result
+    assert result["permission_denials"] == []
+
+    session = json.loads(server.ok("session", "get", "csv", "--json"))
+    assert session["state"] == "idle" and len(session["turns"]) == 1
+    assert (session["turns"][0]["outcome"], session["turns"][0]["summary"]) == (
+        "exited", "Noted empty files.")  # fmt: skip
+    patch = server.ok("session", "patch", "csv")
+    assert f"+{LINE}\n" in patch and "README.md" in patch
+
+    # What the person's Claude Code sent back to its model: the three calls, in order, and
+    # each one's answer; the last answer is the session's patch.
+    last = ModelStub.entries(first_agent_requests(stub)[-1]["body"])
+    calls = [e.text.split(" ", 1) for e in last if e.kind == "tool_call"]
+    assert [name for name, _ in calls] == list(TOOLS)
+    assert json.loads(calls[0][1])["message"] == WORK
+    results = [e.text for e in last if e.kind == "tool_result"]
+    assert len(results) == 3, results
+    started = json.loads(results[0])
+    assert (started["session"]["name"], started["turn"]) == ("csv", 1)
+    waited = json.loads(results[1])
+    assert (waited["done"], waited["outcome"], waited["summary"]) == (
+        True, "exited", "Noted empty files.")  # fmt: skip
+    assert json.loads(results[2]) == {"patch": patch}
