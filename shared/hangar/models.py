@@ -178,6 +178,18 @@ class ContextRef(BaseModel):
                              "data too)")
 
 
+class MessageRef(BaseModel):
+    """Where a message too large for a record is kept (:mod:`hangar.sessions.messages`):
+    sealed in blobs at ``blob`` (also its associated data) under a data key of its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    blob: str
+    key: str = Field(description="its data key, wrapped (base64)")
+    size: int = Field(ge=0, description="its bytes of UTF-8")
+    sha256: str = Field(description="of its bytes of UTF-8")
+
+
 class StartIntent(BaseModel):
     """What a start was asked to do, kept on the session so that any worker can carry it on:
     ``turn`` and ``message`` for new and send (the turn's record exists from the request on),
@@ -188,7 +200,10 @@ class StartIntent(BaseModel):
 
     kind: StartKind
     turn: int | None = None
-    message: str | None = None
+    message: str | None = Field(default=None, description="the message, or only its opening "
+                                "when it is kept in blobs (``message_ref``)")
+    message_ref: MessageRef | None = Field(default=None, description="where a message too "
+                                           "large for a record is kept")
     checkpoint: str | None = None
     source: str | None = None
     run: str | None = None
@@ -296,7 +311,10 @@ class Turn(Record):
 
     session_id: str
     n: int = Field(ge=1)
-    message: str
+    message: str = Field(description="the message, or only its opening when it is kept in "
+                         "blobs (``message_ref``; surfaces show the whole of it)")
+    message_ref: MessageRef | None = Field(default=None, description="where a message too "
+                                           "large for a record is kept")
     run_id: str = Field(default_factory=lambda: new_id("run"))
     requested_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = Field(

@@ -72,6 +72,7 @@ from hangar.sessions.environments import Environments, check_name
 from hangar.sessions.forks import Forks
 from hangar.sessions.handbacks import HandBacks
 from hangar.sessions.housekeeping import Housekeeping
+from hangar.sessions.messages import Kept, MessageStore
 from hangar.sessions import pull
 from hangar.sessions.pull import PullAnswer
 from hangar.sessions.records import Records
@@ -134,9 +135,11 @@ class SessionService:
         self.handbacks = HandBacks(settings, db, blobs, keys, sandboxes)
         self.uploads = Uploads(settings, blobs, keys)
         self.context = ContextStore(settings, blobs, keys, self.uploads)
+        self.messages = MessageStore(blobs, keys)
         self._turns = Turns(
             settings, db, blobs, keys, sandboxes, self.environments, self.checkpointer,
             self._records, self._transitions, self._schedule, self.handbacks, self.context,
+            self.messages,
         )  # fmt: skip
         self._startup = Startup(
             settings, db, sandboxes, self.environments, self._provisioner, self.restorer,
@@ -250,12 +253,12 @@ class SessionService:
             idle_minutes=minutes,
             output_schema=schema,
         )
-        accepted = self.context.accept(session.id, 1, context)
-        intent = StartIntent(kind=StartKind.NEW, turn=1, message=message, context=accepted.refs,
-                             timeout_minutes=limit)  # fmt: skip
-        with self._releasing(accepted):
+        with self._storing(session.id, 1, message, context) as (kept, accepted):
+            intent = StartIntent(kind=StartKind.NEW, turn=1, message=kept.message,
+                                 message_ref=kept.ref, context=accepted.refs,
+                                 timeout_minutes=limit)  # fmt: skip
             made = self._startup.create(session, intent)
-        self._turns.ensure(made, 1, message, accepted.refs)
+        self._turns.ensure(made)
         self.context.settle(accepted)
         return Started(made, 1)
 
@@ -296,20 +299,29 @@ class SessionService:
         self.environments.require(session.environment)
         self._startup.capacity.check_for(session)
         n = len(self.db.list_turns(session.id)) + 1
-        accepted = self.context.accept(session.id, n, context)
-        intent = StartIntent(kind=StartKind.SEND, turn=n, message=message, context=accepted.refs,
-                             timeout_minutes=limit)  # fmt: skip
-        with self._releasing(accepted):
+        with self._storing(session.id, n, message, context) as (kept, accepted):
+            intent = StartIntent(kind=StartKind.SEND, turn=n, message=kept.message,
+                                 message_ref=kept.ref, context=accepted.refs,
+                                 timeout_minutes=limit)  # fmt: skip
             claimed = self._startup.begin(session, intent, **changes)
-        self._turns.ensure(claimed, n, message, accepted.refs)
+        self._turns.ensure(claimed)
         self.context.settle(accepted)
         return Started(claimed, n)
 
     @contextlib.contextmanager
-    def _releasing(self, accepted: Accepted) -> Iterator[None]:
-        """Remove what a request sealed if the block fails (a busy session, a name taken)."""
+    def _storing(self, session_id: str, n: int, message: str,
+                 context: Sequence[ContextItem]) -> Iterator[tuple[Kept, Accepted]]:  # fmt: skip
+        """Turn ``n``'s context accepted and its message kept (a large one sealed into blobs,
+        :mod:`.messages`), before any record names them; both removed again if the block fails
+        (a busy session, a name taken)."""
+        accepted = self.context.accept(session_id, n, context)
         try:
-            yield
+            kept = self.messages.keep(session_id, n, message)
+            try:
+                yield kept, accepted
+            except BaseException:
+                self.messages.release(kept)
+                raise
         except BaseException:
             self.context.release(accepted)
             raise
@@ -387,11 +399,14 @@ class SessionService:
         return self._turns.log(ref, n)
 
     def with_result(self, turn: Turn) -> Turn:
-        """``turn`` with its structured result in ``result``, wherever it is kept (a large one
-        is in blobs)."""
-        if turn.result_key is None:
-            return turn
-        return turn.model_copy(update={"result": result_of(self.blobs, self.keys, turn)})
+        """``turn`` as surfaces show it: its structured result in ``result`` and its whole
+        message in ``message``, wherever each is kept (large ones are in blobs)."""
+        changes: dict[str, Any] = {}
+        if turn.result_key is not None:
+            changes["result"] = result_of(self.blobs, self.keys, turn)
+        if turn.message_ref is not None:
+            changes["message"] = self.messages.text(turn.message, turn.message_ref)
+        return turn.model_copy(update=changes) if changes else turn
 
     def progress(self, ref: str, cursor: int = 0) -> tuple[list[ProgressLine], int]:
         """The progress lines the running turn wrote after byte ``cursor`` of its
@@ -484,9 +499,10 @@ class SessionService:
         return self._suspends.archive(self.resolve(ref))
 
     def delete(self, ref: str, *, force: bool = False) -> None:
-        """Delete the session with every sandbox labelled with it, its checkpoints, turns and
-        stored logs. SessionBusy while a turn starts or runs (its work would be lost), unless
-        ``force``: then it works in any state (the way out of anything)."""
+        """Delete the session with every sandbox labelled with it, its checkpoints, turns,
+        stored logs and sealed messages. SessionBusy while a turn starts or runs (its work
+        would be lost), unless ``force``: then it works in any state (the way out of
+        anything)."""
         session = self.resolve(ref)
         if session.state in (S.STARTING, S.ACTIVE) and not force:
             raise SessionBusy(f"session {session.name} is {session.state.value}: deleting it now "
@@ -502,6 +518,7 @@ class SessionService:
                 self.blobs.delete(result_key(session.id, turn.n))
         self.handbacks.artifacts.delete(session.id, turns)
         self.context.delete_all(session.id)
+        self.messages.delete_all(session.id)
         self.db.delete_session(session.id)
 
     # -- using the sandbox ------------------------------------------------------------------

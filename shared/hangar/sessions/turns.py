@@ -31,7 +31,7 @@ import base64
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 
@@ -56,7 +56,7 @@ from hangar.harnesses.runs import INTERRUPTED_EXIT, RunStatus, read_run, run_sta
 from hangar.harnesses.turns import start_turn, turn_result, write_home_files
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal
-from hangar.models import CheckpointReason, ContextRef, Session, SessionState as S, Turn
+from hangar.models import CheckpointReason, Session, SessionState as S, Turn
 from hangar.models import TurnOutcome
 from hangar.models import utcnow
 from hangar.sandboxes import Sandboxes
@@ -64,6 +64,7 @@ from hangar.sessions import conversations, timeouts
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.environments import Environments
 from hangar.sessions.handbacks import HandBacks, repair_prompt
+from hangar.sessions.messages import MessageStore
 from hangar.sessions.records import Records
 from hangar.sessions.sandbox import take_checkpoint
 from hangar.sessions.schedule import Schedule
@@ -99,10 +100,12 @@ class Turns:
         schedule: Schedule,
         handbacks: HandBacks,
         context: ContextStore,
+        messages: MessageStore,
     ) -> None:
         self.settings = settings
         self.handbacks = handbacks
         self.context = context
+        self.messages = messages
         self.db = db
         self.blobs = blobs
         self.keys = keys
@@ -115,17 +118,20 @@ class Turns:
 
     # -- asking for a turn ------------------------------------------------------------------
 
-    def ensure(self, session: Session, n: int, message: str,
-               context: Sequence[ContextRef] = ()) -> Turn:  # fmt: skip
-        """The record of turn ``n`` of a start (made by the request that asked for it, or by
-        the start's first step, whichever comes first), with the session's output schema and
-        the context that came with the message."""
+    def ensure(self, session: Session) -> Turn:
+        """The record of the turn ``session``'s start (new, send) asks for (made by the
+        request that asked for it, or by the start's last step, whichever comes first), with
+        the session's output schema, and the message and context as the intent holds them
+        (a large message by its reference: :mod:`.messages`)."""
+        intent = session.start
+        assert intent is not None and intent.turn is not None and intent.message is not None
         try:
-            return self.db.add_turn(Turn(session_id=session.id, n=n, message=message,
+            return self.db.add_turn(Turn(session_id=session.id, n=intent.turn,
+                                         message=intent.message, message_ref=intent.message_ref,
                                          output_schema=session.output_schema,
-                                         context=list(context)))  # fmt: skip
+                                         context=list(intent.context)))  # fmt: skip
         except AlreadyExists:
-            return self.db.get_turn(session.id, n)
+            return self.db.get_turn(session.id, intent.turn)
 
     # -- starting (the last step of a start) -----------------------------------------------
 
@@ -133,14 +139,15 @@ class Turns:
         """Start the intent's turn detached in the session's ready sandbox: STARTING to ACTIVE.
         If the harness cannot start, the turn is FAILED and the session IDLE with its sandbox
         (nothing is lost). Safe to repeat: a run already started is not started again."""
-        assert session.start is not None and session.start.turn is not None
-        assert session.sandbox_id is not None and session.start.message is not None
-        turn = self.ensure(session, session.start.turn, session.start.message,
-                           session.start.context)  # fmt: skip
+        assert session.start is not None and session.sandbox_id is not None
+        turn = self.ensure(session)
         harness = get_harness(session.harness)
         if not run_started(self.sandboxes, session.sandbox_id, turn.run_id):
             earlier = [t for t in self.db.list_turns(session.id) if t.n < turn.n]
-            prompt, handoff = conversations.prompt(session, harness, turn, earlier,
+            # the whole message, byte for byte; the account quotes earlier turns' openings
+            whole = turn.model_copy(update={
+                "message": self.messages.text(turn.message, turn.message_ref)})  # fmt: skip
+            prompt, handoff = conversations.prompt(session, harness, whole, earlier,
                                                    self._source_turns(session))  # fmt: skip
             prompt = layout.with_note(prompt, session, turn.output_schema,
                                       intake.prompt_lines(session, turn.n, turn.context))
