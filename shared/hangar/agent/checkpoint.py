@@ -179,16 +179,55 @@ def head_tree_size(r):
     return total
 
 
-def refused_in_tree(r, staging, warnings):
+def refused_in_tree(r, staging, warnings, known=None):
     """The paths of the pinned head's tree that a checkout refuses (a tree the agent built by
     hand can hold ``.GIT/hooks/x``): left out of the patches, and of the working tree a
-    restore writes, each named. The commits themselves are bundled whole."""
-    refused = r.checkout_index(PIN, os.path.join(staging, "check-index"))
+    restore writes, each named. The commits themselves are bundled whole. ``known``: the
+    paths already found for this head (:class:`TreeFacts`)."""
+    refused = known if known is not None else r.checkout_index(PIN, os.path.join(staging,
+                                                                                "check-index"))
     if refused:
         warnings.append(left_out_warning(
             "paths of the head commit that git refuses to check out",
             [(path, "is refused by git's checkout") for path in refused]))  # fmt: skip
     return refused
+
+
+class TreeFacts:
+    """What a checkpoint learns of a head commit's tree (the paths a checkout refuses, the
+    bytes a checkout writes), kept in hangar's own scratch folder for the next checkpoint: a
+    commit names its tree, so facts about a head never go stale, and most turns leave the head
+    where it was. Kept only in a folder of hangar's (``cfg["tmp"]``, 0700, out of the agent's
+    reach): facts the agent could write would decide what a restore refuses."""
+
+    NAME = "tree-facts.json"
+
+    def __init__(self, folder, head):
+        self.path = os.path.join(folder, self.NAME) if folder else None
+        self.head = head
+        self.refused = self.size = None
+        if self.path:
+            try:
+                with open(self.path, "rb") as f:
+                    facts = json.loads(f.read(1 << 22))
+                if facts.get("head") == head:
+                    self.refused, self.size = list(facts["refused"]), int(facts["size"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # none yet, or unreadable: found again below
+
+    def keep(self, refused, size):
+        if not self.path or (self.refused, self.size) == (refused, size):
+            return
+        tmp = "%s.%s" % (self.path, os.urandom(4).hex())
+        try:
+            with open(tmp, "w") as f:
+                json.dump({"head": self.head, "refused": refused, "size": size}, f)
+            os.replace(tmp, self.path)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def fingerprint(repo, home, dirs, head, branch, records):
@@ -627,7 +666,7 @@ def run_all(jobs):
     return results
 
 
-def pack(cfg, r, staging, head, branch, records, fp, head_warnings=()):
+def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=False):
     repo, home = cfg["repo"], cfg["home"]
     dirs = cfg.get("conversation_dirs") or []
     warnings = list(head_warnings)
@@ -638,7 +677,8 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=()):
     r.run("update-ref", PIN, head)  # in the private git folder: the repo is not written
     base = cfg.get("base") or upstream_base(r, head)
     compression = compressor()
-    refused = refused_in_tree(r, staging, warnings)
+    facts = TreeFacts(cfg.get("tmp") if own_tmp else None, head)
+    refused = refused_in_tree(r, staging, warnings, facts.refused)
     written = []  # what a restore writes, uncompressed: checked below
     listed = untracked_entries(records)
     nested = [p for p in listed if p.endswith("/")]
@@ -654,7 +694,13 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=()):
     gone = set(excluded)
     written += [os.lstat(os.path.join(repo, p)).st_size for p in changed
                 if p not in gone and os.path.isfile(os.path.join(repo, p))]  # fmt: skip
-    if os.path.exists(os.path.join(repo, ".gitmodules")):
+    gitlinks = r.gitlinks()
+    if gitlinks:
+        more = " and %d more" % (len(gitlinks) - 5) if len(gitlinks) > 5 else ""
+        warnings.append("nested repositories left out (submodules, or repositories git-added "
+                        "whole: the index holds each as a commit of its own, so its files and "
+                        "history are in no part): %s%s" % (", ".join(gitlinks[:5]), more))
+    elif os.path.exists(os.path.join(repo, ".gitmodules")):
         warnings.append("changes inside submodules are not checkpointed")
     ext = ".tar.zst" if compression == "zstd" else ".tar.gz"
     existing_dirs = [d for d in dirs if os.path.lexists(os.path.join(home, d))]
@@ -705,7 +751,7 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=()):
 
     produced = run_all(
         {
-            "tree size": lambda: head_tree_size(r),
+            "tree size": lambda: head_tree_size(r) if facts.size is None else facts.size,
             "repo.bundle": lambda: make_bundle(r, staging, head, base),
             "wip.patch": lambda: make_wip(r, staging, excluded, staged_new(records)),
             "staged.patch": lambda: make_staged(r, staging, unsafe),
@@ -746,7 +792,9 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=()):
         is_archive = name.endswith((".tar.zst", ".tar.gz"))
         parts.append({"name": name, "size": size,
                       "compression": compression if is_archive else "none", "path": path})  # fmt: skip
-    written.append(produced.pop("tree size"))
+    tree_size = produced.pop("tree size")
+    facts.keep(refused, tree_size)
+    written.append(tree_size)
     written += [os.path.getsize(p) if os.path.isfile(p) else 0 for p in
                 (os.path.join(repo, u) for u in untracked)]  # fmt: skip
     cap = cfg.get("max_restore")
@@ -793,6 +841,15 @@ def emit_patch(cfg, r, staging, records, out):
     out.flush()
 
 
+def private_folder(path):
+    """True when ``path`` is a folder (not a link) of this user's that no one else may enter."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return st.st_uid == os.geteuid() and (st.st_mode & 0o170077) == 0o040000
+
+
 def make_staging(tmp):
     """A new private folder under ``tmp`` (tempfile would cost the quick path its budget)."""
     for _ in range(100):
@@ -810,6 +867,7 @@ def main():
     cfg = json.loads(sys.argv[1])
     out = sys.stdout.buffer
     tmp = cfg.get("tmp")
+    own_tmp = bool(tmp) and private_folder(tmp)
     if not tmp or not os.path.isdir(tmp):
         tmp = "/tmp"  # a sandbox without a folder of hangar's own
     try:
@@ -848,7 +906,8 @@ def main():
         import threading
 
         clean_stale(tmp, keep=staging)
-        manifest, parts = pack(cfg, r, staging, head, branch, records, fp, head_warnings)
+        manifest, parts = pack(cfg, r, staging, head, branch, records, fp, head_warnings,
+                               own_tmp)  # fmt: skip
         listed = [{k: v for k, v in p.items() if k != "path"} for p in parts]
         out.write(json.dumps(dict(manifest, parts=listed)).encode() + b"\n")
         for part in parts:

@@ -104,9 +104,10 @@ def copy_regular(src, dst, limit=None):
 
 
 def index_entries(data, hash_len):
-    """The ``(flags, extended flags)`` of each entry of the index of version 2 to 4 in ``data``
-    (extended flags 0 where an entry has none), then ``(None, offset)`` of its extensions.
-    Raises ValueError when ``data`` is no such index (IndexError when it is cut short)."""
+    """The ``(flags, extended flags, mode)`` of each entry of the index of version 2 to 4 in
+    ``data`` (extended flags 0 where an entry has none), then ``(None, offset, None)`` of its
+    extensions. Raises ValueError when ``data`` is no such index (IndexError when it is cut
+    short)."""
     if data[:4] != b"DIRC" or len(data) < 12 + hash_len:
         raise ValueError("not an index")
     version = int.from_bytes(data[4:8], "big")
@@ -120,14 +121,14 @@ def index_entries(data, hash_len):
         if flags & 0x4000:
             extended = int.from_bytes(data[name:name + 2], "big")
             name += 2
-        yield flags, extended
+        yield flags, extended, int.from_bytes(data[pos + 24:pos + 28], "big")
         if version == 4:  # a varint (the prefix to strip), then the rest of the name
             while data[name] & 0x80:
                 name += 1
             pos = data.index(b"\0", name + 1) + 1
         else:  # the name, NUL-padded to a multiple of 8
             pos += (data.index(b"\0", name) - pos + 8) & ~7
-    yield None, pos
+    yield None, pos, None
 
 
 def linked_shared_index(path, hash_len, limit=SPLIT_INDEX_MAX):
@@ -136,7 +137,7 @@ def linked_shared_index(path, hash_len, limit=SPLIT_INDEX_MAX):
     cannot be read as an index of version 2 to 4 (then git judges it)."""
     data = read_small(path, limit)
     try:
-        *_, (_, pos) = index_entries(data or b"", hash_len)
+        *_, (_, pos, _) = index_entries(data or b"", hash_len)
         end = len(data) - hash_len  # the trailing checksum
         while pos + 8 <= end:
             size = int.from_bytes(data[pos + 4:pos + 8], "big")
@@ -148,16 +149,20 @@ def linked_shared_index(path, hash_len, limit=SPLIT_INDEX_MAX):
     return None
 
 
-def index_hides(path, hash_len):
-    """True when the index at ``path`` has an entry marked assume-unchanged or skip-worktree,
-    or cannot be scanned (then git is asked)."""
+def index_marks(path, hash_len):
+    """``(hides, gitlinks)`` of the index at ``path``: whether an entry is marked
+    assume-unchanged or skip-worktree, and whether an entry is a gitlink (a nested repository
+    held as a commit: a submodule, or a repository ``git add``-ed whole). Both True when the
+    index cannot be scanned (then git is asked)."""
+    hides = gitlinks = False
     try:
-        for flags, extended in index_entries(read_small(path, 1 << 30) or b"", hash_len):
-            if flags is not None and (flags & 0x8000 or extended & 0x4000):
-                return True
+        for flags, extended, mode in index_entries(read_small(path, 1 << 30) or b"", hash_len):
+            if flags is not None:
+                hides = hides or bool(flags & 0x8000 or extended & 0x4000)
+                gitlinks = gitlinks or mode & 0o170000 == 0o160000
     except (ValueError, IndexError):
-        return True
-    return False
+        return True, True
+    return hides, gitlinks
 
 
 def object_format(config):
@@ -242,6 +247,7 @@ class Repo:
         if not stat.S_ISDIR(st.st_mode):
             raise GitError("init", "%s/.git is not a folder" % worktree)
         self.scratch = scratch
+        self._marks = None
         self.shadow = os.path.join(scratch, "git")
         self.head_ref, self.head = self._read_head()
         self._build()
@@ -333,15 +339,33 @@ class Repo:
         for name in os.listdir(self.shadow):
             if name == "index" or name.startswith("sharedindex."):
                 os.unlink(os.path.join(self.shadow, name))
+        self._marks = None
         self.run("read-tree", self.head)
+
+    def index_marks(self):
+        """:func:`index_marks` of the private index, scanned once (clearing the hiding bits
+        changes no gitlink)."""
+        if self._marks is None:
+            index = os.path.join(self.shadow, "index")
+            self._marks = index_marks(index, 32 if len(self.head or "") == 64 else 20)
+        return self._marks
+
+    def gitlinks(self):
+        """The paths (decoded with surrogateescape) of the private index's gitlinks: nested
+        repositories whose files and commits are in no checkpoint part. A scan of the index
+        file finds none in the usual case, without running git."""
+        if not self.index_marks()[1]:
+            return []
+        out = self.run("ls-files", "-s", "-z").stdout
+        return [e.partition(b"\t")[2].decode("utf-8", "surrogateescape")
+                for e in out.split(b"\0") if e.startswith(b"160000 ")]  # fmt: skip
 
     def reveal_hidden(self):
         """Clear, in the private index, the bits that make git look away from a tracked file's
         changes (``update-index --assume-unchanged``, ``--skip-worktree``): the agent's edits to
         such a file would be in no patch. Returns the paths cleared. A scan of the index file
         finds none in the usual case, without running git."""
-        index = os.path.join(self.shadow, "index")
-        if not index_hides(index, 32 if len(self.head or "") == 64 else 20):
+        if not self.index_marks()[0]:
             return []
         code, out, err = self.capture("ls-files", "-v", "-z")
         if code != 0:

@@ -17,7 +17,7 @@ from hangar.db.sqlite import SqliteDb
 from hangar.errors import BackendError, CheckpointError, NoUsableCheckpoint, UnsafeArchive
 from hangar.keys.local import LocalKeys
 from hangar.models import Checkpoint, CheckpointReason
-from hangar.sandboxes import SandboxInfo
+from hangar.sandboxes import HANGAR_TMP, SandboxInfo, SandboxUser
 from hangar.sandboxes.local import LocalSandboxes
 from hangar.sessions.checkpoints import CheckpointTarget
 from hangar.sessions.parts import part_key
@@ -356,6 +356,59 @@ def test_an_edit_that_keeps_size_and_mtime_is_still_noticed(engine: Engine, path
     target = engine.target(sandbox, workspace)
     taken = engine.checkpointer.take(target, CheckpointReason.INTERVAL, skip_if_unchanged=True)
     assert taken is not None and taken.reason is CheckpointReason.INTERVAL
+
+
+HAND_BUILT_TREE = (  # a commit whose tree holds .GIT/hooks/x, which a checkout refuses
+    'blob=$(echo hook | git hash-object -w --stdin) && '
+    'hooks=$(printf "100644 blob $blob\\tx\\n" | git mktree) && '
+    'dotgit=$(printf "040000 tree $hooks\\thooks\\n" | git mktree) && '
+    'root=$( (git ls-tree HEAD; printf "040000 tree $dotgit\\t.GIT\\n") | git mktree) && '
+    'c=$(git commit-tree "$root" -p HEAD -m planted) && git update-ref HEAD "$c"'
+)
+
+
+def test_what_a_checkpoint_learns_of_a_head_is_kept_out_of_the_agents_reach_until_it_moves(
+    engine: Engine,
+) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, HAND_BUILT_TREE)
+    refused = [w for w in engine.take(sandbox, workspace).warnings if "refuses" in w]
+    assert refused and ".GIT/hooks/x" in refused[0], refused
+    facts_file = f"{HANGAR_TMP}/tree-facts.json"
+
+    def hangar_sh(script: str) -> str:
+        done = engine.sandboxes.exec(sandbox, ["sh", "-c", script], user=SandboxUser.HANGAR)
+        assert done.ok, done.stderr
+        return done.stdout.decode()
+
+    facts = json.loads(hangar_sh(f"cat {facts_file}"))
+    assert facts["head"] == engine.sh(sandbox, "git rev-parse HEAD").strip()
+    assert facts["refused"] == [".GIT/hooks/x"] and facts["size"] > 0
+    agent = engine.sandboxes.exec(sandbox, ["sh", "-c", f"echo '{{}}' > {facts_file}"])
+    assert not agent.ok, "the agent could write the facts a restore's refusals follow"
+
+    # The same head again: the facts are read, not found again (a planted name shows it).
+    hangar_sh(f"sed -i 's|.GIT/hooks/x|planted/by/test|' {facts_file}")
+    engine.sh(sandbox, "echo more >> README.md")
+    again = [w for w in engine.take(sandbox, workspace).warnings if "refuses" in w]
+    assert again and "planted/by/test" in again[0], again
+    # A new head (committed from the index, which never held .GIT): found again from its tree.
+    engine.sh(sandbox, "git commit -qam more")
+    moved = [w for w in engine.take(sandbox, workspace).warnings if "refuses" in w]
+    assert moved == []
+    facts = json.loads(hangar_sh(f"cat {facts_file}"))
+    assert facts["head"] == engine.sh(sandbox, "git rev-parse HEAD").strip()
+    assert facts["refused"] == []
+
+
+def test_a_repository_git_added_whole_is_named_as_left_out(engine: Engine) -> None:
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, "git init -q vendored && cd vendored && echo x > x && git add x && "
+              "git commit -qm x && cd .. && git add vendored 2>/dev/null && "
+              "test \"$(git ls-files -s vendored | cut -c1-6)\" = 160000")  # fmt: skip
+    checkpoint = engine.take(sandbox, workspace)
+    [warning] = [w for w in checkpoint.warnings if w.startswith("nested repositories")]
+    assert warning.endswith(": vendored"), warning
 
 
 def test_an_edit_the_index_hides_is_not_skipped_as_unchanged(engine: Engine) -> None:
