@@ -97,11 +97,8 @@ def test_every_shape_of_message_reaches_the_cli_as_written(
             result = turn_result(sandboxes, sandbox, harness, spec, run_id, log, code)
             assert result.ok, (shape, result.error, log.decode(errors="replace")[-2000:])
             conversation = result.conversation_id
-            # pi's -p trims what it reads on standard input (its RPC mode would not): the
-            # blank space around a message is lost there, and only there.
-            expected = message.strip() if name == "pi" else message
             sent = [s for r in stub.requests(API[name]) for s in user_texts(r["body"])]
-            assert expected in sent, f"{shape} did not arrive as written: {sent!r:.600}"
+            assert message in sent, f"{shape} did not arrive as written: {sent!r:.600}"
     finally:
         for info in sandboxes.list():
             sandboxes.destroy(info.id, hooks=False)

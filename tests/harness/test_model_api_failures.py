@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from hangar import agent
 from hangar.harnesses.events import describe_event
 from tests.harness.conftest import harness_dir
 
@@ -154,8 +155,9 @@ def pi(home: Path, repo: Path, url: str, starting: str = "model API retry") -> s
                 "models": [{"id": "stub-model", "contextWindow": 128000, "maxTokens": 16384}]}
     (home / ".pi" / "agent" / "models.json").write_text(
         json.dumps({"providers": {"hangar": provider}}))  # fmt: skip
-    argv = [str(harness_dir() / "node_modules" / ".bin" / "pi"), "-p", "--mode", "json",
-            "--model", "hangar/stub-model"]  # fmt: skip
+    # as hangar runs it: its RPC mode under hangar's driver, the message on standard input
+    argv = agent.command("pirpc", str(harness_dir() / "node_modules" / ".bin" / "pi"), "--mode",
+                         "rpc", "--model", "hangar/stub-model")  # fmt: skip
     return first_line(argv, home, repo, {"OPENAI_API_KEY": "sk-stub", "PI_OFFLINE": "1"},
                       starting)  # fmt: skip
 

@@ -27,6 +27,7 @@ USES: dict[str, tuple[str, ...]] = {
     "context": ("gitsafe",),
     "exchange": ("paths",),
     "homeconfig": ("tomltext",),
+    "pirpc": (),
     "restore": ("gitsafe", "paths", "quiesce", "fdtree"),
     "run": (),
 }

@@ -1,19 +1,23 @@
-"""pi (``pi -p --mode json``), the message read from standard input. This release trims what it
-reads there (leading and trailing blank space is lost; the rest arrives as sent).
+"""pi, through its RPC mode (``pi --mode rpc``), driven for one turn by
+:mod:`hangar.agent.pirpc`: the message, read from standard input, goes to pi in a ``prompt``
+command, which carries it exactly (``-p`` trims what it reads on standard input), and the run log
+is pi's events with its answers to the driver's commands.
 
-This release has no ``--session-id``: the conversation id is the ``id`` of the first JSON line
-(``{"type": "session", ...}``); later turns pass ``--session ID`` (an unknown id fails loudly)
-and a fork ``--fork ID``. pi asks no permissions. The model is ``provider/id``; when the turn's
-environment has ``OPENAI_BASE_URL``, the adapter declares a ``hangar`` provider for it in
-``~/.pi/agent/models.json`` (Chat Completions, key from ``OPENAI_API_KEY``) and uses
-``hangar/<model>``. Conversations live in ``~/.pi/agent/sessions/<cwd slug>/<ts>_<id>.jsonl``.
-Interactively (the terminal's agent mode) it is ``pi --session ID`` with the same model.
+This release has no ``--session-id``: the conversation id is the ``sessionId`` of the answer to
+the driver's first command (``get_state``), there before the turn starts; later turns pass
+``--session ID`` (an unknown id fails loudly) and a fork ``--fork ID``. pi asks no permissions.
+The model is ``provider/id``; when the turn's environment has ``OPENAI_BASE_URL``, the adapter
+declares a ``hangar`` provider for it in ``~/.pi/agent/models.json`` (Chat Completions, key from
+``OPENAI_API_KEY``) and uses ``hangar/<model>``. Conversations live in
+``~/.pi/agent/sessions/<cwd slug>/<ts>_<id>.jsonl``. Interactively (the terminal's agent mode)
+it is ``pi --session ID`` with the same model.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from hangar import agent
 from hangar.harnesses import (
     Invocation,
     TurnResult,
@@ -36,12 +40,13 @@ class Pi:
     max_message_bytes: int | None = None
 
     def command(self, spec: TurnSpec) -> Invocation:
-        argv = [self.binary, "-p", "--mode", "json", *_model(spec)]
+        argv = [self.binary, "--mode", "rpc", *_model(spec)]
         if spec.conversation_id:
             argv += ["--session", spec.conversation_id]
         elif spec.fork_from:
             argv += ["--fork", spec.fork_from]
-        return Invocation(argv=argv, env={"PI_OFFLINE": "1"}, stdin=spec.prompt.encode())
+        return Invocation(argv=agent.command("pirpc", *argv), env={"PI_OFFLINE": "1"},
+                          stdin=spec.prompt.encode())  # fmt: skip
 
     def interactive(self, spec: TurnSpec) -> Invocation:
         argv = [self.binary, *_model(spec), "--session", conversation_of(self, spec)]
@@ -67,8 +72,15 @@ class Pi:
         failure: str | None = None
         for event in json_lines(stdout):
             kind = event.get("type")
-            if kind == "session" and isinstance(event.get("id"), str) and conversation is None:
-                conversation = event["id"]
+            answered = event.get("command") if kind == "response" else None  # the driver's
+            if answered == "get_state" and conversation is None:
+                data = event.get("data")
+                if isinstance(data, dict) and isinstance(data.get("sessionId"), str):
+                    conversation = data["sessionId"]
+            elif answered == "prompt" and not event.get("success"):
+                failure = f"pi refused the prompt: {event.get('error') or 'no reason given'}"
+            elif kind == "session" and isinstance(event.get("id"), str) and conversation is None:
+                conversation = event["id"]  # a log of ``-p --mode json`` (a turn started before)
             elif kind == "agent_end":
                 failure = None  # only the last attempt's (pi retries a failed one)
                 for message in event.get("messages") or []:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from hangar import agent
 from hangar.errors import ConversationMismatch, HarnessError, InvalidInput, NoConversationId
 from hangar.harnesses import TurnSpec, get_harness
 from hangar.harnesses.handoff import MARKER, TurnRecord, handoff_prompt
@@ -45,8 +46,10 @@ def test_pi_resumes_by_session_forks_and_declares_a_provider_for_a_custom_endpoi
     pi = get_harness("pi")
     env = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
     spec = TurnSpec("go", "/w", model="m1", conversation_id="p1", env=env)
-    assert pi.command(spec).argv == ["pi", "-p", "--mode", "json", "--model", "hangar/m1",
-                                     "--session", "p1"]  # fmt: skip
+    # its RPC mode, driven for the turn by hangar's driver, which the message goes to on stdin
+    assert pi.command(spec).argv == agent.command("pirpc", "pi", "--mode", "rpc", "--model",
+                                                  "hangar/m1", "--session", "p1")  # fmt: skip
+    assert pi.command(spec).stdin == b"go"
     models = pi.home_files(spec)[".pi/agent/models.json"]
     assert models["providers"]["hangar"]["baseUrl"] == "http://127.0.0.1:9/v1"
     assert models["providers"]["hangar"]["models"][0]["id"] == "m1"
@@ -77,13 +80,35 @@ def test_each_adapter_reads_the_conversation_summary_and_usage_from_its_output()
     pi = get_harness("pi").outcome(
         TurnSpec("x", "/w"),
         0,
-        lines({"type": "session", "id": "p7"},
+        lines(pi_state("p7"), {"type": "response", "command": "prompt", "success": True},
               {"type": "agent_end", "messages": [
                   {"role": "assistant", "content": [{"type": "text", "text": "Yes."}],
                    "usage": {"input": 2, "output": 1}}]}),  # fmt: skip
         b"",
     )
     assert (pi.conversation_id, pi.summary, pi.usage) == ("p7", "Yes.", {"input": 2, "output": 1})
+
+
+def pi_state(conversation: str) -> dict[str, object]:
+    """pi's answer to the driver's first command, as its RPC mode writes it."""
+    return {"id": "hangar-state", "type": "response", "command": "get_state", "success": True,
+            "data": {"sessionId": conversation, "sessionFile": f"/s/{conversation}.jsonl"}}
+
+
+def test_pi_refusing_the_prompt_fails_the_turn_with_its_reason() -> None:
+    refused = {"id": "hangar-prompt", "type": "response", "command": "prompt", "success": False,
+               "error": "No API key found for hangar"}  # fmt: skip
+    result = get_harness("pi").outcome(TurnSpec("x", "/w"), 1, lines(pi_state("p1"), refused),
+                                       b"hangar: pi refused the prompt\n")  # fmt: skip
+    assert result.conversation_id == "p1" and type(result.error) is HarnessError
+    assert "pi refused the prompt: No API key found for hangar" in result.error.message
+
+
+def test_a_pi_log_of_its_json_mode_still_names_its_conversation() -> None:
+    """A turn started by a hangar from before the RPC mode, finished by this one."""
+    result = get_harness("pi").outcome(TurnSpec("x", "/w"), 0, lines(
+        {"type": "session", "id": "p0"}, {"type": "agent_end", "messages": []}), b"")  # fmt: skip
+    assert result.ok and result.conversation_id == "p0"
 
 
 def test_a_resume_that_lands_in_another_conversation_is_a_mismatch() -> None:
@@ -129,7 +154,7 @@ def test_model_api_retries_that_recover_do_not_fail_the_turn() -> None:
     pi = get_harness("pi").outcome(
         TurnSpec("x", "/w"),
         0,
-        lines({"type": "session", "id": "p1"}, {"type": "agent_end", "messages": [failed]},
+        lines(pi_state("p1"), {"type": "agent_end", "messages": [failed]},
               {"type": "auto_retry_start", "attempt": 1, "maxAttempts": 3},
               {"type": "agent_end", "messages": [worked]}),  # fmt: skip
         b"",
@@ -137,7 +162,7 @@ def test_model_api_retries_that_recover_do_not_fail_the_turn() -> None:
     assert pi.ok and pi.summary == "Fine."
     gave_up = get_harness("pi").outcome(
         TurnSpec("x", "/w"), 0,
-        lines({"type": "session", "id": "p1"}, {"type": "agent_end", "messages": [failed]}), b"",
+        lines(pi_state("p1"), {"type": "agent_end", "messages": [failed]}), b"",
     )  # fmt: skip
     assert gave_up.error is not None and "Connection error." in gave_up.error.message
 
