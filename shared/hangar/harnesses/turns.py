@@ -4,9 +4,11 @@ outcome read back once the run has ended."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from hangar import agent
+from hangar.errors import ExecTimeout
 from hangar.harnesses import Harness, TurnResult, TurnSpec
 from hangar.harnesses.runs import read_stderr, start_run
 from hangar.sandboxes import HOME, Sandboxes, SandboxUser
@@ -14,6 +16,9 @@ from hangar.sandboxes import HOME, Sandboxes, SandboxUser
 MERGE_TIMEOUT = 60
 """Seconds the merge of a harness's settings may take (it reads at most 1 MiB a file)."""
 MAX_WARNING = 500
+LOOK_TIMEOUT = 30
+"""Seconds the look for a conversation's file may take."""
+_CONVERSATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 def start_turn(
@@ -73,3 +78,25 @@ def turn_result(
     """The checked outcome of a finished run whose whole log is ``log``."""
     stderr = read_stderr(sandboxes, sandbox_id, run_id)
     return harness.outcome(spec, exit_code, log, stderr)
+
+
+def conversation_saved(
+    sandboxes: Sandboxes, sandbox_id: str, harness: Harness, conversation_id: str
+) -> bool:
+    """Whether the harness has written conversation ``conversation_id`` in the sandbox, so that
+    a turn can resume it: a file that is not empty, named for the id, in one of the harness's
+    conversation folders (each names its files by the id: Claude Code ``<id>.jsonl``, Codex
+    ``rollout-*-<id>.jsonl``, pi ``<ts>_<id>.jsonl``). For a turn stopped before it ended,
+    which may have been stopped before the harness wrote anything. Looked for as the agent,
+    whose folders they are, following no link; an id that is not a plain name (as a glob it
+    could match any file) and a look that takes too long are not saved."""
+    if not _CONVERSATION_ID.match(conversation_id):
+        return False
+    folders = [f"{HOME}/{folder}" for folder in harness.conversation_dirs]
+    try:
+        found = sandboxes.exec(sandbox_id, ["find", *folders, "-type", "f", "-name",
+                                            f"*{conversation_id}*", "-size", "+0", "-print",
+                                            "-quit"], timeout=LOOK_TIMEOUT)  # fmt: skip
+    except ExecTimeout:
+        return False
+    return bool(found.stdout.strip())  # (a folder not made yet is an error, not an answer)

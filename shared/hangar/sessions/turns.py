@@ -53,7 +53,7 @@ from hangar.exchange import intake, layout
 from hangar.exchange.context import ContextStore
 from hangar.harnesses import Harness, Invocation, TurnSpec, get_harness
 from hangar.harnesses.runs import INTERRUPTED_EXIT, RunStatus, read_run, run_started, stop_run
-from hangar.harnesses.turns import start_turn, turn_result, write_home_files
+from hangar.harnesses.turns import conversation_saved, start_turn, turn_result, write_home_files
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal
 from hangar.models import CheckpointReason, Session, SessionState as S, Turn
@@ -377,7 +377,8 @@ class Turns:
             "question_options": turn.question_options if asking else [],
         }  # fmt: skip
         current = self.db.get_session(session.id)
-        if good and turn.harness_session:
+        stopped = turn.outcome in (TurnOutcome.INTERRUPTED, TurnOutcome.TIMED_OUT)
+        if (good or stopped) and turn.harness_session:  # (a stopped one's: saved, or None)
             ran = turn.harness or current.harness
             changes.update(fork_from=None,
                            conversations=conversations.after_turn(current, turn, ran))  # fmt: skip
@@ -465,16 +466,22 @@ class Turns:
         outcome = TurnOutcome.EXITED if result.ok else TurnOutcome.FAILED
         error = result.error
         summary = result.summary if result.ok else (error.message if error else None)
+        conversation = result.conversation_id or turn.harness_session
         if exit_code == INTERRUPTED_EXIT:
             outcome, error = TurnOutcome.INTERRUPTED, None
             if turn.stopped_for is not None:  # stopped by hangar: a limit ran out
                 outcome = TurnOutcome.TIMED_OUT
             summary = (turn.stopped_for or "interrupted") + (
                 f"; its last words: {result.summary}" if result.summary else "")  # fmt: skip
+            # The next turn resumes its conversation where the harness wrote it before it was
+            # stopped (else the next turn starts one, with the account of this one).
+            if conversation and not conversation_saved(self.sandboxes, session.sandbox_id,
+                                                       harness, conversation):  # fmt: skip
+                conversation = None
         finished = turn.model_copy(update={
             "exit_code": exit_code, "outcome": outcome,
             "summary": summary, "usage": result.usage,
-            "harness_session": result.conversation_id or turn.harness_session,
+            "harness_session": conversation,
             "error_code": error.code if error else None, "log_key": log_key,
             "log_cursor": len(log),
         })  # fmt: skip

@@ -68,7 +68,8 @@ def only_reads(port: str, name: str, args: tuple[Any, ...]) -> bool:
     argv = list(args[1])
     return (argv[:2] == ["test", "-f"] or argv[:3] == ["sh", "-c", runs._READ]
             or (argv[:2] == ["sh", "-c"] and argv[2].startswith("tail -c"))
-            or (argv[:2] == ["git", "-C"] and argv[3] == "rev-parse"))  # fmt: skip
+            or (argv[:2] == ["git", "-C"] and argv[3] == "rev-parse")
+            or argv[0] == "find")  # fmt: skip
 
 
 def call_site() -> tuple[tuple[str, int], ...]:
