@@ -23,6 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field
 NAME_MAX = 64
 """The longest session or environment name, in characters."""
 
+MAX_IDLE_MINUTES = 10_080
+"""The longest idle timeout a session may have (a week); 0 is never."""
+
 NAME_PATTERN = re.compile(rf"^[a-z0-9](?:[a-z0-9-]{{0,{NAME_MAX - 2}}}[a-z0-9])?$")
 """Session and environment names: lowercase slugs of 1 to NAME_MAX, what people type."""
 

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from hangar.cli.localgit import from_local
 from hangar.runtime import Runtime
-from hangar.sessions.pull import read_package
+from hangar.exchange.pull import read_package
 from tests.api.conftest import add_env, settle, wait_turn
 from tests.api.test_sessions import frames, output
 from tests.conftest import git

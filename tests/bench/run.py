@@ -7,7 +7,8 @@ conversation as JSON lines, in a real local sandbox on the embedded backends. Ea
 
 Then the Cloud Run functions' cold starts (:mod:`tests.bench.cold_imports`), 200
 ``GET /api/sessions/{id}`` on one kept-alive connection to a real ``hangar serve``
-(:mod:`tests.bench.keepalive`) and ``get_session`` on the Firestore emulator
+(:mod:`tests.bench.keepalive`), ``hangar session list`` as a new process against one
+(:mod:`tests.bench.cli_list`) and ``get_session`` on the Firestore emulator
 (:mod:`tests.bench.firestore`).
 
 Usage: ``python -m tests.bench.run [--runs N]``.
@@ -37,7 +38,7 @@ from hangar.sandboxes.local import LocalSandboxes
 from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
 from hangar.sessions.restore import Restorer
 from hangar.sessions.workspace import Workspace, clone
-from tests.bench import cold_imports, firestore, keepalive
+from tests.bench import cli_list, cold_imports, firestore, keepalive
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "bench",
@@ -233,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         served = keepalive.run(root / "api")
         report(keepalive.NAME, served[keepalive.NAME], includes=keepalive.INCLUDES)
         report(keepalive.MCP_NAME, served[keepalive.MCP_NAME], includes=keepalive.MCP_INCLUDES)
+        print(json.dumps(cli_list.line(cli_list.run(root / "cli", args.runs * 4))), flush=True)
     for line in firestore.run(args.runs * 20):
         print(json.dumps(line), flush=True)
     return 0

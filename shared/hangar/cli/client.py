@@ -1,18 +1,32 @@
 """The CLI's HTTP client: the REST API only, so the CLI works the same against a remote
 server. Every failure comes back as :class:`ApiError` with the server's stable code, or
-``unreachable`` when there was no answer."""
+``unreachable`` when there was no answer.
+
+Standard library only (``http.client``): a command such as ``session list`` is mostly the
+interpreter's start, and an HTTP library's import would cost it more than its call. Connections
+are kept alive and reused, one per request in flight (following a turn reads its log stream
+while it waits on the turn).
+"""
 
 from __future__ import annotations
 
+import http.client
 import json
+import select
+import threading
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
-import httpx
-
-TIMEOUT = httpx.Timeout(660.0, connect=10.0)  # longer than the longest wait the API allows
-STREAM_TIMEOUT = httpx.Timeout(None, connect=10.0)  # a stream may be quiet for a long time
+DEFAULT_URL = "http://127.0.0.1:8080"
+"""``HANGAR_URL`` when unset (``hangar serve``'s default address)."""
+TOKEN_FILE = "admin-token"
+"""The admin token's file in the data folder, where ``hangar serve`` writes it."""
+CONNECT_TIMEOUT = 10.0
+READ_TIMEOUT = 660.0  # longer than the longest wait the API allows
+STREAM_TIMEOUT = None  # a stream may be quiet for a long time
+CHUNK = 65536
 
 
 class ApiError(Exception):
@@ -34,16 +48,47 @@ def base_url(url: str) -> str:
     return urlunsplit(parts._replace(path=parts.path.rstrip("/").removesuffix("/api")))
 
 
+def default_data_dir(env: Mapping[str, str]) -> Path:
+    """``HANGAR_DATA_DIR`` unset: ``~/.hangar`` (what :class:`hangar.config.Settings` uses)."""
+    return Path(env.get("HOME") or Path.home()) / ".hangar"
+
+
+def configured(url: str, token: str | None, data_dir: Path) -> Client:
+    """A client for ``url`` with ``token``, else the token file in ``data_dir``."""
+    path = data_dir / TOKEN_FILE
+    if not token:
+        try:
+            token = path.read_text().strip() or None
+        except OSError:
+            token = None
+    hint = (f"no token: set HANGAR_TOKEN, or HANGAR_DATA_DIR to the server's data folder "
+            f"(no readable {path})")  # fmt: skip
+    return Client(url, token, hint)
+
+
+def from_env(env: Mapping[str, str]) -> Client:
+    """The client ``HANGAR_URL``, ``HANGAR_TOKEN`` and ``HANGAR_DATA_DIR`` describe, read as
+    :class:`hangar.config.Settings` reads them, without building the settings: the server's
+    own settings are no concern of a client, and their model costs a command its import."""
+    data_dir = env.get("HANGAR_DATA_DIR") or default_data_dir(env)
+    return configured(env.get("HANGAR_URL") or DEFAULT_URL, env.get("HANGAR_TOKEN") or None,
+                      Path(data_dir).expanduser().absolute())  # fmt: skip
+
+
 class Client:
     """``url`` is taken through :func:`base_url`. ``token_hint`` is said when the server
-    refuses a call made without a token."""
+    refuses a call made without a token. Safe to use from several threads."""
 
     def __init__(self, url: str, token: str | None, token_hint: str = "") -> None:
         self.url = base_url(url)
         self.token = token
         self.token_hint = token_hint
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=TIMEOUT)
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        parts = urlsplit(self.url)
+        self._scheme, self._prefix = parts.scheme, parts.path
+        self._host, self._port = parts.hostname or "", parts.port
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
 
     def call(
         self,
@@ -53,28 +98,17 @@ class Client:
         params: Mapping[str, Any] | None = None,
     ) -> Any:
         """JSON in; JSON out (bytes for other media, None for 204)."""
-        try:
-            response = self.http.request(method, path, json=body, params=params)
-        except httpx.HTTPError as exc:
-            raise self._unreachable(exc) from None
-        if response.status_code >= 400:
-            raise self._error(response)
-        if response.status_code == 204:
+        status, media, data = self._exchange(method, path, *_json_body(body), params)
+        if status == 204:
             return None
-        if response.headers.get("content-type", "").startswith("application/json"):
-            return response.json()
-        return response.content
+        if media.startswith("application/json"):
+            return json.loads(data)
+        return data
 
     def put_bytes(self, path: str, data: bytes) -> Any:
         """PUT raw bytes; JSON out."""
-        try:
-            response = self.http.put(path, content=data,
-                                     headers={"Content-Type": "application/octet-stream"})
-        except httpx.HTTPError as exc:
-            raise self._unreachable(exc) from None
-        if response.status_code >= 400:
-            raise self._error(response)
-        return response.json()
+        _, _, answer = self._exchange("PUT", path, data, "application/octet-stream", None)
+        return json.loads(answer)
 
     def lines(
         self,
@@ -85,22 +119,24 @@ class Client:
     ) -> Iterator[bytes]:
         """A streamed answer's lines, each as it completes (with its newline; the last may
         lack one)."""
+        conn, response = self._request(method, path, *_json_body(body), params, STREAM_TIMEOUT)
+        done = False
         try:
-            with self.http.stream(method, path, json=body, params=params,
-                                  timeout=STREAM_TIMEOUT) as response:  # fmt: skip
-                if response.status_code >= 400:
-                    response.read()
-                    raise self._error(response)
-                pending = b""
-                for chunk in response.iter_bytes():
-                    pending += chunk
-                    *done, pending = pending.split(b"\n")
-                    for line in done:
-                        yield line + b"\n"
-                if pending:
-                    yield pending
-        except httpx.HTTPError as exc:
+            if response.status >= 400:
+                raise self._error(response.status, response.read())
+            pending = b""
+            while chunk := response.read1(CHUNK):
+                pending += chunk
+                *complete, pending = pending.split(b"\n")
+                for line in complete:
+                    yield line + b"\n"
+            if pending:
+                yield pending
+            done = True
+        except (OSError, http.client.HTTPException) as exc:
             raise self._unreachable(exc) from None
+        finally:
+            self._release(conn, response, done)
 
     def frames(self, path: str, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """An NDJSON answer's objects, as they come."""
@@ -108,15 +144,103 @@ class Client:
             if line.strip():
                 yield json.loads(line)
 
-    def _unreachable(self, exc: httpx.HTTPError) -> ApiError:
-        return ApiError("unreachable", f"no answer from hangar at {self.url}: {exc}")
-
-    def _error(self, response: httpx.Response) -> ApiError:
+    def _exchange(self, method: str, path: str, data: bytes | None, media: str | None,
+                  params: Mapping[str, Any] | None) -> tuple[int, str, bytes]:  # fmt: skip
+        """One whole request and answer: (status, content type, body); ApiError on >= 400."""
+        conn, response = self._request(method, path, data, media, params, READ_TIMEOUT)
+        done = False
         try:
-            error = response.json()["error"]
+            answer = response.read()
+            done = True
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._unreachable(exc) from None
+        finally:
+            self._release(conn, response, done)
+        if response.status >= 400:
+            raise self._error(response.status, answer)
+        return response.status, response.getheader("Content-Type") or "", answer
+
+    def _request(self, method: str, path: str, data: bytes | None, media: str | None,
+                 params: Mapping[str, Any] | None, timeout: float | None,
+                 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:  # fmt: skip
+        """Send a request on an idle kept-alive connection, else a new one; its response."""
+        target = self._prefix + path + (f"?{urlencode(_query(params))}" if params else "")
+        headers = {**self.headers, **({"Content-Type": media} if media else {})}
+        while True:
+            conn, reused = self._connection()
+            try:
+                if conn.sock is None:
+                    conn.connect()
+                assert conn.sock is not None
+                conn.sock.settimeout(timeout)
+                conn.request(method, target, body=data, headers=headers)
+                return conn, conn.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                # A kept-alive connection the server closed as this request went out: the
+                # request never reached it, and a read is safe to send again on a new one.
+                if not (reused and method == "GET"):
+                    raise self._unreachable(exc) from None
+            except BaseException:
+                conn.close()
+                raise
+
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle connection the server has not closed (True), else a new one (False)."""
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                sock = conn.sock
+                if sock is not None and not select.select([sock], [], [], 0)[0]:
+                    return conn, True
+                conn.close()  # readable while idle: closed by the server, or garbage
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(self._host, self._port,
+                                               timeout=CONNECT_TIMEOUT), False  # fmt: skip
+        if self._scheme != "http" or not self._host:
+            raise ApiError("unreachable", f"no answer from hangar at {self.url}: HANGAR_URL "
+                           "must be an http:// or https:// URL")  # fmt: skip
+        return http.client.HTTPConnection(self._host, self._port, timeout=CONNECT_TIMEOUT), False
+
+    def _release(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse,
+                 done: bool) -> None:  # fmt: skip
+        """Keep ``conn`` for the next request when its answer was read to the end."""
+        if done and not response.will_close and conn.sock is not None:
+            with self._lock:
+                self._idle.append(conn)
+        else:
+            conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def _unreachable(self, exc: BaseException) -> ApiError:
+        reason = str(exc) or type(exc).__name__
+        return ApiError("unreachable", f"no answer from hangar at {self.url}: {reason}")
+
+    def _error(self, status: int, data: bytes) -> ApiError:
+        try:
+            error = json.loads(data)["error"]
             code, message = str(error["code"]), str(error["message"])
         except (ValueError, KeyError, TypeError):
-            code, message = "http_error", f"HTTP {response.status_code}: {response.text[:200]}"
+            text = data.decode("utf-8", "replace")
+            code, message = "http_error", f"HTTP {status}: {text[:200]}"
         if code == "unauthorized" and not self.token and self.token_hint:
             message = self.token_hint
-        return ApiError(code, message, response.status_code)
+        return ApiError(code, message, status)
+
+
+def _json_body(body: Mapping[str, Any] | None) -> tuple[bytes | None, str | None]:
+    if body is None:
+        return None, None
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
+
+
+def _query(params: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Query parameters as the API reads them: booleans as ``true``/``false``, None empty."""
+    return [(k, ("true" if v else "false") if isinstance(v, bool) else "" if v is None else str(v))
+            for k, v in params.items()]  # fmt: skip
+

@@ -1,5 +1,8 @@
 """What each ``hangar`` command does, over the REST client. Results go to stdout; progress
-(``-w``) goes to stderr, so ``--json`` output stays clean."""
+(``-w``) goes to stderr, so ``--json`` output stays clean.
+
+A command imports what it uses when it runs: the commands that call the server need neither
+the settings' model nor anything of the server (``session list`` is mostly start-up time)."""
 
 from __future__ import annotations
 
@@ -14,13 +17,16 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from typing import TYPE_CHECKING
+
 from hangar.cli import UsageError
-from hangar.cli.client import ApiError, Client, session_path
-from hangar.cli.exchange import context_items, pull
+from hangar.cli.client import ApiError, Client, from_env, session_path
 from hangar.cli.follow import ensure_running, follow_start, wait_turn
 from hangar.cli.render import describe_event, print_env, print_envs, print_json
 from hangar.cli.render import print_sandboxes, print_session, print_sessions, say, show_bytes
-from hangar.config import Settings
+
+if TYPE_CHECKING:
+    from hangar.config import Settings
 
 INTERRUPT_WAIT = 120.0
 """Seconds ``session interrupt`` waits for the turn to end and its checkpoint to be taken."""
@@ -28,20 +34,22 @@ INTERRUPT_WAIT = 120.0
 
 def run(args: argparse.Namespace, env: dict[str, str]) -> int:
     if args.command == "serve":
+        from hangar.config import Settings
         from hangar.server.serve import serve
 
         if args.data_dir:
             env = {**env, "HANGAR_DATA_DIR": args.data_dir}
         return serve(Settings.from_env(env), args.host, args.port)
-    if args.command == "admin-token":
-        return _admin_token(Settings.from_env(env))
-    if args.command == "migrate":
-        return _migrate(Settings.from_env(env))
+    if args.command in ("admin-token", "migrate"):
+        from hangar.config import Settings
+
+        settings = Settings.from_env(env)
+        return _admin_token(settings) if args.command == "admin-token" else _migrate(settings)
     if args.command == "doctor":
         from hangar.cli.doctor import doctor
 
         return doctor(env)
-    api = client(Settings.from_env(env))
+    api = from_env(env)
     handlers: dict[str, Callable[[Client, argparse.Namespace], int]] = {
         "env": _env,
         "session": _session,
@@ -71,7 +79,7 @@ def _admin_token(settings: Settings) -> int:
 def _migrate(settings: Settings) -> int:
     """Bring the records in the configured database up to this version, directly."""
     from hangar.db import open_db
-    from hangar.sessions.migrations import migrate
+    from hangar.db.migrations import migrate
 
     db = open_db(settings.db, settings)
     try:
@@ -80,20 +88,6 @@ def _migrate(settings: Settings) -> int:
         db.close()
     print(f"migrated {changed} session record(s)" if changed else "every record is up to date")
     return 0
-
-
-def client(settings: Settings) -> Client:
-    """A client for ``settings.url`` with HANGAR_TOKEN, else the token file in the data dir."""
-    token = settings.token
-    path = settings.data_dir / "admin-token"
-    if not token:
-        try:
-            token = path.read_text().strip() or None
-        except OSError:
-            token = None
-    hint = (f"no token: set HANGAR_TOKEN, or HANGAR_DATA_DIR to the server's data folder "
-            f"(no readable {path})")  # fmt: skip
-    return Client(settings.url, token, hint)
 
 
 def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
@@ -162,6 +156,8 @@ def _env_change(args: argparse.Namespace) -> dict[str, Any]:
 def _session(api: Client, args: argparse.Namespace) -> int:
     a = args.action
     path = session_path(getattr(args, "name", ""))
+    if a in ("new", "send", "pull"):
+        from hangar.cli.exchange import context_items, pull
     if a == "new":
         body = {"name": args.name, "message": _message(args), "env": args.env,
                 "harness": args.harness, "model": args.model, "title": args.title,

@@ -20,7 +20,7 @@ from hangar.cli.client import Client, session_path
 from hangar.cli.render import say
 from hangar.exchange import is_text
 from hangar.cli.localgit import PullPackage, apply_pull, from_local
-from hangar.sessions.pull import read_package
+from hangar.exchange.pull import read_package
 
 INLINE_BYTES = 4 << 20
 """An item up to this size rides in the request (base64 adds a third); larger ones go up

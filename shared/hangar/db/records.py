@@ -1,16 +1,21 @@
 """What every db backend does to a record on its way in and out: times as aware UTC and as
 microseconds since the epoch (the precision every backend keeps), the stored copy of a record
-with its new version, and the range of text a prefix is (for queries by name prefix)."""
+with its new version, the range of text a prefix is (for queries by name prefix), and a
+session's read-modify-write over any backend (:func:`modify_session`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import ValidationError
 
-from hangar.errors import InvalidInput
-from hangar.models import Record
+from hangar.errors import InvalidInput, SessionBusy, VersionConflict
+from hangar.models import Record, Session, utcnow
+
+if TYPE_CHECKING:
+    from hangar.db import Db
 
 R = TypeVar("R", bound=Record)
 
@@ -18,6 +23,7 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 _LAST_CHAR: Final = chr(0x10FFFF)
 _SURROGATES: Final = (0xD800, 0xDFFF)
+_RETRIES: Final = 20
 
 
 def utc(ts: datetime) -> datetime:
@@ -68,3 +74,22 @@ def prepare(
             record=cls.__name__, size=size, limit=max_bytes,
         )  # fmt: skip
     return stored, doc
+
+
+def modify_session(
+    db: Db, session_id: str, change: Callable[[Session], Mapping[str, Any] | None]
+) -> Session:
+    """Apply ``change(current)`` (the fields to set, or None for nothing) to the session as it
+    is now, re-read and retried on a concurrent write, stamping ``updated_at``; returns the
+    record as written (or as read when there was nothing to do). SessionNotFound when it is
+    gone; SessionBusy only when it keeps changing."""
+    for _ in range(_RETRIES):
+        current = db.get_session(session_id)
+        changes = change(current)
+        if not changes:
+            return current
+        try:
+            return db.update_session(current.model_copy(update={**changes, "updated_at": utcnow()}))
+        except VersionConflict:
+            continue
+    raise SessionBusy(f"session {session_id} keeps changing", session=session_id)

@@ -1,6 +1,6 @@
 """``hangar serve``: the control plane on one machine, on the embedded backends or the cloud ones.
 
-At start it brings records of an older hangar up to date (:mod:`hangar.sessions.migrations`),
+At start it brings records of an older hangar up to date (:mod:`hangar.db.migrations`),
 takes over the claims a previous process left, and checkpoints and destroys every sandbox made by an older layout of the sandbox
 backend (their sessions become SUSPENDED and resume in a current one). First of all it makes
 the data folder private, tightening one left open (:func:`hangar.private.tighten`: the folder
@@ -32,7 +32,7 @@ from hangar.api.ticks import PATH as TICKS_PATH
 from hangar.config import Settings
 from hangar.errors import InvalidSettings
 from hangar.private import tighten
-from hangar.sessions.migrations import migrate
+from hangar.db.migrations import migrate
 
 GRACE_SECONDS = 5
 

@@ -14,10 +14,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hangar.db import Db
-from hangar.errors import SessionBusy, SessionNotFound, VersionConflict
-from hangar.models import Session, utcnow
-
-_RETRIES = 20
+from hangar.db.records import modify_session
+from hangar.errors import SessionNotFound
+from hangar.models import Session
 
 
 class Records:
@@ -41,19 +40,8 @@ class Records:
     def modify(self, session_id: str, change: Callable[[Session], Mapping[str, Any] | None]) -> Session:
         """Apply ``change(current)`` (the fields to set, or None for nothing) to the record as
         it is now, retrying on a concurrent write; returns the record as written (or as read
-        when there was nothing to do)."""
-        for _ in range(_RETRIES):
-            current = self.db.get_session(session_id)
-            changes = change(current)
-            if not changes:
-                return current
-            try:
-                return self.db.update_session(
-                    current.model_copy(update={**changes, "updated_at": utcnow()})
-                )
-            except VersionConflict:
-                continue
-        raise SessionBusy(f"session {session_id} keeps changing", session=session_id)
+        when there was nothing to do; :func:`hangar.db.records.modify_session`)."""
+        return modify_session(self.db, session_id, change)
 
     def update(self, session_id: str, **changes: Any) -> Session:
         """Set fields that hold whatever happened meanwhile (see :meth:`modify`)."""

@@ -55,6 +55,7 @@ from hangar.harnesses import Invocation, get_harness
 from hangar.harnesses.runs import stop_run
 from hangar.keys import Keys
 from hangar.models import (
+    MAX_IDLE_MINUTES,
     NAME_MAX,
     CheckpointReason,
     Session,
@@ -90,12 +91,9 @@ from hangar.sessions.workspace import repo_dir_for
 from hangar.ticks import Ticks
 
 # SESSION_LABEL is re-exported: the API reads a sandbox's owner by it.
-__all__ = ["SESSION_LABEL", "SessionService", "Started"]
+__all__ = ["MAX_IDLE_MINUTES", "SESSION_LABEL", "SessionService", "Started"]
 
 logger = logging.getLogger(__name__)
-
-MAX_IDLE_MINUTES = 10_080
-
 
 @dataclass(frozen=True)
 class Started:

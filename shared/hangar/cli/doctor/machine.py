@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from hangar.cli.client import ApiError
+from hangar.cli.client import ApiError, configured
 from hangar.cli.doctor.report import ProbeTimeout, Report, within
 from hangar.config import Settings
 
@@ -82,9 +82,7 @@ def harnesses(report: Report, harness_dir: Path) -> None:
 
 def server(report: Report, settings: Settings, seconds: float) -> None:
     """Does the server at HANGAR_URL answer (within ``seconds``), and does it take the token?"""
-    from hangar.cli.commands import client
-
-    api = client(settings)
+    api = configured(settings.url, settings.token, settings.data_dir)
     if not api.token:
         report.line("FAIL", api.token_hint)
     try:

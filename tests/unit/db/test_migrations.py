@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hangar.db.sqlite import SqliteDb
 from hangar.models import Conversation, TurnOutcome
-from hangar.sessions.migrations import migrate
+from hangar.db.migrations import migrate
 from hangar.testing.db import at, make_session, make_turn
 
 

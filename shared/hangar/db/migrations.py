@@ -2,7 +2,8 @@
 
 Contract: :func:`migrate` is idempotent and safe while the control plane runs (each change is
 a compare-and-set re-read on a concurrent write); ``hangar serve`` runs it at start, and
-``hangar migrate`` runs it against a deployment's database.
+``hangar migrate`` runs it against a deployment's database. It works on the db port alone (no
+part of the session service), so the CLI's ``migrate`` loads nothing of the server.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from hangar.db import Db
+from hangar.db.records import modify_session
 from hangar.errors import SessionNotFound
-from hangar.models import Conversation, Session
-from hangar.sessions.records import Records
-from hangar.sessions.service import MAX_IDLE_MINUTES
+from hangar.models import MAX_IDLE_MINUTES, Conversation, Session
 
 logger = logging.getLogger(__name__)
 
@@ -31,12 +31,12 @@ def migrate(db: Db) -> int:
     - an idle timeout outside 0 to a week (which an older hangar stored, and which then broke
       every sandbox lease computed from it) set to a week.
     """
-    records, changed = Records(db), 0
+    changed = 0
     for session in db.list_sessions():
         if not _upgrade(db, session):
             continue
         try:
-            records.modify(session.id, lambda current: _upgrade(db, current))
+            modify_session(db, session.id, lambda current: _upgrade(db, current))
         except SessionNotFound:  # deleted meanwhile
             continue
         changed += 1
