@@ -9,47 +9,35 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hangar.operations import wire as s
+from hangar.operations import environments as ops, wire as s
 from hangar.api.routes import Endpoint, Query, flag, param, parse, reply
-from hangar.sessions.environments import EnvironmentChange
 
 if TYPE_CHECKING:
     from hangar.runtime import Runtime
 
 
 async def list_all(runtime: Runtime, request: Request) -> Response:
-    envs = await run_in_threadpool(runtime.sessions.environments.list)
-    return reply([s.EnvironmentView.of(e) for e in envs])
+    return reply(await run_in_threadpool(ops.list_all, runtime))
 
 
 async def create(runtime: Runtime, request: Request) -> Response:
     body = await parse(request, s.NewEnvironment)
-    env = await run_in_threadpool(
-        lambda: runtime.sessions.environments.add(
-            body.name, body.repo, branch=body.branch, setup=body.setup, vars=body.vars,
-            secrets=body.secrets, host_ports=body.host_ports,
-            turn_timeout_minutes=body.turn_timeout_minutes,
-        )  # fmt: skip
-    )
-    return reply(s.EnvironmentView.of(env), 201)
+    return reply(await run_in_threadpool(ops.add, runtime, body), 201)
 
 
 async def get(runtime: Runtime, request: Request) -> Response:
-    env = await run_in_threadpool(runtime.sessions.environments.require, param(request, "name"))
-    return reply(s.EnvironmentView.of(env))
+    return reply(await run_in_threadpool(ops.get, runtime, param(request, "name")))
 
 
 async def update(runtime: Runtime, request: Request) -> Response:
     name = param(request, "name")
     body = await parse(request, s.EnvironmentPatch)
-    change = EnvironmentChange.model_validate(body.model_dump(exclude_unset=True))
-    env = await run_in_threadpool(runtime.sessions.environments.update, name, change)
-    return reply(s.EnvironmentView.of(env))
+    return reply(await run_in_threadpool(ops.update, runtime, name, body))
 
 
 async def delete(runtime: Runtime, request: Request) -> Response:
     name, force = param(request, "name"), flag(request, "force")
-    await run_in_threadpool(lambda: runtime.sessions.environments.delete(name, force=force))
+    await run_in_threadpool(lambda: ops.delete(runtime, name, force=force))
     return Response(status_code=204)
 
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import anyio.to_thread
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hangar.operations.limits import find_nul
+from hangar.operations.limits import checked
 from hangar.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -65,17 +65,7 @@ class Endpoint:
 async def parse(request: Request, model: type[M]) -> M:
     """The request's JSON body as ``model`` (an empty body is ``{}``); InvalidInput naming the
     first field that is wrong, or holds a NUL byte."""
-    raw = await request.body()
-    try:
-        parsed = model.model_validate_json(raw or b"{}")
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise InvalidInput(f"invalid request: {where}: {first['msg']}", field=where) from None
-    nul = find_nul(parsed.model_dump())  # bytes (stdin) may hold anything
-    if nul:
-        raise InvalidInput(f"invalid request: {nul}: must not contain a NUL byte", field=nul)
-    return parsed
+    return checked(model, await request.body() or b"{}")
 
 
 def reply(model: BaseModel | Sequence[BaseModel], status: int = 200) -> JSONResponse:

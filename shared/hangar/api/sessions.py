@@ -23,14 +23,13 @@ from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from hangar.operations import wire as s
+from hangar.operations import sessions as ops, wire as s
 from hangar.api.routes import NDJSON, Endpoint, Query, flag, param, parse, reply, run_waiting
 from hangar.api.streams import ClientGone, Emitter, in_thread
 from hangar.errors import HangarError, InvalidInput
 from hangar.harnesses.events import EventLines
-from hangar.models import NAME_MAX, Session, SessionState
+from hangar.models import NAME_MAX, SessionState
 from hangar.sessions import pull
-from hangar.sessions.service import Started
 
 if TYPE_CHECKING:
     from hangar.runtime import Runtime
@@ -45,28 +44,9 @@ FOLLOW_SLICE = 60.0
 DEFAULT_PAGE, MAX_PAGE = 50, 500
 
 
-def _summary(runtime: Runtime, session: Session) -> s.SessionSummary:
-    return s.SessionSummary.of(session)
-
-
-def started_view(runtime: Runtime, started: Started) -> s.StartedView:
-    """What new and send answer (REST and MCP alike)."""
-    detail = runtime.sessions.get(started.session.id)
-    return s.StartedView(session=s.SessionView.detail(detail), turn=started.turn)
-
-
 async def create(runtime: Runtime, request: Request) -> Response:
     body = await parse(request, s.NewSession)
-
-    def run() -> s.StartedView:
-        started = runtime.sessions.new(
-            body.name, body.message, body.env, harness=body.harness, model=body.model,
-            title=body.title, idle_minutes=body.idle_minutes, output_schema=body.output_schema,
-            context=body.context, turn_timeout_minutes=body.turn_timeout_minutes,
-        )  # fmt: skip
-        return started_view(runtime, started)
-
-    return reply(await run_in_threadpool(run), 202)
+    return reply(await run_in_threadpool(ops.new, runtime, body), 202)
 
 
 async def list_all(runtime: Runtime, request: Request) -> Response:
@@ -75,8 +55,8 @@ async def list_all(runtime: Runtime, request: Request) -> Response:
     state = _state_query(request)
     prefix = request.query_params.get("prefix") or None  # checked by the service
 
-    return reply(await run_in_threadpool(lambda: s.SessionPage.of(
-        *runtime.sessions.page(limit, cursor, state=state, prefix=prefix))))
+    return reply(await run_in_threadpool(
+        lambda: ops.page(runtime, limit, cursor, state=state, prefix=prefix)))
 
 
 STATES = tuple(state.value for state in SessionState)
@@ -96,108 +76,78 @@ def _state_query(request: Request) -> SessionState | None:
 
 
 async def get(runtime: Runtime, request: Request) -> Response:
-    detail = await run_in_threadpool(runtime.sessions.get, param(request, "ref"))
-    return reply(s.SessionView.detail(detail))
+    return reply(await run_in_threadpool(ops.get, runtime, param(request, "ref")))
 
 
 async def open_(runtime: Runtime, request: Request) -> Response:
     ref = param(request, "ref")
     body = await parse(request, s.Open)
-
-    def run() -> s.SessionView:
-        session = runtime.sessions.open(ref, harness=body.harness, model=body.model)
-        return s.SessionView.detail(runtime.sessions.get(session.id))
-
-    view = await run_in_threadpool(run)
+    view = await run_in_threadpool(ops.open_, runtime, ref, body)
     return reply(view, 202 if view.state == SessionState.STARTING.value else 200)
 
 
 async def send(runtime: Runtime, request: Request) -> Response:
     body = await parse(request, s.SendMessage)
     ref = param(request, "ref")
-
-    def run() -> s.StartedView:
-        started = runtime.sessions.send(ref, body.message, harness=body.harness, model=body.model,
-                                        output_schema=body.output_schema,
-                                        context=body.context,
-                                        turn_timeout_minutes=body.turn_timeout_minutes)  # fmt: skip
-        return started_view(runtime, started)
-
-    return reply(await run_in_threadpool(run), 202)
+    return reply(await run_in_threadpool(ops.send, runtime, ref, body), 202)
 
 
 async def interrupt(runtime: Runtime, request: Request) -> Response:
     ref = param(request, "ref")
-    started = await run_in_threadpool(runtime.sessions.interrupt, ref)
-    return reply(started_view(runtime, started), 202)
+    return reply(await run_in_threadpool(ops.interrupt, runtime, ref), 202)
 
 
 async def wait(runtime: Runtime, request: Request) -> Response:
     body = await parse(request, s.Wait)
     ref = param(request, "ref")
-    turn = await run_waiting(
-        request, lambda: runtime.sessions.wait(ref, body.turn, timeout=body.timeout)
-    )
-    return reply(s.TurnView.of(turn))
+    return reply(await run_waiting(request, lambda: ops.wait(runtime, ref, body)))
 
 
 async def suspend(runtime: Runtime, request: Request) -> Response:
-    ref = param(request, "ref")
-    return reply(await run_in_threadpool(lambda: _summary(runtime, runtime.sessions.suspend(ref))))
+    return reply(await run_in_threadpool(ops.suspend, runtime, param(request, "ref")))
 
 
 async def archive(runtime: Runtime, request: Request) -> Response:
-    ref = param(request, "ref")
-    return reply(await run_in_threadpool(lambda: _summary(runtime, runtime.sessions.archive(ref))))
+    return reply(await run_in_threadpool(ops.archive, runtime, param(request, "ref")))
 
 
 async def keep(runtime: Runtime, request: Request) -> Response:
     body = await parse(request, s.Keep)
     ref = param(request, "ref")
-
-    def run() -> s.SessionSummary:
-        return _summary(runtime, runtime.sessions.keep(ref, body.idle_minutes))
-
-    return reply(await run_in_threadpool(run))
+    return reply(await run_in_threadpool(ops.keep, runtime, ref, body))
 
 
 async def delete(runtime: Runtime, request: Request) -> Response:
     ref, force = param(request, "ref"), flag(request, "force")
-    await run_in_threadpool(lambda: runtime.sessions.delete(ref, force=force))
+    await run_in_threadpool(lambda: ops.delete(runtime, ref, force=force))
     return Response(status_code=204)
 
 
 async def fork(runtime: Runtime, request: Request) -> Response:
     body = await parse(request, s.Fork)
-    forks = await run_in_threadpool(runtime.sessions.fork, param(request, "ref"), body.n)
-    return reply([s.SessionSummary.of(f) for f in forks], 202)
+    return reply(await run_in_threadpool(ops.fork, runtime, param(request, "ref"), body), 202)
 
 
 async def artifacts(runtime: Runtime, request: Request) -> Response:
     ref, n = param(request, "ref"), _turn_query(request)
-    listed = await run_in_threadpool(runtime.sessions.artifacts, ref, n)
-    return reply([s.ArtifactView(path=a.path, turn=a.turn, size=a.size, uri=a.uri)
-                  for a in listed])  # fmt: skip
+    return reply(await run_in_threadpool(ops.artifacts, runtime, ref, n))
 
 
 async def artifact(runtime: Runtime, request: Request) -> Response:
     ref, path = param(request, "ref"), param(request, "path")
     n = whole(param(request, "turn"), "turn", 1, s.MAX_TURN)
-    data = await run_in_threadpool(runtime.sessions.artifact, ref, n, path)
+    data = await run_in_threadpool(ops.artifact, runtime, ref, n, path)
     return Response(data, media_type="application/octet-stream",
                     headers={"Content-Disposition": attachment(path.rsplit("/", 1)[-1])})
 
 
 async def progress(runtime: Runtime, request: Request) -> Response:
     cursor = _int_query(request, "cursor", 0, 2**53, 0)
-    lines, after = await run_in_threadpool(runtime.sessions.progress, param(request, "ref"),
-                                           cursor)  # fmt: skip
-    return reply(s.ProgressView(lines=[s.ProgressLineView(message=p.message, pct=p.pct)
-                                       for p in lines], cursor=after))  # fmt: skip
+    return reply(await run_in_threadpool(ops.progress, runtime, param(request, "ref"), cursor))
 
 
 async def patch(runtime: Runtime, request: Request) -> Response:
-    data = await run_in_threadpool(runtime.sessions.patch, param(request, "ref"))
+    data = await run_in_threadpool(ops.patch, runtime, param(request, "ref"))
     return Response(data, media_type=DIFF)
 
 

@@ -22,11 +22,10 @@ from mcp.server.mcpserver import DEFAULT_RESOURCE_SECURITY, Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp_types import CallToolResult, Resource, ResourceTemplate, TextContent
 from mcp_types import Tool as McpTool
-from pydantic import ValidationError
 
 from hangar import __version__
-from hangar.operations.limits import find_nul
-from hangar.errors import HangarError, InvalidInput, NotFound
+from hangar.operations.limits import checked
+from hangar.errors import HangarError, NotFound
 from hangar.exchange import is_text
 from hangar.mcp.tools import TOOLS, Tool, error_body
 from hangar.sessions.watching import Note
@@ -134,16 +133,7 @@ def listed_tools() -> list[McpTool]:
 
 
 def _parse(tool: Tool, arguments: dict[str, Any] | None) -> Any:
-    try:
-        args = tool.input.model_validate(arguments or {})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "arguments"
-        raise InvalidInput(f"invalid arguments: {where}: {first['msg']}", field=where) from None
-    nul = find_nul(args.model_dump())
-    if nul:
-        raise InvalidInput(f"invalid arguments: {nul}: must not contain a NUL byte", field=nul)
-    return args
+    return checked(tool.input, arguments or {}, what="arguments", whole="arguments")
 
 
 def _reporter(context: Context[Any, Any] | None) -> Any:

@@ -1,7 +1,9 @@
 """The MCP tools: each one's input and output model and what it does on the session service.
 
-Inputs are pydantic models that forbid unknown fields (their JSON Schema is the tool's
-``inputSchema``); outputs are the REST API's views, so a tool answers the same JSON as the
+Each tool adapts an operation of :mod:`hangar.operations`, the same one the matching REST call
+adapts. Inputs are pydantic models that forbid unknown fields (their JSON Schema is the tool's
+``inputSchema``: the operation's request model with the session's ``ref``); outputs are the
+operation's views, so a tool answers the same JSON as the
 matching REST call, as ``structuredContent`` and as text. A tool's error is a result with
 ``isError``, no ``structuredContent`` (it would contradict the tool's ``outputSchema``), and two
 texts: the message with its stable code, and REST's body ``{"error": {"code", "message", ...}}``
@@ -19,8 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from hangar.operations import wire as s
-from hangar.api.sessions import started_view
+from hangar.operations import environments, sessions as ops, wire as s
 from hangar.errors import ArtifactTooLarge, HangarError
 from hangar.exchange import is_text
 from hangar.exchange.artifacts import artifact_uri
@@ -156,69 +157,52 @@ async def _thread(func: Callable[[], T]) -> T:
 
 
 async def new_session(runtime: Runtime, a: NewSessionIn, report: Report) -> BaseModel:
-    return await _thread(lambda: started_view(runtime, runtime.sessions.new(
-        a.name, a.message, a.env, harness=a.harness, model=a.model, title=a.title,
-        idle_minutes=a.idle_minutes, output_schema=a.output_schema,
-        context=a.context, turn_timeout_minutes=a.turn_timeout_minutes)))  # fmt: skip
+    return await _thread(lambda: ops.new(runtime, a))
 
 
 async def list_sessions(runtime: Runtime, a: ListIn, report: Report) -> BaseModel:
-    return await _thread(lambda: s.SessionPage.of(*runtime.sessions.page(
-        a.limit, a.cursor, state=a.state, prefix=a.prefix)))
+    return await _thread(lambda: ops.page(runtime, a.limit, a.cursor, state=a.state,
+                                          prefix=a.prefix))  # fmt: skip
 
 
 async def get_session(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
-    return await _thread(lambda: s.SessionView.detail(runtime.sessions.get(a.ref)))
+    return await _thread(lambda: ops.get(runtime, a.ref))
 
 
 async def open_session(runtime: Runtime, a: OpenIn, report: Report) -> BaseModel:
-    def run() -> s.SessionView:
-        session = runtime.sessions.open(a.ref, harness=a.harness, model=a.model)
-        return s.SessionView.detail(runtime.sessions.get(session.id))
-
-    return await _thread(run)
+    return await _thread(lambda: ops.open_(runtime, a.ref, a))
 
 
 async def send_to_session(runtime: Runtime, a: SendIn, report: Report) -> BaseModel:
-    return await _thread(lambda: started_view(runtime, runtime.sessions.send(
-        a.ref, a.message, harness=a.harness, model=a.model,
-        output_schema=a.output_schema, context=a.context,
-        turn_timeout_minutes=a.turn_timeout_minutes)))  # fmt: skip
+    return await _thread(lambda: ops.send(runtime, a.ref, a))
 
 
 async def keep_session(runtime: Runtime, a: KeepIn, report: Report) -> BaseModel:
-    return await _thread(lambda: s.SessionSummary.of(runtime.sessions.keep(a.ref, a.idle_minutes)))
+    return await _thread(lambda: ops.keep(runtime, a.ref, a))
 
 
 async def suspend_session(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
-    return await _thread(lambda: s.SessionSummary.of(runtime.sessions.suspend(a.ref)))
+    return await _thread(lambda: ops.suspend(runtime, a.ref))
 
 
 async def list_environments(runtime: Runtime, a: NoArguments, report: Report) -> BaseModel:
-    envs = await _thread(runtime.sessions.environments.list)
-    return EnvironmentsOut(environments=[s.EnvironmentView.of(e) for e in envs])
+    return EnvironmentsOut(environments=await _thread(lambda: environments.list_all(runtime)))
 
 
 async def archive_session(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
-    return await _thread(lambda: s.SessionSummary.of(runtime.sessions.archive(a.ref)))
+    return await _thread(lambda: ops.archive(runtime, a.ref))
 
 
 async def delete_session(runtime: Runtime, a: DeleteIn, report: Report) -> BaseModel:
-    def run() -> DeletedOut:
-        name = runtime.sessions.resolve(a.ref).name
-        runtime.sessions.delete(a.ref, force=a.force)
-        return DeletedOut(deleted=name)
-
-    return await _thread(run)
+    return DeletedOut(deleted=await _thread(lambda: ops.delete(runtime, a.ref, force=a.force)))
 
 
 async def interrupt_session(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
-    return await _thread(lambda: started_view(runtime, runtime.sessions.interrupt(a.ref)))
+    return await _thread(lambda: ops.interrupt(runtime, a.ref))
 
 
 async def fork_session(runtime: Runtime, a: ForkIn, report: Report) -> BaseModel:
-    forks = await _thread(lambda: runtime.sessions.fork(a.ref, a.n))
-    return ForkOut(sessions=[s.SessionSummary.of(f) for f in forks])
+    return ForkOut(sessions=await _thread(lambda: ops.fork(runtime, a.ref, a)))
 
 
 async def wait_for_turn(runtime: Runtime, a: WaitIn, report: Report) -> BaseModel:
@@ -247,7 +231,7 @@ async def wait_for_turn(runtime: Runtime, a: WaitIn, report: Report) -> BaseMode
 
 
 async def get_artifact(runtime: Runtime, a: ArtifactIn, report: Report) -> BaseModel:
-    data: bytes = await _thread(lambda: runtime.sessions.artifact(a.ref, a.turn, a.path))
+    data = await _thread(lambda: ops.artifact(runtime, a.ref, a.turn, a.path))
     cap = runtime.settings.inline_artifact_bytes
     if len(data) > cap:
         raise ArtifactTooLarge(
@@ -263,7 +247,7 @@ async def get_artifact(runtime: Runtime, a: ArtifactIn, report: Report) -> BaseM
 
 
 async def get_session_patch(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
-    data: bytes = await _thread(lambda: runtime.sessions.patch(a.ref))
+    data = await _thread(lambda: ops.patch(runtime, a.ref))
     return PatchOut(patch=data.decode(errors="replace"))
 
 

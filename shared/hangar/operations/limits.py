@@ -5,17 +5,22 @@
 arrives without one (chunked) is counted as it is read, and the read that crosses the cap raises
 :class:`~hangar.errors.PayloadTooLarge` (which the app answers as 413). :func:`find_nul` finds a
 NUL byte anywhere in a parsed body: one is refused, since no name, argument, variable or message
-can carry one through a command line, a file name or a database key intact.
+can carry one through a command line, a file name or a database key intact; :func:`checked`
+reads a request into its model with both checks, for REST's bodies and MCP's arguments alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hangar.errors import PayloadTooLarge
+from hangar.errors import InvalidInput, PayloadTooLarge
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class BodyLimit:
@@ -81,3 +86,23 @@ def find_nul(value: object, where: str = "") -> str | None:
             if found:
                 return found
     return None
+
+
+def checked(model: type[M], data: bytes | Mapping[str, Any], *, what: str = "request",
+            whole: str = "body") -> M:  # fmt: skip
+    """``data`` (JSON text, or a mapping already parsed) as ``model``. InvalidInput naming the
+    first field that is wrong, or holds a NUL byte, as ``invalid WHAT: FIELD: why`` (``whole``
+    names the data itself when no field is to blame)."""
+    try:
+        if isinstance(data, bytes):
+            parsed = model.model_validate_json(data)
+        else:
+            parsed = model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or whole
+        raise InvalidInput(f"invalid {what}: {where}: {first['msg']}", field=where) from None
+    nul = find_nul(parsed.model_dump())  # bytes (stdin) may hold anything
+    if nul:
+        raise InvalidInput(f"invalid {what}: {nul}: must not contain a NUL byte", field=nul)
+    return parsed

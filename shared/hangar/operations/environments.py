@@ -1,0 +1,41 @@
+"""The environment operations, each written once for REST and MCP (see :mod:`.sessions` for
+what an operation is). Secret values go in and never come out: views name secrets (and
+variables) only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hangar.operations import wire as w
+from hangar.sessions.environments import EnvironmentChange
+
+if TYPE_CHECKING:
+    from hangar.runtime import Runtime
+
+
+def list_all(runtime: Runtime) -> list[w.EnvironmentView]:
+    """Every environment."""
+    return [w.EnvironmentView.of(e) for e in runtime.sessions.environments.list()]
+
+
+def add(runtime: Runtime, a: w.NewEnvironment) -> w.EnvironmentView:
+    """Add an environment; its repo must answer git ls-remote, or nothing is created."""
+    return w.EnvironmentView.of(runtime.sessions.environments.add(
+        a.name, a.repo, branch=a.branch, setup=a.setup, vars=a.vars, secrets=a.secrets,
+        host_ports=a.host_ports, turn_timeout_minutes=a.turn_timeout_minutes))  # fmt: skip
+
+
+def get(runtime: Runtime, name: str) -> w.EnvironmentView:
+    """One environment; EnvironmentNotFound otherwise."""
+    return w.EnvironmentView.of(runtime.sessions.environments.require(name))
+
+
+def update(runtime: Runtime, name: str, a: w.EnvironmentPatch) -> w.EnvironmentView:
+    """Change the fields ``a`` sets (and only those)."""
+    change = EnvironmentChange.model_validate(a.model_dump(exclude_unset=True))
+    return w.EnvironmentView.of(runtime.sessions.environments.update(name, change))
+
+
+def delete(runtime: Runtime, name: str, *, force: bool = False) -> None:
+    """Delete an environment; EnvironmentInUse while sessions use it, unless ``force``."""
+    runtime.sessions.environments.delete(name, force=force)
