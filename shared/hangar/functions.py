@@ -63,7 +63,7 @@ class ApiFunction:
         from hangar.config import Settings
         from hangar.runtime import Runtime
 
-        return cls(Runtime(Settings.from_env(env)))
+        return cls(Runtime(Settings.from_env(env), sandboxes_on_first_use=True))
 
     async def __call__(self, request: Request) -> _Forward:
         if self._lifespan is None:
@@ -101,7 +101,7 @@ class TicksFunction:
         from hangar.config import Settings
         from hangar.runtime import Runtime
 
-        return cls(Runtime(Settings.from_env(env)))
+        return cls(Runtime(Settings.from_env(env), sandboxes_on_first_use=True))
 
     async def __call__(self, request: Request) -> Response:
         from starlette.concurrency import run_in_threadpool

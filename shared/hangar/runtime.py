@@ -16,15 +16,18 @@ from hangar.ticks import Ticks, open_ticks
 
 class Runtime:
     """Opens the backends the settings name. :meth:`start` delivers ticks to the session
-    service (the embedded ticker runs in this process); :meth:`close` stops and closes."""
+    service (the embedded ticker runs in this process); :meth:`close` stops and closes.
+    ``sandboxes_on_first_use`` (the Cloud Run functions) opens the sandbox backend only when a
+    sandbox is first used, so a cold start that answers a read never loads it."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, sandboxes_on_first_use: bool = False) -> None:
         self.settings = settings
         self.db: Db = open_db(settings.db, settings)
         self.blobs: Blobs = open_blobs(settings.session_store, settings)
         self.keys: Keys = open_keys(settings.keys, settings)
         self._check_key_file()
-        self.sandboxes: Sandboxes = open_sandboxes(settings.sandboxes, settings)
+        self.sandboxes: Sandboxes = open_sandboxes(settings.sandboxes, settings,
+                                                   on_first_use=sandboxes_on_first_use)
         self.ticks: Ticks = open_ticks(settings.ticks, settings, self.db)
         self.sessions = SessionService(
             settings, self.db, self.blobs, self.keys, self.sandboxes, self.ticks

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -60,9 +61,13 @@ def routes(runtime: Runtime) -> list[BaseRoute]:
 
         return endpoint
 
-    spec = openapi.document(ENDPOINTS)
+    spec: dict[str, Any] = {}
 
     async def openapi_json(request: Request) -> Response:
+        # Built on the first request for it, not with the app: every model's JSON Schema is
+        # a sixth of a cold function's build, and a function's first request rarely wants it.
+        if not spec:
+            spec.update(openapi.document(ENDPOINTS))
         return JSONResponse(spec)
 
     routes: list[BaseRoute] = [Route("/api/openapi.json", openapi_json, methods=["GET"])]

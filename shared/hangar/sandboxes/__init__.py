@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from hangar.backends import pick
 from hangar.config import Settings
@@ -170,9 +170,65 @@ def _open_local(url: str, settings: Settings) -> Sandboxes:
     return LocalSandboxes.from_url(url, settings)
 
 
+class OnFirstUse:
+    """A sandbox backend opened the first time a sandbox is used, not before: what a Cloud Run
+    function's cold start pays for is its first request, and the local backend (bubblewrap's
+    launcher, the uid, network and disk pieces) is no part of one that reads records. Hooks
+    added before it opens are handed to it when it does. Thread-safe."""
+
+    def __init__(self, opener: Callable[[], Sandboxes]) -> None:
+        self._opener = opener
+        self._backend: Sandboxes | None = None
+        self._hooks: list[PreDestroyHook] = []
+        self._lock = threading.Lock()
+
+    def _opened(self) -> Sandboxes:
+        with self._lock:
+            if self._backend is None:
+                backend = self._opener()
+                for hook in self._hooks:
+                    backend.add_pre_destroy_hook(hook)
+                self._backend = backend
+            return self._backend
+
+    def add_pre_destroy_hook(self, hook: PreDestroyHook) -> None:
+        with self._lock:
+            if self._backend is None:
+                self._hooks.append(hook)
+                return
+            backend = self._backend
+        backend.add_pre_destroy_hook(hook)
+
+    def create(self, spec: SandboxSpec) -> SandboxInfo:
+        return self._opened().create(spec)
+
+    def get(self, sandbox_id: str) -> SandboxInfo:
+        return self._opened().get(sandbox_id)
+
+    def list(self, labels: Mapping[str, str] | None = None) -> list[SandboxInfo]:
+        return self._opened().list(labels)
+
+    def exec(self, sandbox_id: str, argv: Sequence[str], **options: Any) -> ExecResult:
+        return self._opened().exec(sandbox_id, argv, **options)
+
+    def put_file(self, sandbox_id: str, path: str, data: bytes | BinaryIO, **options: Any) -> None:
+        self._opened().put_file(sandbox_id, path, data, **options)
+
+    def get_file(self, sandbox_id: str, path: str, out: BinaryIO, **options: Any) -> int:
+        return self._opened().get_file(sandbox_id, path, out, **options)
+
+    def destroy(self, sandbox_id: str, *, hooks: bool = True, force: bool = False) -> None:
+        self._opened().destroy(sandbox_id, hooks=hooks, force=force)
+
+
 _BACKENDS: dict[str, Callable[[str, Settings], Sandboxes]] = {"local": _open_local}
 
 
-def open_sandboxes(url: str, settings: Settings) -> Sandboxes:
-    """Open the backend the URL's scheme names; InvalidSettings for an unknown scheme."""
-    return pick(_BACKENDS, url, "HANGAR_SANDBOXES")(url, settings)
+def open_sandboxes(url: str, settings: Settings, *, on_first_use: bool = False) -> Sandboxes:
+    """Open the backend the URL's scheme names; InvalidSettings for an unknown scheme. With
+    ``on_first_use``, the backend is opened (and the rest of its URL checked) when a sandbox is
+    first used (:class:`OnFirstUse`)."""
+    opener = pick(_BACKENDS, url, "HANGAR_SANDBOXES")
+    if on_first_use:
+        return OnFirstUse(lambda: opener(url, settings))
+    return opener(url, settings)
