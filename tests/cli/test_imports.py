@@ -142,11 +142,13 @@ def loaded_by(argv: list[str], env: dict[str, str], tmp_path: Path) -> tuple[int
     return done.returncode, json.loads(out.read_text())
 
 
-def test_listing_sessions_loads_nothing_of_the_server_nor_pydantic_nor_an_http_library(
-    server: Server, tmp_path: Path
+@pytest.mark.parametrize("argv", [["session", "list"], ["env", "list"], ["session", "get", "nope"],
+                                  ["session", "send", "nope", "hi"]])  # fmt: skip
+def test_a_call_to_the_server_loads_nothing_of_the_server_nor_pydantic_nor_an_http_library(
+    server: Server, tmp_path: Path, argv: list[str]
 ) -> None:
-    code, loaded = loaded_by(["session", "list"], dict(os.environ), tmp_path)
-    assert code == 0
+    code, loaded = loaded_by(argv, dict(os.environ), tmp_path)
+    assert code == (0 if argv[1] == "list" else 1)  # the others name no session
     assert [m for m in loaded if m.startswith(SERVER_SIDE)] == []
     heavy = ("pydantic", "httpx", "httpcore", "hangar.config", "hangar.models")
     assert [m for m in loaded if m.split(".")[0] in heavy or m in heavy] == []

@@ -20,7 +20,6 @@ from hangar.cli.client import Client, session_path
 from hangar.cli.render import say
 from hangar.exchange import is_text
 from hangar.cli.localgit import PullPackage, apply_pull, from_local
-from hangar.exchange.pull import read_package
 
 INLINE_BYTES = 4 << 20
 """An item up to this size rides in the request (base64 adds a third); larger ones go up
@@ -78,6 +77,8 @@ def upload(api: Client, kind: str, data: bytes) -> str:
 def pull(api: Client, args: argparse.Namespace) -> int:
     """``session pull NAME [--checkout] [--force]``: the newest checkpoint's commits on local
     branch ``hangar/<name>``; with ``--checkout``, switched to with its uncommitted changes."""
+    from hangar.exchange.pull import read_package  # pydantic: only pull pays for it
+
     raw = api.call("GET", session_path(args.name, "pull"))
     info, members = read_package(io.BytesIO(raw))
     package = PullPackage(head=info.head, base=info.base, bundle=members.get("repo.bundle"),
