@@ -2,10 +2,12 @@
 Codex and pi on the host: each is pointed at an endpoint nobody listens on, then at one that
 answers every model call with 503, and the first retry line their events render to
 (:func:`hangar.harnesses.events.describe_event`, as ``-w``, ``session log`` and
-``wait_for_turn`` show it) must name the cause. Each CLI is stopped at its first retry."""
+``wait_for_turn`` show it) must name the cause. Each CLI is stopped at its first retry. And a pi
+turn whose first attempt failed goes on through pi's own retry to its end."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import queue
@@ -19,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from emulators.model import ModelStub
 from hangar import agent
+from hangar.harnesses import TurnSpec, get_harness
 from hangar.harnesses.events import describe_event
 from tests.harness.conftest import harness_dir
 
@@ -66,6 +70,52 @@ def outage() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _Recovering(_Outage):
+    """503 for the server's first ``failures`` model calls, then each call passed on to the
+    model stub at ``upstream`` (its whole answer, then relayed)."""
+
+    def do_POST(self) -> None:
+        server = self.server
+        assert isinstance(server, _RecoveringServer)
+        with server.lock:
+            server.failures -= 1
+            failing = server.failures >= 0
+        if failing:
+            super().do_POST()
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        upstream = http.client.HTTPConnection("127.0.0.1", server.upstream, timeout=30)
+        upstream.request("POST", self.path, body, {"Content-Type": "application/json"})
+        answer = upstream.getresponse()
+        data = answer.read()
+        self.send_response(answer.status)
+        self.send_header("Content-Type", answer.getheader("Content-Type") or "text/event-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class _RecoveringServer(ThreadingHTTPServer):
+    def __init__(self, upstream: int, failures: int) -> None:
+        super().__init__(("127.0.0.1", 0), _Recovering)
+        self.upstream, self.failures, self.lock = upstream, failures, threading.Lock()
+
+
+@pytest.fixture
+def recovering() -> Iterator[str]:
+    """A model endpoint whose first three calls answer 503 (the OpenAI client's own two
+    retries included: pi's first attempt fails), then the model stub's answers."""
+    with ModelStub({"rules": [], "default": [{"text": "Recovered after the outage."}]}) as stub:
+        server = _RecoveringServer(stub.port, failures=3)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            server.server_close()
 
 
 @pytest.fixture
@@ -148,18 +198,24 @@ def codex(home: Path, repo: Path, url: str, starting: str) -> str:
     return first_line(argv, home, repo, {"STUB_API_KEY": "sk-stub"}, starting)
 
 
-def pi(home: Path, repo: Path, url: str, starting: str = "model API retry") -> str:
+PI_ENV = {"OPENAI_API_KEY": "sk-stub", "PI_OFFLINE": "1"}
+
+
+def pi_command(home: Path, url: str) -> list[str]:
+    """pi pointed at ``url`` as hangar runs it: its RPC mode under hangar's driver, the
+    message on standard input."""
     (home / ".pi" / "agent").mkdir(parents=True, exist_ok=True)
     provider = {"baseUrl": f"{url}/v1", "api": "openai-completions", "apiKey": "OPENAI_API_KEY",
                 "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
                 "models": [{"id": "stub-model", "contextWindow": 128000, "maxTokens": 16384}]}
     (home / ".pi" / "agent" / "models.json").write_text(
         json.dumps({"providers": {"hangar": provider}}))  # fmt: skip
-    # as hangar runs it: its RPC mode under hangar's driver, the message on standard input
-    argv = agent.command("pirpc", str(harness_dir() / "node_modules" / ".bin" / "pi"), "--mode",
+    return agent.command("pirpc", str(harness_dir() / "node_modules" / ".bin" / "pi"), "--mode",
                          "rpc", "--model", "hangar/stub-model")  # fmt: skip
-    return first_line(argv, home, repo, {"OPENAI_API_KEY": "sk-stub", "PI_OFFLINE": "1"},
-                      starting)  # fmt: skip
+
+
+def pi(home: Path, repo: Path, url: str, starting: str = "model API retry") -> str:
+    return first_line(pi_command(home, url), home, repo, PI_ENV, starting)
 
 
 def test_claude_code_retries_say_no_http_answer_for_a_refused_endpoint_and_a_503s_status(
@@ -193,3 +249,22 @@ def test_pi_retries_name_a_refused_connection_and_a_503_with_its_message(
                        "not found or unreachable)")  # fmt: skip
     answered = pi(home, repo, outage)
     assert answered == f"model API retry 1/3 in 2.0 s: HTTP 503: {OUTAGE}"
+
+
+def test_a_pi_turn_whose_first_attempt_failed_goes_on_through_pis_retry_to_its_end(
+    home: Path, repo: Path, recovering: str
+) -> None:
+    # pi writes an agent_end for the failed attempt, then its retry's event: hangar's driver
+    # must not end the session there.
+    done = subprocess.run(pi_command(home, recovering), cwd=repo, input=b"say hello",
+                          capture_output=True, timeout=RETRY_SECONDS,
+                          env={"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8",
+                               **PI_ENV})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    kinds = [json.loads(line)["type"] for line in done.stdout.splitlines()]
+    first_end = kinds.index("agent_end")
+    assert kinds[first_end + 1] == "auto_retry_start", kinds
+    assert kinds.count("agent_end") == 2, kinds
+    result = get_harness("pi").outcome(TurnSpec("say hello", str(repo)), done.returncode,
+                                       done.stdout, done.stderr)  # fmt: skip
+    assert result.ok and result.summary == "Recovered after the outage.", result
