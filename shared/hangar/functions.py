@@ -14,12 +14,18 @@ entry point as a Starlette ``Request``, and the entry point returns what answers
   a state check). Who may call it is Cloud Run IAM's business (Terraform).
 
 Import cost matters here (a cold start pays it): this module imports only the standard library
-at import time; each function imports what it uses when its first request arrives.
+at import time; each function imports what it uses when its first request arrives. ``make
+package`` ships hangar's bytecode for the functions' pinned Python; a function run by another
+version compiles hangar's source on every cold start, and says so in a warning
+(:func:`compiled_for_another_python`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +36,25 @@ if TYPE_CHECKING:
 
     from hangar.runtime import Runtime
 
+logger = logging.getLogger(__name__)
+
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+def compiled_for_another_python() -> bool:
+    """Whether hangar's modules lack bytecode for this interpreter, so that importing them
+    compiles their source; logs a warning naming the fix when they do. Asked before
+    ``hangar.config`` is imported, whose bytecode stands for the package's: on a fresh instance
+    it is there only if the archive shipped it."""
+    config = os.path.join(os.path.dirname(__file__), "config.py")
+    if os.path.exists(importlib.util.cache_from_source(config)):
+        return False
+    logger.warning("hangar has no bytecode for this Python (%s): every cold start compiles its "
+                   "source; build the archive for this runtime (make package, which compiles "
+                   "for Terraform's runtime)", importlib.util.cache_from_source(config))
+    return True
 
 
 class _Forward:
@@ -60,6 +82,7 @@ class ApiFunction:
     def from_env(cls, env: Mapping[str, str]) -> ApiFunction:
         """Build the settings from ``env`` and open the backends they name (lazily: nothing is
         contacted before the first call that needs it)."""
+        compiled_for_another_python()
         from hangar.config import Settings
         from hangar.runtime import Runtime
 
@@ -98,6 +121,7 @@ class TicksFunction:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> TicksFunction:
+        compiled_for_another_python()
         from hangar.config import Settings
         from hangar.runtime import Runtime
 

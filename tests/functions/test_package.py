@@ -1,6 +1,7 @@
 """``make package`` ships hangar's bytecode, compiled by the functions' pinned Python with
 unchecked hashes, and that interpreter runs it from the unpacked archive instead of compiling
-the source: a cold instance pays for no compile, though unpacking gave every file a new mtime."""
+the source: a cold instance pays for no compile, though unpacking gave every file a new mtime.
+A function run by another Python (its bytecode unusable) says so in a warning."""
 
 from __future__ import annotations
 
@@ -90,3 +91,32 @@ def test_the_pinned_python_runs_the_shipped_bytecode_and_never_compiles_the_sour
     assert len(loaded) >= len(STDLIB_ONLY)
     assert [path for path in loaded if not path.endswith(".pyc")] == []
     assert re.search(r"hangar/cli/__pycache__/client\.cpython-3\d+\.pyc", "\n".join(loaded))
+
+
+_ASK = """
+import logging, sys
+sys.path.insert(0, sys.argv[1])
+logging.basicConfig()
+from hangar import functions
+print(functions.compiled_for_another_python())
+"""
+
+
+def test_a_function_says_when_its_archive_has_no_bytecode_for_the_python_running_it(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "dist"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--python",
+                           sys.executable], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with zipfile.ZipFile(out / "api.zip") as archive:
+        archive.extractall(out / "api")
+    shutil.copytree(out / "api", out / "other", ignore=shutil.ignore_patterns("*.pyc"))
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    answers = {}
+    for tree in ("api", "other"):
+        asked = subprocess.run([sys.executable, "-c", _ASK, str(out / tree)], env=env,
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert asked.returncode == 0, asked.stderr
+        answers[tree] = (asked.stdout.strip(), "no bytecode for this Python" in asked.stderr)
+    assert answers == {"api": ("False", False), "other": ("True", True)}
