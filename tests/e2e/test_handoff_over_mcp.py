@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from emulators.model import ModelStub
+from emulators.model import Entry, ModelStub
 from tests.e2e.conftest import Server, _server
 from tests.e2e.test_acceptance import MODELS, add_env
 from tests.harness.conftest import harness_dir
@@ -42,6 +42,7 @@ SCENARIO = {
     "models": [MODELS["claude"]],
 }  # fmt: skip
 CLAUDE_SECONDS = 240
+SILENT_SECONDS = 60
 
 
 @pytest.fixture
@@ -76,14 +77,16 @@ def first_agent_requests(stub: ModelStub) -> list[dict[str, Any]]:
                     for e in ModelStub.entries(r["body"]))]  # fmt: skip
 
 
-def test_claude_code_hands_work_to_hangar_over_mcp_and_gets_the_patch_back(
-    server: Server, remote: Path, stub: ModelStub, tmp_path: Path
-) -> None:
+def hand_over(server: Server, remote: Path, stub: ModelStub, tmp_path: Path,
+              **extra: str) -> tuple[dict[str, Any], list[Entry]]:  # fmt: skip
+    """The person's Claude Code, with hangar added as its MCP server, asked to hand the work
+    over: its result line, and the conversation its last model request carried."""
     add_env(server, remote, stub)
     home, laptop = tmp_path / "home", tmp_path / "laptop"
     home.mkdir()
     laptop.mkdir()
-    env = claude_code(home, stub, (server.data_dir / "admin-token").read_text().strip())
+    env = {**claude_code(home, stub, (server.data_dir / "admin-token").read_text().strip()),
+           **extra}  # fmt: skip
     claude = str(harness_dir() / "node_modules" / ".bin" / "claude")
     added = subprocess.run(
         [claude, "mcp", "add", "--transport", "http", "hangar", f"{server.url}/mcp",
@@ -102,7 +105,13 @@ def test_claude_code_hands_work_to_hangar_over_mcp_and_gets_the_patch_back(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr + done.stdout[-4000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    result = lines[-1]
+    return lines[-1], ModelStub.entries(first_agent_requests(stub)[-1]["body"])
+
+
+def test_claude_code_hands_work_to_hangar_over_mcp_and_gets_the_patch_back(
+    server: Server, remote: Path, stub: ModelStub, tmp_path: Path
+) -> None:
+    result, last = hand_over(server, remote, stub, tmp_path)
     assert (result["subtype"], result["result"]) == ("success", "Here is hangar's patch."), result
     assert result["permission_denials"] == []
 
@@ -115,7 +124,6 @@ def test_claude_code_hands_work_to_hangar_over_mcp_and_gets_the_patch_back(
 
     # What the person's Claude Code sent back to its model: the three calls, in order, and
     # each one's answer; the last answer is the session's patch.
-    last = ModelStub.entries(first_agent_requests(stub)[-1]["body"])
     calls = [e.text.split(" ", 1) for e in last if e.kind == "tool_call"]
     assert [name for name, _ in calls] == list(TOOLS)
     assert json.loads(calls[0][1])["message"] == WORK
@@ -127,3 +135,21 @@ def test_claude_code_hands_work_to_hangar_over_mcp_and_gets_the_patch_back(
     assert (waited["done"], waited["outcome"], waited["summary"]) == (
         True, "exited", "Noted empty files.")  # fmt: skip
     assert json.loads(results[2]) == {"patch": patch}
+
+
+def test_claude_code_keeps_waiting_through_a_silent_minute_of_the_sessions_agent(
+    server: Server, remote: Path, stub: ModelStub, tmp_path: Path
+) -> None:
+    # Claude Code drops an MCP call that sent no progress for its idle limit (checked every
+    # 30 s; 300 s unless set): with a 15 s limit, a minute in which the session's agent says
+    # nothing (its model's answer held back) would cut wait_for_turn short unless hangar
+    # keeps saying something.
+    silent = json.loads(json.dumps(SCENARIO))
+    silent["rules"][1]["steps"][1]["delay"] = SILENT_SECONDS
+    stub.set_scenario(silent)
+    result, last = hand_over(server, remote, stub, tmp_path,
+                             CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT="15000")  # fmt: skip
+    assert result["result"] == "Here is hangar's patch.", result
+    waited = [e.text for e in last if e.kind == "tool_result"][1]
+    assert "no response or progress" not in waited
+    assert json.loads(waited)["outcome"] == "exited"

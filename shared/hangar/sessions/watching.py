@@ -3,9 +3,12 @@ says what happened since the last one, as short notes.
 
 The notes, in order: the start-up phases while the session starts; each line the agent adds to
 ``out/progress.jsonl`` (with its pct); and, while it adds none for :data:`QUIET_SECONDS`, the
-latest run-log event (a tool call, the assistant's text, a model API retry). A look also
-finishes the turn when its run has ended, as every wait does. Nothing is kept between calls
-but the cursors in this object: a caller that comes back makes a new one and catches up.
+latest run-log event (a tool call, the assistant's text, a model API retry); and, when there is
+nothing new for that long (a silent command, a slow model response, a long setup), the last
+note again, so that a client which drops a call that sends no progress (Claude Code gives up on
+an HTTP MCP tool after 300 s) keeps waiting. A look also finishes the turn when its run has
+ended, as every wait does. Nothing is kept between calls but the cursors in this object: a
+caller that comes back makes a new one and catches up.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class TurnWatch:
         self._progress = 0
         self._log = 0
         self._last_note = time.monotonic()
+        self._said: Note | None = None
         self._started = False
         self._flushed = False
 
@@ -78,9 +82,12 @@ class TurnWatch:
         elif turn.finished_at is not None and not self._flushed and session.sandbox_id:
             self._flushed = True  # the progress lines it wrote since the last look
             notes += self._agent_notes(session, turn, events=False)
-        if notes:
-            self._last_note = time.monotonic()
         done = turn.finished_at is not None and session.state is not S.ACTIVE
+        if not notes and not done and time.monotonic() - self._last_note >= self.quiet:
+            notes.append(self._said or Note(f"waiting for turn {turn.n}"))
+        if notes:
+            self._said = notes[-1]
+            self._last_note = time.monotonic()
         return Look(notes, turn, session, done)
 
     def _agent_notes(self, session: Session, turn: Turn, *, events: bool = True) -> list[Note]:
