@@ -1,6 +1,7 @@
 """The real Claude Code, Codex and pi CLIs against the model stub, on the host (no sandbox), each
 in a temp HOME and a temp git repo: one turn where the stub has the CLI run one shell command
-that writes a file and then answers in text, then a resumed turn that must carry the first.
+that writes a file and then answers in text, then a resumed turn that must carry the first; and
+pi calling its own ``write`` tool where a scenario's tool step names it.
 
 The CLIs come from ``$HANGAR_HARNESS_DIR/node_modules/.bin`` (default
 ``~/.local/share/hangar/harnesses``, installed by ``make harnesses``); a missing one fails.
@@ -36,6 +37,9 @@ SCENARIO = {
             ],
         },
         {"when": "what did you do", "steps": [{"text": "I answered: {prompt}"}]},
+        {"when": "use your write tool", "steps": [
+            {"tool": "write", "arguments": {"path": "note.txt", "content": "{prompt}\n"}},
+            {"text": "Wrote note.txt."}]},  # fmt: skip
     ],
     "models": ["claude-sonnet-4-5", "gpt-5-codex", "stub-model"],
 }
@@ -228,9 +232,8 @@ def test_codex_runs_a_shell_step_and_resumes_with_its_conversation(workspace: Wo
     assert stored.exists()
 
 
-def test_pi_runs_a_shell_step_and_resumes_with_its_conversation(workspace: Workspace) -> None:
-    ws = workspace
-    pi = str(harness_bin("pi"))
+def pi_against_the_stub(ws: Workspace) -> tuple[list[str], dict[str, str]]:
+    """pi's command (print mode, JSON lines, the stub's model) and environment."""
     agent_dir = ws.home / ".pi" / "agent"
     agent_dir.mkdir(parents=True)
     models = {
@@ -246,8 +249,14 @@ def test_pi_runs_a_shell_step_and_resumes_with_its_conversation(workspace: Works
     }
     (agent_dir / "models.json").write_text(json.dumps(models))
     env = ws.env(STUB_API_KEY="sk-stub", PI_OFFLINE="1")
-    flags = ["-p", "--mode", "json", "--model", "stub/stub-model"]
-    lines = ws.run([pi, *flags, PROMPT], env)
+    return [str(harness_bin("pi")), "-p", "--mode", "json", "--model", "stub/stub-model"], env
+
+
+def test_pi_runs_a_shell_step_and_resumes_with_its_conversation(workspace: Workspace) -> None:
+    ws = workspace
+    pi, env = pi_against_the_stub(ws)
+    agent_dir = ws.home / ".pi" / "agent"
+    lines = ws.run([*pi, PROMPT], env)
 
     assert lines[0]["type"] == "session"
     session = lines[0]["id"]
@@ -258,8 +267,19 @@ def test_pi_runs_a_shell_step_and_resumes_with_its_conversation(workspace: Works
     assert_first_turn(ws, "chat", "bash")
     [stored] = agent_dir.glob(f"sessions/*/*_{session}.jsonl")
 
-    lines = ws.run([pi, *flags, "--session", session, FOLLOW_UP], env)
+    lines = ws.run([*pi, "--session", session, FOLLOW_UP], env)
     assert lines[0]["id"] == session
     assert lines[-1]["messages"][-1]["content"][0]["text"] == f"I answered: {FOLLOW_UP}"
     assert_resumed_turn(ws, "chat")
     assert stored.exists()
+
+
+def test_pi_calls_its_own_write_tool_when_a_tool_step_names_it(workspace: Workspace) -> None:
+    ws = workspace
+    pi, env = pi_against_the_stub(ws)
+    lines = ws.run([*pi, "please use your write tool"], env)
+    assert lines[-1]["messages"][-1]["content"] == [{"type": "text", "text": "Wrote note.txt."}]
+    assert (ws.repo / "note.txt").read_text() == "please use your write tool\n"
+    calls = [e.text for e in ModelStub.entries(ws.turn_requests("chat")[-1]["body"])
+             if e.kind == "tool_call"]  # fmt: skip
+    assert [c.split(" ", 1)[0] for c in calls] == ["write"]
