@@ -311,18 +311,35 @@ class SessionService:
                  context: Sequence[ContextItem]) -> Iterator[tuple[Kept, Accepted]]:  # fmt: skip
         """Turn ``n``'s context accepted and its message kept (a large one sealed into blobs,
         :mod:`.messages`), before any record names them; both removed again if the block fails
-        (a busy session, a name taken)."""
+        before a record names them (a busy session, a name taken), kept if it failed after
+        (say, scheduling a tick once the claim was written): the start then owns them."""
         accepted = self.context.accept(session_id, n, context)
+        kept: Kept | None = None
         try:
             kept = self.messages.keep(session_id, n, message)
-            try:
-                yield kept, accepted
-            except BaseException:
-                self.messages.release(kept)
-                raise
+            yield kept, accepted
         except BaseException:
-            self.context.release(accepted)
+            if kept is None or not self._named(session_id, n, kept, accepted):
+                if kept is not None:
+                    self.messages.release(kept)
+                self.context.release(accepted)
             raise
+
+    def _named(self, session_id: str, n: int, kept: Kept, accepted: Accepted) -> bool:
+        """Whether the session's start intent or turn ``n`` names what a request stored for
+        that turn; True when the db cannot say (a blob no record names is harmless, a named
+        one removed loses the turn's message)."""
+        if kept.ref is None and not accepted.refs:
+            return False  # nothing stored
+        try:
+            session = self.db.get_session(session_id)
+            named: list[StartIntent | Turn] = [session.start] if session.start else []
+            named += [t for t in self.db.list_turns(session_id) if t.n == n]
+        except SessionNotFound:
+            return False
+        except HangarError:
+            return True
+        return any(r.message_ref == kept.ref and r.context == accepted.refs for r in named)
 
     def open(self, ref: str, *, harness: str | None = None, model: str | None = None) -> Session:
         """Make sure the session has a sandbox with its work restored, its next turn on

@@ -215,8 +215,13 @@ def new_session(rig: Rig, service: SessionService) -> None:
     rig.drive(service, settled(service, S.IDLE, S.FAILED))
 
 
+SEALED = "run: echo two > two.txt\n" + "- the rest of a long task\n" * 3000
+"""A message over 64 KiB: sealed into blobs before any record names it."""
+
+
 def send(rig: Rig, service: SessionService) -> None:
-    service.send("demo", "run: echo two > two.txt")
+    """A second turn, whose message is sealed in blobs."""
+    service.send("demo", SEALED)
     rig.drive(service, settled(service, S.IDLE, S.FAILED))
 
 
@@ -275,7 +280,7 @@ def open_(rig: Rig, service: SessionService) -> None:
 FLOWS: dict[str, tuple[list[Callable[[Rig, SessionService], None]], Callable[[Rig, SessionService], None]]] = {
     # name: (what comes before, unharmed; the flow that crashes)
     "new and its first turn": ([], new_session),
-    "a second turn": ([new_session], send),
+    "a second turn, its message sealed in blobs": ([new_session], send),
     "a turn and its result's repair run": ([new_session], send_with_schema),
     "a turn with a file and a patch": ([new_session], send_with_context),
     "a turn stopped past its time limit": ([new_session, hang_on], send_past_its_limit),
@@ -327,6 +332,8 @@ def check_usable(rig: Rig, service: SessionService) -> None:
         if t.context and t.outcome is TurnOutcome.EXITED:
             seen = rig.sandboxes.exec(sandbox, ["cat", "/workspace/app/seen.txt"]).stdout
             assert seen == b"a note\nfrom the laptop\n", seen
+    for shown in service.get("demo").turns:  # no record names a message blob that is gone
+        assert shown.message_ref is None or shown.message == SEALED, shown.n
     for other in rig.db.list_sessions():
         assert other.claim is None and other.state is not S.STARTING, other
         for t in rig.db.list_turns(other.id):  # a schema's turn always ends with a verdict
