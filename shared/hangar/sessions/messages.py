@@ -36,7 +36,6 @@ INLINE_BYTES = 64 << 10
 """The largest message kept on the records themselves, in bytes of UTF-8."""
 OPENING_CHARS = 4096
 """How much of a sealed message the records keep, in characters."""
-_ENCODING = ("utf-8", "surrogatepass")  # whatever str a request carried round-trips
 
 
 def message_key(session_id: str, n: int, request: str) -> str:
@@ -64,7 +63,7 @@ class MessageStore:
         """``message`` as the records of turn ``n`` are to hold it: inline up to INLINE_BYTES,
         else sealed into blobs first (the caller stores the records after, and calls
         :meth:`release` if it cannot)."""
-        data = message.encode(*_ENCODING)
+        data = message.encode()  # the service refuses a message UTF-8 cannot carry
         if len(data) <= INLINE_BYTES:
             return Kept(message, None)
         key = message_key(session_id, n, secrets.token_hex(4))
@@ -83,7 +82,7 @@ class MessageStore:
         data = unseal_bytes(data_key, ref.blob.encode(), self.blobs.get(ref.blob))
         if len(data) != ref.size or hashlib.sha256(data).hexdigest() != ref.sha256:
             raise DecryptionFailed(f"message {ref.blob} does not match its record")
-        return data.decode(*_ENCODING)
+        return data.decode()
 
     def release(self, kept: Kept) -> None:
         """Remove what :meth:`keep` sealed (the request failed before a record named it)."""

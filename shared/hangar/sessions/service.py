@@ -661,12 +661,19 @@ def _title(message: str) -> str:
 
 
 def _check_message(message: str, limit: tuple[int, str]) -> None:
-    """InvalidInput for an empty message, MessageTooLarge for one over ``limit``: its bytes of
-    UTF-8 and what sets it (the message reaches the agent byte for byte, whatever it holds)."""
+    """InvalidInput for an empty message or one that is not text (a lone surrogate, which a
+    str can hold and UTF-8 cannot; REST's JSON parser refuses it first), MessageTooLarge for
+    one over ``limit``: its bytes of UTF-8 and what sets it (the message reaches the agent
+    byte for byte, whatever it holds)."""
     if not message.strip():
         raise InvalidInput("the message is empty")
+    try:
+        size = len(message.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"the message is not text: a lone surrogate "
+                           f"({message[exc.start]!r}) at character {exc.start}",
+                           field="message") from None  # fmt: skip
     most, why = limit
-    size = len(message.encode("utf-8", "surrogatepass"))
     if size > most:
         raise MessageTooLarge(f"the message is {size} bytes, over the limit of {most >> 10} KiB "
                               f"({why})", size=size, limit=most)  # fmt: skip

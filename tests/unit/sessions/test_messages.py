@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hangar.blobs.local import LocalBlobs
-from hangar.errors import DecryptionFailed, NameTaken
+from hangar.errors import DecryptionFailed, InvalidInput, NameTaken
 from hangar.keys.local import LocalKeys
 from hangar.harnesses.handoff import MARKER
 from hangar.models import SessionState, TurnOutcome
@@ -151,3 +151,15 @@ def test_a_refused_request_leaves_no_sealed_message_behind(world: World) -> None
     with pytest.raises(NameTaken):
         service.new("taken", "x" * (INLINE_BYTES + 1), "app", harness="antigravity")
     assert [k for k in world.blobs.list("") if "/messages/" in k] == []
+
+
+@pytest.mark.sandbox
+def test_a_message_that_is_not_text_is_refused_and_nothing_is_stored(world: World) -> None:
+    """A lone surrogate (a str can hold one, no UTF-8 can: no record, no agent's standard
+    input) is a clear invalid_input at the service, whichever surface asked, before anything
+    is stored."""
+    service = world.service
+    with pytest.raises(InvalidInput, match="lone surrogate") as refused:
+        service.new("odd", "fix \ud800 this", "app", harness="antigravity")
+    assert refused.value.data.get("field") == "message"
+    assert world.db.list_sessions() == [] and world.blobs.list("") == []
