@@ -61,6 +61,10 @@ STAGING_PREFIX = ".hangar-ckpt-"
 STATUS_FIELDS = {b"1": 9, b"u": 11, b"?": 2}
 STALE_SECONDS = 3600
 SPLIT_AT = 1000  # index entries a diff's tree lacks, past which the diff is split (diff_runs)
+# Paths to leave out of a diff past which they are taken out of its tree and index instead of
+# named one pathspec each: a command line holds about 2 MB, and git matches every path against
+# every pathspec (a tree the agent builds by hand can hold 100,000 paths a checkout refuses).
+MAX_PATHSPECS = 1000
 EMPTY_BLOB = {40: "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",  # by the length of an object id
               64: "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813"}  # fmt: skip
 # The manifest is one line the control plane reads up to 1 MiB, and its warnings are stored on
@@ -491,10 +495,46 @@ def excluding(paths):
     return ["--", "."] + [":(exclude,literal)" + p for p in paths]
 
 
+def narrowed(r, staging, tag, tree, exclude):
+    """How a diff from ``tree`` leaves the paths ``exclude`` out: ``(tree, env, pathspecs,
+    index_narrowed)``. Up to MAX_PATHSPECS paths, by a pathspec each. Past that, by a tree and
+    a copy of the private index that lack them, with no pathspec: ``env`` names the object
+    stores that hold the tree and the copy (``GIT_INDEX_FILE``). ``index_narrowed`` is False,
+    and ``env`` names no index, when the index holds paths git will not take out of it (only an
+    index written by hand holds paths git refuses): then the caller diffs on an index read
+    from the tree."""
+    if len(exclude) <= MAX_PATHSPECS:
+        return tree, {}, excluding(exclude), True
+    less = frozenset(exclude)
+    # The narrowed tree is written to objects of the checkpoint's own, never into the repo's.
+    objects = os.path.join(staging, tag + "-objects")
+    os.mkdir(objects)
+    stores = {"GIT_OBJECT_DIRECTORY": objects,
+              "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.path.join(r.gitdir, "objects")}  # fmt: skip
+    tree_index = os.path.join(staging, tag + "-narrow-tree")
+    r.checkout_index(tree, tree_index, less=less)
+    narrow = r.run("write-tree", env=dict(stores, GIT_INDEX_FILE=tree_index)).stdout
+    narrow = narrow.decode().strip()
+    index = os.path.join(staging, tag + "-narrow-index")
+    shutil.copyfile(os.path.join(r.shadow, "index"), index)
+    env = dict(stores, GIT_INDEX_FILE=index)
+    r.run("update-index", "--force-remove", "-z", "--stdin", env=env,
+          stdin=b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in exclude))  # fmt: skip
+    held = r.run("ls-files", "-z", env=env).stdout.split(b"\0")
+    if any(p.decode("utf-8", "surrogateescape") in less for p in held if p):
+        return narrow, stores, [], False
+    return narrow, env, [], True
+
+
 def make_diff(r, staging, name, *args, exclude=()):
+    """``git diff ARGS PIN`` into the file ``name``, less ``exclude``; None when ``exclude``
+    cannot be left out of the index (:func:`narrowed`)."""
     path = os.path.join(staging, name)
+    tree, env, specs, index_narrowed = narrowed(r, staging, name, PIN, exclude)
+    if not index_narrowed:
+        return None
     with open(path, "wb") as out:
-        r.run(*DIFF, "--no-renames", *args, PIN, *excluding(exclude), stdout=out)
+        r.run(*DIFF, "--no-renames", *args, tree, *specs, stdout=out, env=env or None)
     return path
 
 
@@ -513,7 +553,7 @@ def make_wip(r, staging, exclude, added=()):
 def make_staged(r, staging, exclude=()):
     """staged.patch: the pinned head to the index, so restore can rebuild what was staged."""
     path = make_diff(r, staging, "staged.patch", "--cached", exclude=exclude)
-    return path if os.path.getsize(path) else None
+    return path if path and os.path.getsize(path) else None
 
 
 def new_files_index(path, worktree, paths, hash_len):
@@ -565,10 +605,11 @@ def staged_new(records):
             if rec[:3] == b"1 A"]  # fmt: skip
 
 
-def index_lacks(r, tree, what):
+def index_lacks(r, tree, what, env=None):
     """The paths the private index adds to ``tree`` (``what`` "A") or lost from it ("D")."""
     code, out, err = r.capture("diff", "--cached", "--name-only", "--no-renames", "-z",
-                               "--diff-filter=" + what, tree, env={"GIT_OPTIONAL_LOCKS": "0"})  # fmt: skip
+                               "--diff-filter=" + what, tree,
+                               env=dict(env or {}, GIT_OPTIONAL_LOCKS="0"))  # fmt: skip
     if code != 0:
         raise GitError("diff", err.decode(errors="replace").strip() or "failed")
     return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
@@ -582,16 +623,19 @@ def diff_runs(r, staging, tag, tree, hash_len, exclude=(), added=(), untracked=(
     each of them (200,000 staged new files: minutes), so past SPLIT_AT of them the files of
     ``tree`` are diffed on an index read from ``tree`` alone (without the index's stat data,
     so each is read) and the added ones as new files."""
-    env = {"GIT_OPTIONAL_LOCKS": "0"}
-    runs = [([*DIFF, *extra, tree, *excluding(exclude)], env)]
+    tree, narrow, specs, index_narrowed = narrowed(r, staging, tag, tree, exclude)
+    env = dict(narrow, GIT_OPTIONAL_LOCKS="0")
+    runs = [([*DIFF, *extra, tree, *specs], env)]
     new = list(untracked)
-    if len(added) > SPLIT_AT:
+    if len(added) > SPLIT_AT or not index_narrowed:
         index = os.path.join(staging, tag + "-tree-index")
-        if r.run("read-tree", tree, env={"GIT_INDEX_FILE": index}, check=False).returncode == 0:
-            lost = set(index_lacks(r, tree, "D")) if new else set()  # diffed from the tree
+        stores = {k: v for k, v in env.items() if k != "GIT_INDEX_FILE"}
+        read = r.run("read-tree", tree, env=dict(stores, GIT_INDEX_FILE=index), check=False)
+        if read.returncode == 0:
+            lost = set(index_lacks(r, tree, "D", stores)) if new else set()  # from the tree
             skip = set(exclude)
             new = [p for p in new if p not in lost] + [p for p in added if p not in skip]
-            runs = [([*DIFF, *extra, tree, *excluding(exclude)], dict(env, GIT_INDEX_FILE=index))]
+            runs = [([*DIFF, *extra, tree, *specs], dict(stores, GIT_INDEX_FILE=index))]
     index = os.path.join(staging, tag + "-new-index")
     if new and new_files_index(index, r.worktree, new, hash_len):
         runs.append(([*DIFF, *extra], dict(env, GIT_INDEX_FILE=index)))
@@ -688,8 +732,10 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=F
     changed = changed_tracked(records)
     excluded = tracked_left_out(repo, changed, cfg["max_part"], warnings)
     # Paths a checkout refuses cannot be in a restored tree: no patch may name them.
-    unsafe = refused + [p for p in changed if checkout_refuses(p) and p not in refused]
-    excluded += [p for p in unsafe if p not in excluded]
+    known = set(refused)  # sets: a tree built by hand can hold 100,000 refused paths
+    unsafe = refused + [p for p in changed if checkout_refuses(p) and p not in known]
+    known = set(excluded)
+    excluded += [p for p in unsafe if p not in known]
     find_special(repo, ignored_entries(records), set(excluded), warnings)
     gone = set(excluded)
     written += [os.lstat(os.path.join(repo, p)).st_size for p in changed

@@ -463,14 +463,15 @@ class Repo:
         return subprocess.Popen(["git", *COMMAND_LINE, *args], env=self.env(env),
                                 cwd=self.worktree, **kw)  # fmt: skip
 
-    def checkout_index(self, commit, index_file, rounds=200):
+    def checkout_index(self, commit, index_file, rounds=200, less=frozenset()):
         """Write to ``index_file`` (a new file) the index a checkout of ``commit`` would make,
         less every path git refuses to check out; returns those paths (sorted, decoded with
         surrogateescape). Git is the judge: each path it still names as invalid is left out
-        too, for at most ``rounds`` rounds. Raises GitError when the tree cannot be read or git
-        fails for another reason."""
+        too, for at most ``rounds`` rounds. The paths in the set ``less`` are left out too
+        (and not returned). Raises GitError when the tree cannot be read or git fails for
+        another reason."""
         env = {"GIT_INDEX_FILE": index_file}
-        if self.run("read-tree", commit, env=env, check=False).returncode == 0:
+        if not less and self.run("read-tree", commit, env=env, check=False).returncode == 0:
             return []
         listing = self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout
         entries = []
@@ -480,6 +481,8 @@ class Repo:
                 continue
             meta, _, raw = entry.partition(b"\t")
             path = raw.decode("utf-8", "surrogateescape")
+            if path in less:
+                continue
             entries.append((entry, path))
             if checkout_refuses(path, meta.startswith(b"120000")):
                 refused.add(path)

@@ -180,3 +180,24 @@ def test_an_unchanged_answer_that_was_not_asked_for_fails_the_checkpoint(world: 
         with pytest.raises(CheckpointError, match="answered 'unchanged'"):
             checkpointer.take(target, CheckpointReason.INTERVAL, skip_if_unchanged=skip)
     assert world.db.list_checkpoints(target.session_id) == before
+
+
+def test_a_head_with_100000_paths_a_checkout_refuses_still_checkpoints_and_restores(
+    world: World,
+) -> None:
+    # Each name is refused on its own (".git:N"), so none stands for another: left out one by
+    # one, they would be 100,000 pathspecs on a git command line.
+    plant = (
+        "blob=$(echo x | git hash-object -w --stdin) && "
+        "root=$( (git ls-tree HEAD; python3 -c 'import sys; [print(\"100644 blob %s\\t.git:%d\" "
+        "% (sys.argv[1], i)) for i in range(100000)]' $blob)"
+        " | git mktree) && "
+        'c=$(git commit-tree "$root" -p HEAD -m planted) && git update-ref HEAD "$c"'
+    )
+    start(world, message=f"run: {plant} && {KEEP}")
+    [checkpoint] = world.service.get("demo").checkpoints
+    [refused] = [w for w in checkpoint.warnings if "refuses" in w]
+    assert ".git:0 " in refused and "and 99992 more" in refused, refused
+    suspend_and_open(world, "demo")
+    assert world.sh("demo", "cat kept.txt; tail -1 README.md") == "kept\nedit\n"
+    assert world.sh("demo", "git log -1 --format=%s") == "planted\n"
