@@ -3,7 +3,8 @@ hands work to hangar and gets the patch back. The real Claude Code runs on the h
 person's machine) in a throwaway HOME, configured with ``claude mcp add --transport http``; the
 model stub scripts it to call ``new_session``, ``wait_for_turn`` and ``get_session_patch``; the
 session's own agent, the real Claude Code in a sandbox of a real ``hangar serve``, is scripted
-to change a file; the patch must come back to the first Claude Code as its tool result."""
+to change a file; the patch must come back to the first Claude Code as its tool result. The
+same from Codex, whose MCP tools the stub calls in their namespace."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from emulators.model import Entry, ModelStub
 from tests.e2e.conftest import Server, _server
 from tests.e2e.test_acceptance import MODELS, add_env
 from tests.harness.conftest import harness_dir
+from tests.mcp.client import Mcp
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.e2e, pytest.mark.harness]
 
@@ -70,11 +72,11 @@ def claude_code(home: Path, stub: ModelStub, token: str) -> dict[str, str]:
             "HANGAR_TOKEN": token}  # fmt: skip
 
 
-def first_agent_requests(stub: ModelStub) -> list[dict[str, Any]]:
-    """The person's Claude Code's turn requests (the session's agent was asked CSV-EDIT)."""
-    return [r for r in stub.requests("anthropic") if r["body"].get("tools")
+def first_agent_requests(stub: ModelStub, api: str = "anthropic") -> list[dict[str, Any]]:
+    """The person's agent's turn requests (the session's agent was asked CSV-EDIT)."""
+    return [r for r in stub.requests(api) if r["body"].get("tools")
             and any(e.kind == "prompt" and "HAND-OFF" in e.text
-                    for e in ModelStub.entries(r["body"]))]  # fmt: skip
+                    for e in ModelStub.entries(r["body"], api))]  # fmt: skip
 
 
 def hand_over(server: Server, remote: Path, stub: ModelStub, tmp_path: Path,
@@ -153,3 +155,44 @@ def test_claude_code_keeps_waiting_through_a_silent_minute_of_the_sessions_agent
     waited = [e.text for e in last if e.kind == "tool_result"][1]
     assert "no response or progress" not in waited
     assert json.loads(waited)["outcome"] == "exited"
+
+
+def test_codex_hands_work_to_hangar_over_mcp_and_gets_the_patch_back(
+    server: Server, remote: Path, stub: ModelStub, tmp_path: Path
+) -> None:
+    """The same hand-over from Codex: its MCP tools come in a namespace (the stub answers a
+    function_call naming it), and codex exec runs them without bypassing its approvals when
+    the server's block says so."""
+    add_env(server, remote, stub)
+    home, laptop = tmp_path / "home", tmp_path / "laptop"
+    (home / ".codex").mkdir(parents=True)
+    laptop.mkdir()
+    (home / ".codex" / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "stub"\n\n[model_providers.stub]\n'
+        f'name = "stub"\nbase_url = "{stub.url}/v1"\nenv_key = "STUB_API_KEY"\n'
+        'wire_api = "responses"\n\n[mcp_servers.hangar]\n'
+        f'url = "{server.url}/mcp"\nbearer_token_env_var = "HANGAR_TOKEN"\n'
+        f'default_tools_approval_mode = "approve"\ntool_timeout_sec = {CLAUDE_SECONDS}\n')
+    token = (server.data_dir / "admin-token").read_text().strip()
+    # Codex starts its turn without waiting for a server still building its MCP side (the
+    # first /mcp request does): one call first, as any earlier client would have made.
+    assert "new_session" in Mcp(server.url, token).tools()
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "TERM": "dumb",
+           "STUB_API_KEY": "sk-stub", "HANGAR_TOKEN": token}  # fmt: skip
+    codex = str(harness_dir() / "node_modules" / ".bin" / "codex")
+    done = subprocess.run([codex, "exec", "--json", "--skip-git-repo-check", "-"], cwd=laptop,
+                          env=env, input=ASK, capture_output=True, text=True,
+                          timeout=CLAUDE_SECONDS)  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout[-4000:]
+    items = [json.loads(line)["item"] for line in done.stdout.splitlines()
+             if line.startswith('{"type":"item.completed"')]  # fmt: skip
+    calls = [(i["server"], i["tool"], i["status"]) for i in items if i["type"] == "mcp_tool_call"]
+    assert calls == [("hangar", t.rsplit("__", 1)[1], "completed") for t in TOOLS], items
+    assert [i["text"] for i in items if i["type"] == "agent_message"] == ["Here is hangar's patch."]
+
+    patch = server.ok("session", "patch", "csv")
+    assert f"+{LINE}\n" in patch
+    last = ModelStub.entries(first_agent_requests(stub, "responses")[-1]["body"], "responses")
+    assert [e.text.split(" ", 1)[0] for e in last if e.kind == "tool_call"] == list(TOOLS)
+    answer = [e.text for e in last if e.kind == "tool_result"][-1]
+    assert json.loads(answer.split("Output:\n", 1)[-1]) == {"patch": patch}
