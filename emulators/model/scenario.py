@@ -23,9 +23,9 @@ The choice is a pure function of the request (:func:`choose`), so resumes, retri
 of the stub behave the same: the latest genuine user prompt picks the rule (first ``when`` that
 is a substring of it; else, when the CLI added prompts of its own after the person's with no
 model response between, the first rule matching one of those, newest first; else ``default``),
-and the number of assistant tool-call rounds after
-that prompt is the step index. Past the last step, a final text step repeats; a final shell step
-is followed by the text ``done``.
+and the number of assistant tool-call rounds after that prompt is the step index. Past the
+last step, a final text step repeats; a final shell or tool step is followed by the text
+``done``.
 """
 
 from __future__ import annotations
