@@ -24,7 +24,7 @@ from hangar.models import Turn, TurnOutcome
 from hangar.sandboxes.local import LocalSandboxes
 from hangar.sessions.service import SessionService
 from tests.conftest import GIT_IDENTITY
-from tests.harness.conftest import harness_dir
+from tests.harness.conftest import API, MODELS, harness_dir
 from tests.unit.sessions.world import FakeTicks
 
 pytestmark = [pytest.mark.harness, pytest.mark.sandbox]
@@ -40,8 +40,6 @@ SCENARIO = {
     ],
     "models": ["claude-sonnet-4-5", "gpt-5-codex", "stub-model"],
 }
-MODELS = {"claude": "claude-sonnet-4-5", "codex": "gpt-5-codex", "pi": "stub-model"}
-API = {"claude": "anthropic", "codex": "responses", "pi": "chat"}
 IDLE_MINUTES = 0.2  # twelve seconds: longer than a CLI's start, silent, on a busy machine
 TURN_LIMIT = 240.0  # seconds: a real CLI in a sandbox, on a machine running other suites
 
