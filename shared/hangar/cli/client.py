@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import select
 import threading
 from collections.abc import Iterator, Mapping
@@ -53,8 +54,10 @@ def default_data_dir(env: Mapping[str, str]) -> Path:
     return Path(env.get("HOME") or Path.home()) / ".hangar"
 
 
-def configured(url: str, token: str | None, data_dir: Path) -> Client:
-    """A client for ``url`` with ``token``, else the token file in ``data_dir``."""
+def configured(url: str, token: str | None, data_dir: Path,
+               env: Mapping[str, str] | None = None) -> Client:  # fmt: skip
+    """A client for ``url`` with ``token``, else the token file in ``data_dir``; proxies as
+    ``env`` says (:func:`proxy_for`)."""
     path = data_dir / TOKEN_FILE
     if not token:
         try:
@@ -63,7 +66,7 @@ def configured(url: str, token: str | None, data_dir: Path) -> Client:
             token = None
     hint = (f"no token: set HANGAR_TOKEN, or HANGAR_DATA_DIR to the server's data folder "
             f"(no readable {path})")  # fmt: skip
-    return Client(url, token, hint)
+    return Client(url, token, hint, env)
 
 
 def from_env(env: Mapping[str, str]) -> Client:
@@ -72,14 +75,41 @@ def from_env(env: Mapping[str, str]) -> Client:
     own settings are no concern of a client, and their model costs a command its import."""
     data_dir = env.get("HANGAR_DATA_DIR") or default_data_dir(env)
     return configured(env.get("HANGAR_URL") or DEFAULT_URL, env.get("HANGAR_TOKEN") or None,
-                      Path(data_dir).expanduser().absolute())  # fmt: skip
+                      Path(data_dir).expanduser().absolute(), env)  # fmt: skip
+
+
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def proxy_for(scheme: str, host: str, env: Mapping[str, str]) -> tuple[str, int] | None:
+    """The proxy a request to ``host`` goes through, as curl and most HTTP clients read it:
+    ``HTTPS_PROXY`` or ``HTTP_PROXY`` by the server's scheme (either letter case; ``http://``
+    proxies only), unless ``NO_PROXY`` names the host, a domain it is in, or ``*``. The
+    loopback never goes through a proxy (a local ``hangar serve``)."""
+    if host.lower() in LOOPBACK:
+        return None
+    bypass = env.get("NO_PROXY", env.get("no_proxy", ""))
+    for entry in filter(None, (e.strip().lower().lstrip(".") for e in bypass.split(","))):
+        if entry == "*" or host.lower() == entry or host.lower().endswith("." + entry):
+            return None
+    name = f"{scheme}_proxy"
+    value = env.get(name, env.get(name.upper(), ""))
+    if not value:
+        return None
+    proxy = urlsplit(value if "://" in value else f"http://{value}")
+    if proxy.scheme != "http" or not proxy.hostname:
+        raise ApiError("unreachable", f"{name.upper()} must be an http:// proxy URL")
+    return proxy.hostname, proxy.port or 80
 
 
 class Client:
     """``url`` is taken through :func:`base_url`. ``token_hint`` is said when the server
-    refuses a call made without a token. Safe to use from several threads."""
+    refuses a call made without a token. ``env``: where the proxy settings are read
+    (:func:`proxy_for`; the process's environment when None). Safe to use from several
+    threads."""
 
-    def __init__(self, url: str, token: str | None, token_hint: str = "") -> None:
+    def __init__(self, url: str, token: str | None, token_hint: str = "",
+                 env: Mapping[str, str] | None = None) -> None:  # fmt: skip
         self.url = base_url(url)
         self.token = token
         self.token_hint = token_hint
@@ -87,6 +117,7 @@ class Client:
         parts = urlsplit(self.url)
         self._scheme, self._prefix = parts.scheme, parts.path
         self._host, self._port = parts.hostname or "", parts.port
+        self._proxy = proxy_for(self._scheme, self._host, os.environ if env is None else env)
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
@@ -165,6 +196,8 @@ class Client:
                  ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:  # fmt: skip
         """Send a request on an idle kept-alive connection, else a new one; its response."""
         target = self._prefix + path + (f"?{urlencode(_query(params))}" if params else "")
+        if self._proxy and self._scheme == "http":  # a forward proxy takes the whole URL
+            target = self.url.removesuffix(self._prefix) + target
         headers = {**self.headers, **({"Content-Type": media} if media else {})}
         while True:
             conn, reused = self._connection()
@@ -194,13 +227,16 @@ class Client:
                 if sock is not None and not select.select([sock], [], [], 0)[0]:
                     return conn, True
                 conn.close()  # readable while idle: closed by the server, or garbage
-        if self._scheme == "https":
-            return http.client.HTTPSConnection(self._host, self._port,
-                                               timeout=CONNECT_TIMEOUT), False  # fmt: skip
-        if self._scheme != "http" or not self._host:
+        if self._scheme not in ("http", "https") or not self._host:
             raise ApiError("unreachable", f"no answer from hangar at {self.url}: HANGAR_URL "
                            "must be an http:// or https:// URL")  # fmt: skip
-        return http.client.HTTPConnection(self._host, self._port, timeout=CONNECT_TIMEOUT), False
+        kind = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
+        if self._proxy is None:
+            return kind(self._host, self._port, timeout=CONNECT_TIMEOUT), False
+        conn = kind(*self._proxy, timeout=CONNECT_TIMEOUT)
+        if self._scheme == "https":  # through a CONNECT tunnel, TLS end to end
+            conn.set_tunnel(self._host, self._port)
+        return conn, False
 
     def _release(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse,
                  done: bool) -> None:  # fmt: skip
