@@ -3,7 +3,8 @@ transport, built and started on the first request.
 
 :class:`McpEndpoint` is an ASGI callable (a route that takes every method). It answers 401 or
 403 exactly as REST does before anything of the SDK runs, and 405 to GET (a stateless server
-keeps no stream open to listen on). The first authorised request imports the SDK, builds the
+keeps no stream open to listen on). A ``tools/list`` the SDK has answered alike twice is answered
+from its bytes (:mod:`.replay`). The first authorised request imports the SDK, builds the
 server and starts its session manager in a task of its own (:class:`_Runner`): the manager's
 task group must outlive the request that started it, and neither the api function's framework
 nor a test app runs a lifespan for it. :meth:`McpEndpoint.aclose` stops it (the app's
@@ -22,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from hangar.operations.auth import authenticate, challenge
 from hangar.errors import HangarError
+from hangar.mcp.replay import Replay
 
 if TYPE_CHECKING:
     from hangar.runtime import Runtime
@@ -67,6 +69,7 @@ class McpEndpoint:
         self._manager: Any = None
         self._runner: _Runner | None = None
         self._lock = asyncio.Lock()
+        self._replay = Replay()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope.get("headers") or [])
@@ -82,7 +85,7 @@ class McpEndpoint:
                            status_code=405, headers={"Allow": "POST"})(scope, receive, send)  # fmt: skip
             return
         manager = await self._started()
-        await manager.handle_request(scope, receive, send)
+        await self._replay(scope, receive, send, manager.handle_request)
 
     async def _started(self) -> Any:
         async with self._lock:
