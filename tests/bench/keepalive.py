@@ -9,7 +9,9 @@ the server's own work; a server whose accepted sockets lack TCP_NODELAY adds a d
 (about 40 ms on Linux) to every response that is written in more than one piece.
 
 On the same connection it then times MCP ``tools/list`` (:data:`MCP_NAME`, target at most 5 ms
-warm: the tools' schemas are built once per process), after one untimed call that builds them.
+warm), after one untimed call that builds the tools' schemas. The SDK answers the first timed
+one too; from the third on, hangar answers with the bytes the SDK answered twice alike
+(``hangar.mcp.replay``), so the p50 is that path.
 
 Usage: ``python -m tests.bench.keepalive [--runs N]``; prints two JSON lines.
 """
