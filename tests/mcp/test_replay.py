@@ -123,3 +123,35 @@ async def _differing() -> None:
         await replay(scope, receive, send, sdk)
         assert delivered and sent[-1]["body"].endswith(b'"n":%d}}\n\n' % rid)
     assert served == [1, 2, 3, 4, 5]
+
+
+def test_a_replayed_answer_with_a_length_counts_its_own_id() -> None:
+    asyncio.run(_with_length())
+
+
+async def _with_length() -> None:
+    replay, served = Replay(), []
+
+    async def sdk(scope: Scope, receive: Receive, send: Send) -> None:
+        request = json.loads((await receive())["body"])
+        served.append(request["id"])
+        body = b'{"jsonrpc":"2.0","id":%s,"result":{}}' % json.dumps(request["id"]).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
+
+    for rid in (1, 2, 123456789):
+        raw = json.dumps(listing(rid)).encode()
+        sent: list[Message] = []
+
+        async def receive() -> Message:
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        async def send(message: Message) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "headers": [(b"content-length", str(len(raw)).encode())]}
+        await replay(scope, receive, send, sdk)
+        assert sent[-1]["body"] == b'{"jsonrpc":"2.0","id":%d,"result":{}}' % rid
+        assert dict(sent[0]["headers"])[b"content-length"] == str(len(sent[-1]["body"])).encode()
+    assert served == [1, 2]

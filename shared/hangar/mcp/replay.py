@@ -57,6 +57,13 @@ class Answer:
     def body(self, id_json: bytes) -> bytes:
         return self.head + id_json + self.tail
 
+    def start(self, body: bytes) -> Message:
+        """The response's start for ``body``: a Content-Length, if the SDK sent one, counts it
+        (ids differ in length)."""
+        headers = [(k, str(len(body)).encode() if k.lower() == b"content-length" else v)
+                   for k, v in self.headers]  # fmt: skip
+        return {"type": "http.response.start", "status": self.status, "headers": headers}
+
 
 class Replay:
     """Per process: the answers kept, and whether each has been seen twice alike."""
@@ -90,9 +97,9 @@ class Replay:
         shape, id_json = found
         kept = self.trusted.get(shape)
         if kept is not None:
-            await send({"type": "http.response.start", "status": kept.status,
-                        "headers": list(kept.headers)})  # fmt: skip
-            await send({"type": "http.response.body", "body": kept.body(id_json)})
+            body = kept.body(id_json)
+            await send(kept.start(body))
+            await send({"type": "http.response.body", "body": body})
             return
         start: Message = {}
         chunks: list[bytes] = []
