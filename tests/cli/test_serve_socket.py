@@ -43,14 +43,15 @@ sys.exit(main())
 """
 
 
-def _start(tmp_path: Path) -> Server:
-    """``hangar serve --port 0`` with the hook, once it says where it serves."""
+def _start(tmp_path: Path, *flags: str) -> Server:
+    """``hangar serve --port 0`` with the hook (and the interpreter's ``flags``), once it says
+    where it serves."""
     data_dir, harnesses = tmp_path / "data", tmp_path / "harnesses"
     harnesses.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("HANGAR_")}
     env.update(HANGAR_DATA_DIR=str(data_dir), HANGAR_HARNESS_DIR=str(harnesses))
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOOK, "serve", "--port", "0"], env=env,
+        [sys.executable, *flags, "-c", HOOK, "serve", "--port", "0"], env=env,
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     lines: queue.Queue[bytes | None] = queue.Queue()
@@ -99,5 +100,19 @@ def test_every_accepted_connection_has_tcp_nodelay(tmp_path: Path) -> None:
         nodelay = said[-1].decode().split()[-1]
         assert nodelay.startswith("nodelay="), said[-1]
         assert nodelay != "nodelay=0", "the accepted socket has no TCP_NODELAY"
+    finally:
+        server.stop()
+
+
+def test_the_mcp_server_is_built_at_start_before_any_request(tmp_path: Path) -> None:
+    # -X importtime prints each module as it is imported: hangar.mcp.server comes without a
+    # single request (a first /mcp call that built it took about a second, and Claude Code -p
+    # and Codex start a turn without the tools of a server that slow to answer).
+    server = _start(tmp_path, "-X", "importtime")
+    try:
+        while not any(b"| hangar.mcp.server" in line for line in server.output):
+            line = server.lines.get(timeout=START_SECONDS)
+            assert line is not None, b"".join(server.output).decode()[-3000:]
+            server.output.append(line)
     finally:
         server.stop()

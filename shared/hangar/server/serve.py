@@ -23,6 +23,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 from urllib.parse import urlsplit
@@ -110,6 +111,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
                                 timeout_graceful_shutdown=GRACE_SECONDS)  # fmt: skip
         server = uvicorn.Server(config)
         runtime.start()
+        threading.Thread(target=warm_mcp, name="mcp-warm", daemon=True).start()
         _say(banner(bound_host, bound_port, settings.data_dir))
         # uvicorn stops on SIGINT/SIGTERM and then raises the signal again under the handler
         # it found: with these no-op handlers that ends run() instead of the process, so the
@@ -125,6 +127,17 @@ def serve(settings: Settings, host: str, port: int) -> int:
         sock.close()
     _say("stopped")
     return 0
+
+
+def warm_mcp() -> None:
+    """Import the MCP SDK and build the tools' schemas while the server starts taking requests,
+    so that a client's first ``/mcp`` call finds them ready: Claude Code with ``-p`` and Codex
+    start a turn without a server's tools when its first answer is slow, and building them on
+    that call took about a second. (The api function stays lazy: its cold start serves REST
+    too.)"""
+    from hangar.mcp.server import listed_tools
+
+    listed_tools()
 
 
 def banner(host: str, port: int, data_dir: Path) -> str:
