@@ -16,53 +16,38 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
 from hangar.models import Session
-from tests.bench.keepalive import _wait_serving
+from tests.bench import serving
+from tests.bench.serving import CLI, served
 
 NAME = "cli_session_list"
 TARGET = 0.3
 SESSIONS = 50
 RUNS = 20
 INCLUDES = "a new interpreter: start, imports, one GET /api/sessions of 50, the table printed"
-CLI = "import sys; from hangar.cli import main; sys.exit(main())"
 
 
 def run(root: Path, runs: int = RUNS) -> list[float]:
     """The wall seconds of each of ``runs`` ``hangar session list`` processes against a
     ``hangar serve`` on ``root/data`` (made here, with :data:`SESSIONS` sessions)."""
-    data_dir, harnesses = root / "data", root / "harnesses"
-    harnesses.mkdir(parents=True, exist_ok=True)
-    settings = Settings.build(data_dir=data_dir, harness_dir=harnesses)
-    db = SqliteDb.from_url(settings.db)
-    try:
+
+    def seed(db: SqliteDb) -> None:
         for n in range(SESSIONS):
             db.create_session(Session(name=f"bench-{n:02d}", environment="app", harness="claude",
                                       title=f"session number {n}"))  # fmt: skip
-    finally:
-        db.close()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGAR_")}
-    env.update(HANGAR_DATA_DIR=str(data_dir), HANGAR_HARNESS_DIR=str(harnesses))
-    log = root / "serve.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", CLI, "serve", "--port", "0"], env=env,
-                                stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT)  # fmt: skip
-    try:
-        env["HANGAR_URL"] = _wait_serving(proc, log)
+
+    with served(root, seed) as server:
         samples: list[float] = []
         for n in range(1 + runs):
             start = time.perf_counter()
-            done = subprocess.run([sys.executable, "-c", CLI, "session", "list"], env=env,
+            done = subprocess.run([sys.executable, "-c", CLI, "session", "list"], env=server.env,
                                   stdin=subprocess.DEVNULL, capture_output=True)  # fmt: skip
             elapsed = time.perf_counter() - start
             if done.returncode != 0 or done.stdout.count(b"bench-") != SESSIONS:
@@ -70,24 +55,10 @@ def run(root: Path, runs: int = RUNS) -> list[float]:
             if n:
                 samples.append(elapsed)
         return samples
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def line(samples: list[float]) -> dict[str, object]:
-    return {
-        "bench": NAME,
-        "seconds": round(statistics.median(samples), 4),
-        "target": TARGET,
-        "runs": len(samples),
-        "samples": [round(s, 4) for s in samples],
-        "includes": INCLUDES,
-    }
+    return serving.line(NAME, samples, TARGET, INCLUDES)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,15 +27,15 @@ from pathlib import Path
 
 import httpx
 
-from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
 from hangar.models import Session
+from tests.bench import serving
+from tests.bench.serving import served
 
 NAME = "api_get_keepalive"
 TARGET = 0.005
 RUNS = 200
 WARMUP = 5
-START_SECONDS = 30.0
 INCLUDES = "one kept-alive connection: the client, the server's auth and the session's read"
 MCP_NAME = "mcp_tools_list_warm"
 MCP_TARGET = 0.005
@@ -52,30 +49,15 @@ def run(root: Path, runs: int = RUNS) -> dict[str, list[float]]:
     """The seconds of each of ``runs`` timed ``GET /api/sessions/{id}`` (:data:`NAME`) and of
     :data:`MCP_RUNS` MCP ``tools/list`` (:data:`MCP_NAME`) on one connection to a ``hangar
     serve`` whose data folder is ``root/data`` (made here; ``root`` must exist)."""
-    data_dir, harnesses = root / "data", root / "harnesses"
-    harnesses.mkdir(parents=True, exist_ok=True)
-    settings = Settings.build(data_dir=data_dir, harness_dir=harnesses)
-    db = SqliteDb.from_url(settings.db)
-    try:
-        session = db.create_session(Session(name="bench", environment="app", harness="claude"))
-    finally:
-        db.close()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGAR_")}
-    env.update(HANGAR_DATA_DIR=str(data_dir), HANGAR_HARNESS_DIR=str(harnesses))
-    log = root / "serve.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from hangar.cli import main; sys.exit(main())",
-             "serve", "--port", "0"],
-            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        url = _wait_serving(proc, log)
-        token = (data_dir / "admin-token").read_text().strip()
-        headers = {"Authorization": f"Bearer {token}"}
-        path = f"/api/sessions/{session.id}"
+
+    def seed(db: SqliteDb) -> Session:
+        return db.create_session(Session(name="bench", environment="app", harness="claude"))
+
+    with served(root, seed) as server:
+        headers = {"Authorization": f"Bearer {server.token}"}
+        path = f"/api/sessions/{server.seeded.id}"
         samples: list[float] = []
-        with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
+        with httpx.Client(base_url=server.url, headers=headers, timeout=10) as client:
             for n in range(WARMUP + runs):
                 start = time.perf_counter()
                 response = client.get(path)
@@ -94,39 +76,11 @@ def run(root: Path, runs: int = RUNS) -> dict[str, list[float]]:
                 if n:
                     listed.append(elapsed)
         return {NAME: samples, MCP_NAME: listed}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _wait_serving(proc: subprocess.Popen[bytes], log: Path) -> str:
-    """The URL ``hangar serve`` says it serves (without ``/api``), once it says so."""
-    deadline = time.monotonic() + START_SECONDS
-    while time.monotonic() < deadline:
-        for line in log.read_bytes().splitlines():
-            if b"serving http://" in line:
-                url = line.split(b"serving ", 1)[1].split()[0].decode()
-                return url.removesuffix("/api")  # older banners named the API's prefix
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise RuntimeError(f"hangar serve did not start:\n{log.read_text(errors='replace')}")
 
 
 def line(name: str, samples: list[float]) -> dict[str, object]:
     target, includes = (TARGET, INCLUDES) if name == NAME else (MCP_TARGET, MCP_INCLUDES)
-    return {
-        "bench": name,
-        "seconds": round(statistics.median(samples), 4),
-        "target": target,
-        "runs": len(samples),
-        "samples": [round(s, 4) for s in samples],
-        "includes": includes,
-    }
+    return serving.line(name, samples, target, includes)
 
 
 def main(argv: list[str] | None = None) -> int:
