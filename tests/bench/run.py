@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,6 +51,7 @@ TARGETS = {
     "checkpoint_turn": 0.25,
     "checkpoint_unchanged": 0.05,
     "restore": 0.8,
+    "sandbox_start": 0.06,
     keepalive.NAME: keepalive.TARGET,
     keepalive.MCP_NAME: keepalive.MCP_TARGET,
 }
@@ -150,6 +152,21 @@ def report(name: str, samples: list[float], **extra: object) -> None:
     print(json.dumps(line), flush=True)
 
 
+def report_breakdown(starts: list[float], clones: list[float], host_clones: list[float],
+                     restore_only: list[float], steps: dict[str, list[float]]) -> None:
+    """``restore_breakdown``: the median of each part of a resume, so a regression shows where it
+    is. ``unseal`` and ``exec`` are the control plane's (opening the parts; the restore's exec,
+    the in-sandbox steps and the interpreter's start included); ``clone_host`` is the same clone
+    on the host, the filesystem's floor for ``clone``."""
+    medians = {"start": statistics.median(starts), "clone": statistics.median(clones),
+               "clone_host": statistics.median(host_clones),
+               "restore": statistics.median(restore_only)}  # fmt: skip
+    medians.update({step: statistics.median(s) for step, s in steps.items()})
+    line = {"bench": "restore_breakdown", "runs": len(starts),
+            "seconds": {k: round(v, 4) for k, v in medians.items()}}  # fmt: skip
+    print(json.dumps(line), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make bench")
     parser.add_argument("--runs", type=int, default=5)
@@ -206,6 +223,17 @@ def main(argv: list[str] | None = None) -> int:
             restore_only: list[float] = []
             starts: list[float] = []
             clones: list[float] = []
+            host_clones: list[float] = []
+            steps: dict[str, list[float]] = {}
+
+            def host_clone() -> None:
+                # The filesystem's floor for the clone: the same clone on the host, no sandbox.
+                where = root / "host-clone"
+                shutil.rmtree(where, ignore_errors=True)
+                start = time.perf_counter()
+                _git(root, "clone", "-q", str(remote), str(where))
+                _git(where, "checkout", "-q", "-B", session.branch)
+                host_clones.append(time.perf_counter() - start)
 
             def resume() -> None:
                 start = time.perf_counter()
@@ -217,10 +245,16 @@ def main(argv: list[str] | None = None) -> int:
                 restored = restorer.restore(session.id, info.id, again.repo_dir)
                 restore_only.append(time.perf_counter() - start)
                 assert restored is not None and not restored.fell_back
+                for step, seconds in restored.seconds.items():
+                    steps.setdefault(step, []).append(seconds)
                 sandboxes.destroy(info.id, hooks=False)
 
-            report("restore", timed(resume, args.runs),
-                   includes="sandbox start, clone, restore")  # fmt: skip
+            totals: list[float] = []
+            for _ in range(args.runs):
+                totals += timed(resume, 1)
+                host_clone()  # between resumes, so both see the same machine
+            report("restore", totals, includes="sandbox start, clone, restore")
+            report_breakdown(starts, clones, host_clones, restore_only, steps)
             # Where the time goes: the clone writes 2,000 files, so it follows the disk.
             report("sandbox_start", starts, includes="user and network namespaces, slirp4netns")
             report("clone", clones)

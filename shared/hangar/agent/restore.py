@@ -52,8 +52,8 @@ Steps, in order:
    descriptors (:func:`hangar.agent.fdtree.hand_over`): a link is handed over itself, never
    followed.
 
-Standard output is one JSON line: ``{"ok": true, "warnings": [...]}`` (what could not be put
-back as it was) or ``{"ok": false, "code", "step", "error"}``
+Standard output is one JSON line: ``{"ok": true, "warnings": [...], "seconds": {...}}`` (what
+could not be put back as it was, and how long each step took: :data:`STEPS`) or ``{"ok": false, "code", "step", "error"}``
 with code ``unsafe_archive`` or ``restore_failed``; the exit status is 0 or 3.
 """
 
@@ -66,6 +66,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 
 from hangar.agent import fdtree, quiesce
 from hangar.agent.gitsafe import GitError, Repo
@@ -73,6 +74,21 @@ from hangar.agent.paths import clean_name, folders_rule, member_problem, readabl
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+STEPS = ("agent", "receive", "check", "reset", "fetch", "checkout", "apply", "untar", "hand_over")
+"""The steps timed in the answer's ``seconds``, in the order they run."""
+
+
+class Clock:
+    """Seconds spent in each step: ``lap(step)`` charges the time since the last lap to it."""
+
+    def __init__(self):
+        self.seconds = {}
+        self.last = time.monotonic()
+
+    def lap(self, step):
+        now = time.monotonic()
+        self.seconds[step] = round(self.seconds.get(step, 0.0) + now - self.last, 4)
+        self.last = now
 
 
 class Failure(Exception):
@@ -346,11 +362,12 @@ def extract(tar_path, root, checked, label):
         os.close(root_fd)
 
 
-def restore(plan, staging):
+def restore(plan, staging, clock):
     """Restore the plan's checkpoint; returns the warnings (what could not be put back as it
-    was, and what stands in for it)."""
+    was, and what stands in for it). Each step's time goes to ``clock``."""
     repo, home = plan["repo"], plan["home"]
     end_agent_processes()
+    clock.lap("agent")
     warnings = []
     budget = Budget(plan.get("max_bytes"))
     paths = {}
@@ -361,6 +378,7 @@ def restore(plan, staging):
         with open(path, "wb") as out:
             read_exact(sys.stdin.buffer, part["size"], out)
         paths[part["name"]] = (path, part.get("compression", "none"))
+    clock.lap("receive")
 
     conversation_dirs = [clean_name(d) for d in plan.get("conversation_dirs") or []]
     exchange = [d for d in [clean_name(plan.get("exchange_dir") or "")] if d]
@@ -374,6 +392,7 @@ def restore(plan, staging):
             path, compression = paths[found[0]]
             plain = decompress(path, compression, budget, found[0])
             archives.append((found[0], root, plain, check_members(plain, found[0], rules[kind])))
+    clock.lap("check")
 
     try:
         r = Repo(repo, os.path.join(staging, "git-scratch"))
@@ -381,6 +400,7 @@ def restore(plan, staging):
         raise Failure("restore_failed", "reset", exc.message) from None
     git(r, "reset", "reset", "--hard", "-q")
     clean(r, repo)
+    clock.lap("reset")
     head = plan["head"]
     if "repo.bundle" in paths:
         bundle = paths["repo.bundle"][0]
@@ -388,10 +408,12 @@ def restore(plan, staging):
         git(r, "bundle", "bundle", "verify", bundle)
         git(r, "fetch", "fetch", "-q", "--no-tags", bundle,
             "refs/hangar/checkpoint:refs/hangar/checkpoint")  # fmt: skip
+    clock.lap("fetch")
     if r.run("cat-file", "-e", head + "^{commit}", check=False).returncode != 0:
         raise Failure("restore_failed", "checkout", "head %s is not in the repo" % head)
     budget.spend(tree_size(r, head), "the head commit's tree")
     check_out(r, staging, head, warnings)
+    clock.lap("checkout")
     # staged.patch is head -> index: applied to the index alone it stages exactly what was
     # staged, ignored files included. wip.patch (head -> working tree) then fills the tree.
     staged = paths.get("staged.patch")
@@ -409,6 +431,7 @@ def restore(plan, staging):
         r.write_back_index()
     except (GitError, OSError) as exc:
         raise Failure("restore_failed", "checkout", str(exc)) from None
+    clock.lap("apply")
 
     folders = [d for d in conversation_dirs + exchange if d]
     for label, root, plain, checked in archives:
@@ -419,10 +442,12 @@ def restore(plan, staging):
         check_on_disk(root, checked, label)
     for label, root, plain, checked in archives:
         extract(plain, root, checked, label)
+    clock.lap("untar")
     owner = os.lstat(repo)
     if owner.st_uid != os.geteuid():
         tops = [repo] + [os.path.join(home, d) for d in conversation_dirs + exchange if d]
         hand_over(home, tops, owner.st_uid, owner.st_gid)
+    clock.lap("hand_over")
     return warnings
 
 
@@ -544,7 +569,8 @@ def main():
         if not tmp or not os.path.isdir(tmp):
             tmp = None  # a sandbox without a folder of hangar's own
         staging = tempfile.mkdtemp(prefix=".hangar-restore-", dir=tmp)
-        result = {"ok": True, "warnings": restore(plan, staging)}
+        clock = Clock()
+        result = {"ok": True, "warnings": restore(plan, staging, clock), "seconds": clock.seconds}
     except Failure as exc:
         result = {"ok": False, "code": exc.code, "step": exc.step, "error": exc.message}
     except Exception as exc:  # the answer must stay one JSON line, whatever went wrong

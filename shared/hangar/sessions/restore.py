@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -53,11 +54,15 @@ class SkippedCheckpoint:
 
 @dataclass(frozen=True)
 class RestoreReport:
-    """Which checkpoint was restored, and the newer ones that were tried and failed."""
+    """Which checkpoint was restored, and the newer ones that were tried and failed.
+    ``seconds``: where the restore of the checkpoint used went, step by step (``unseal`` and
+    ``exec`` on the control plane, the in-sandbox steps as the sandbox reported them: for
+    benchmarks and logs, untrusted)."""
 
     checkpoint: Checkpoint
     skipped: list[SkippedCheckpoint] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def fell_back(self) -> bool:
@@ -84,12 +89,13 @@ class Restorer:
         skipped: list[SkippedCheckpoint] = []
         for checkpoint in reversed(checkpoints):
             try:
-                warnings = self.restore_checkpoint(checkpoint, sandbox_id, repo_dir, home=home)
+                warnings, seconds = self._restore(checkpoint, sandbox_id, repo_dir, home=home)
             except (RestoreFailed, DecryptionFailed, BlobNotFound, UnsafeArchive) as exc:
                 logger.warning("checkpoint %s did not restore: %s", checkpoint.id, exc.message)
                 skipped.append(SkippedCheckpoint(checkpoint.id, exc.code, exc.message))
                 continue
-            return RestoreReport(checkpoint=checkpoint, skipped=skipped, warnings=warnings)
+            return RestoreReport(checkpoint=checkpoint, skipped=skipped, warnings=warnings,
+                                 seconds=seconds)  # fmt: skip
         if not checkpoints:
             return None
         raise NoUsableCheckpoint(
@@ -110,6 +116,13 @@ class Restorer:
         folder: refused before anything is unpacked, or mid-unpack if a process in the sandbox
         races the restore; never written outside the repo or HOME), RestoreFailed (past the
         restore cap too), or SandboxError (an agent process outlived ten seconds)."""
+        return self._restore(checkpoint, sandbox_id, repo_dir, home=home)[0]
+
+    def _restore(
+        self, checkpoint: Checkpoint, sandbox_id: str, repo_dir: str, *, home: str
+    ) -> tuple[list[str], dict[str, float]]:
+        """:meth:`restore_checkpoint`, with the seconds each step took."""
+        started = time.perf_counter()
         if checkpoint.head is None:
             raise RestoreFailed(f"checkpoint {checkpoint.id} has no head", checkpoint=checkpoint.id)
         data_key = self.parts.data_key(checkpoint)
@@ -144,6 +157,7 @@ class Restorer:
                     while chunk := spool.read(1 << 20):
                         yield chunk
 
+            unsealed = time.perf_counter()
             try:
                 result = self.sandboxes.exec(
                     sandbox_id,
@@ -156,10 +170,28 @@ class Restorer:
                 raise RestoreFailed(
                     f"restoring {checkpoint.id} timed out", checkpoint=checkpoint.id
                 ) from None
-        return _warnings_of(checkpoint, result.exit_code, result.stdout, result.stderr)
+        seconds = {"unseal": unsealed - started, "exec": time.perf_counter() - unsealed}
+        warnings = _warnings_of(checkpoint, result.exit_code, result.stdout, result.stderr)
+        return warnings, {**_seconds_of(result.stdout), **seconds}
 
 
 _MAX_WARNINGS = 20
+_STEPS = frozenset({"agent", "receive", "check", "reset", "fetch", "checkout", "apply", "untar",
+                    "hand_over"})  # fmt: skip
+
+
+def _seconds_of(stdout: bytes) -> dict[str, float]:
+    """The in-sandbox steps' seconds from a restore's answer: only the steps it runs, only
+    numbers (the answer is untrusted; a bad one gives none)."""
+    lines = stdout.strip().splitlines()
+    try:
+        seconds = json.loads(lines[-1]).get("seconds") if lines else None
+    except (ValueError, AttributeError):
+        return {}
+    if not isinstance(seconds, dict):
+        return {}
+    return {k: float(v) for k, v in seconds.items()
+            if k in _STEPS and isinstance(v, (int, float)) and not isinstance(v, bool)}  # fmt: skip
 
 
 def _warnings_of(checkpoint: Checkpoint, exit_code: int, stdout: bytes, stderr: bytes) -> list[str]:

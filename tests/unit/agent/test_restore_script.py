@@ -25,6 +25,7 @@ from typing import cast
 import pytest
 
 from hangar import agent
+from hangar.agent.restore import STEPS
 from tests.conftest import GIT_IDENTITY, git
 
 PROJECT = Path(__file__).resolve().parents[3]
@@ -239,7 +240,10 @@ def test_a_checkpoint_restores_commits_index_working_tree_untracked_files_and_co
 
     answer = restore(world, parts, head=git(work, "rev-parse", "HEAD"))
 
+    seconds = answer.pop("seconds")
     assert answer == {"ok": True, "warnings": []}
+    assert isinstance(seconds, dict) and list(seconds) == list(STEPS)  # every step, in order
+    assert all(isinstance(s, float) and 0 <= s < 120 for s in seconds.values()), seconds
     repo = world.repo
     assert git(repo, "log", "-1", "--format=%s") == "add feature"
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
@@ -269,6 +273,7 @@ def test_a_zstd_untracked_archive_restores(world: World) -> None:
     data = tar([file("notes/todo.txt", b"zstd\n", mode=0o600)])
     packed = subprocess.run(["zstd", "-q", "-c"], input=data, capture_output=True, check=True)
     answer = restore(world, {"untracked.tar.zst": (packed.stdout, "zstd")})
+    answer.pop("seconds")
     assert answer == {"ok": True, "warnings": []}
     assert (world.repo / "notes/todo.txt").read_bytes() == b"zstd\n"
     assert stat.S_IMODE((world.repo / "notes/todo.txt").stat().st_mode) == 0o600

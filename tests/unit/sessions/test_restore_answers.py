@@ -7,7 +7,8 @@ import json
 import pytest
 
 from hangar.errors import RestoreFailed, SandboxError, UnsafeArchive
-from hangar.sessions.restore import _warnings_of
+from hangar.agent.restore import STEPS
+from hangar.sessions.restore import _STEPS, _seconds_of, _warnings_of
 from hangar.testing.db import make_checkpoint
 
 CHECKPOINT = make_checkpoint("ses-1", 1)
@@ -40,3 +41,14 @@ def test_a_failed_restore_blames_the_checkpoint_or_the_archive_but_never_for_the
     assert not isinstance(caught.value, RestoreFailed)
     with pytest.raises(RestoreFailed, match="garbage"):
         _warnings_of(CHECKPOINT, 1, b"[1, 2]\n", b"garbage")
+
+
+def test_a_restore_s_step_seconds_are_read_only_for_its_own_steps_and_only_as_numbers() -> None:
+    assert _STEPS == set(STEPS)
+    out = answer(ok=True, warnings=[], seconds={"fetch": 0.25, "untar": 1, "nope": 3.0,
+                                                "apply": "fast", "checkout": True})  # fmt: skip
+    assert _seconds_of(out) == {"fetch": 0.25, "untar": 1.0}
+    assert _seconds_of(answer(ok=True, seconds=[1, 2])) == {}
+    assert _seconds_of(b"[1, 2]\n") == {}
+    assert _seconds_of(b"not json") == {}
+    assert _seconds_of(b"") == {}
