@@ -18,13 +18,14 @@ cap)::
         runs/         detached runs (0711: the agent reads the files it must, writes none)
         bin/          hangar's commands for the agent (hangar-agent), first on its PATH (0755)
         tmp/          hangar's scratch space and locks (0700; with a disk, on its own volume)
-        lib/          the in-sandbox scripts, by digest, with their bytecode (0700)
+        lib/          the in-sandbox scripts, by digest, with their bytecode (0711: the agent
+                      runs some of them, lists and writes none)
         sandbox.json  who the agent is and its limits, for the run supervisor
         harnesses/    where the harness folder is shown, read-only
         limits/       where the agent's cgroup files are shown (hangar's only)
 
-Inside: a tmpfs root; ``/usr``, ``/opt`` and every entry of ``/etc`` read-only from the host
-(``/bin`` and the like mirrored), the files of ``etc/`` in place of the host's; its own ``/proc``
+Inside: a tmpfs root; ``/usr``, ``/opt`` and ``/etc`` read-only from the host (``/bin`` and
+the like mirrored), the files of ``etc/`` in place of the host's (:func:`etc_args`); its own ``/proc``
 and ``/dev``; the folders above; each ``ro_paths`` entry read-only at its own path. Nothing
 else of the host.
 """
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -123,7 +125,7 @@ def volume_tree(hangar_uid: int, agent_uid: int, limits: Limits,
         ("hangar/runs", hangar_uid, 0o711),
         ("hangar/bin", hangar_uid, 0o755),
         ("hangar/tmp", hangar_uid, 0o700),
-        ("hangar/lib", hangar_uid, 0o700),
+        ("hangar/lib", hangar_uid, 0o711),
         ("hangar/harnesses", hangar_uid, 0o755),
         ("hangar/limits", hangar_uid, 0o700),
     ]
@@ -201,8 +203,18 @@ def binds_and_args(
 
 
 def etc_args(generated: str) -> list[str]:
-    """/etc: the host's entries one by one, read-only (links as links), and ours in place of
-    theirs, whether the host has them or not (or has them as links to elsewhere)."""
+    """/etc: the host's, read-only, and ours in place of theirs. Where the host has each of ours
+    as a regular file, that is one bind of the host's /etc with ours bound over its files (each
+    bind costs bubblewrap a mount: one per entry took the start 36 ms longer). Otherwise (one of
+    ours missing, or a link to elsewhere: a read-only /etc has no file to bind over), the host's
+    entries one by one (links as links) on a folder of their own, and ours beside them."""
+    if os.path.isdir("/etc") and not os.path.islink("/etc") and all(
+        stat.S_ISREG(_lstat_mode(f"/etc/{name}")) for name in ETC_FILES
+    ):
+        args = ["--ro-bind", "/etc", "/etc"]
+        for name in ETC_FILES:
+            args += ["--ro-bind", f"{generated}/{name}", f"/etc/{name}"]
+        return args
     args = ["--perms", "0755", "--dir", "/etc"]
     try:
         entries = sorted(os.listdir("/etc"))
@@ -219,6 +231,13 @@ def etc_args(generated: str) -> list[str]:
     for name in ETC_FILES:
         args += ["--ro-bind", f"{generated}/{name}", f"/etc/{name}"]
     return args
+
+
+def _lstat_mode(path: str) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
 
 
 def parents(path: str, made: set[str]) -> list[str]:

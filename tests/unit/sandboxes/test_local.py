@@ -18,7 +18,7 @@ import pytest
 
 from hangar.config import Settings
 from hangar.errors import InvalidInput, InvalidSettings, SandboxNotFound, SandboxUnavailable
-from hangar.sandboxes import HOME, SandboxSpec, SandboxUser, open_sandboxes
+from hangar.sandboxes import HOME, SandboxSpec, SandboxUser, layout, open_sandboxes
 from hangar.sandboxes.local import HARNESS_MOUNT, LocalSandboxes
 from hangar.testing.sandboxes import SandboxesConformance, run
 from tests.unit.sandboxes.test_disk import until_no_loop_device_under
@@ -178,6 +178,36 @@ def test_system_folders_are_read_only(sandboxes: LocalSandboxes) -> None:
         assert not sandboxes.exec(info.id, ["touch", f"{folder}/{name}"]).ok, folder
         assert not os.path.exists(f"{folder}/{name}")
     assert run(sandboxes, info.id, "readlink /bin") == "usr/bin\n"
+
+
+def test_etc_is_the_hosts_read_only_with_hangars_own_files_in_place_of_the_hosts(
+    sandboxes: LocalSandboxes,
+) -> None:
+    info = sandboxes.create(SandboxSpec())
+    listed = run(sandboxes, info.id, "ls -A /etc").split()
+    assert sorted(listed) == sorted(set(os.listdir("/etc")) | set(layout.ETC_FILES))
+    passwd = run(sandboxes, info.id, "cat /etc/passwd")
+    assert passwd != Path("/etc/passwd").read_text() and ":1000:" in passwd
+    assert "directory = *" in run(sandboxes, info.id, "cat /etc/gitconfig")
+    for user in SandboxUser:
+        for path in ("/etc/passwd", "/etc/hangar-test-new"):
+            assert not sandboxes.exec(info.id, ["sh", "-c", f"echo x >> {path}"], user=user).ok
+
+
+def test_etc_is_one_bind_unless_the_host_lacks_a_file_of_hangars(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ours = [f"/etc/{name}" for name in layout.ETC_FILES]
+    one = layout.etc_args("/box/etc")
+    assert one[:3] == ["--ro-bind", "/etc", "/etc"] and len(one) == 3 * (1 + len(ours))
+    assert [one[i + 2] for i in range(3, len(one), 3)] == ours
+    modes = {"/etc/resolv.conf": 0o120777}  # a link, as systemd-resolved leaves it
+    monkeypatch.setattr(layout, "_lstat_mode",
+                        lambda path: modes.get(path, 0o100644))  # fmt: skip
+    each = layout.etc_args("/box/etc")
+    assert each[:4] == ["--perms", "0755", "--dir", "/etc"]
+    assert ["--ro-bind", "/etc", "/etc"] != each[4:7]
+    assert each[-3:] == ["--ro-bind", "/box/etc/gitconfig", "/etc/gitconfig"]
 
 
 def test_the_harness_folder_is_read_only_with_its_clis_on_path(
