@@ -10,6 +10,9 @@ order, each exactly ``size`` bytes::
     exchange_dir        the folder relative to HOME that exchange.tar.* may write (absent: none)
     tmp                 hangar's own scratch folder (absent: the system's temporary folder)
     max_bytes           the most the restore may write, uncompressed (absent: no cap)
+    fresh               true when nothing has changed the repo's tree since its clone (absent:
+                        false): step 3 checks the head out over the clone without a reset or
+                        clean first, as a switch that rewrites only what differs
     parts               [{"name", "size", "compression"}]: any of repo.bundle, staged.patch,
                         wip.patch, untracked.tar.*, agent.tar.*, exchange.tar.*
 
@@ -29,7 +32,9 @@ Steps, in order:
 3. git, through :mod:`hangar.agent.gitsafe` (nothing the repo's config names runs): reset
    --hard, clean -fd (git lists the untracked files, :mod:`hangar.agent.fdtree` removes them
    by folder descriptors, never through a link), verify and fetch repo.bundle, check out (less
-   any path git refuses, when the head's tree holds one), apply staged.patch to the index only
+   any path git refuses, when the head's tree holds one; on a tree the plan calls fresh, the
+   head is checked out over the clone as a switch first, and the reset, clean and checkout
+   above come only if git refuses), apply staged.patch to the index only
    (when it no longer applies, the changes stay unstaged), then wip.patch (head to working
    tree) to the working tree; then the repo's branch (detached when git refuses the branch),
    HEAD and index are set to the result. Every archive as it is decompressed, and the head's
@@ -398,8 +403,12 @@ def restore(plan, staging, clock):
         r = Repo(repo, os.path.join(staging, "git-scratch"))
     except GitError as exc:
         raise Failure("restore_failed", "reset", exc.message) from None
-    git(r, "reset", "reset", "--hard", "-q")
-    clean(r, repo)
+    # A fresh clone has nothing to undo: the head is checked out over it as a switch, which
+    # looks only at the paths that differ. Should git refuse (the tree was not fresh after
+    # all), the reset and clean come first as for any other tree.
+    fresh = bool(plan.get("fresh"))
+    if not fresh:
+        reset(r, repo)
     clock.lap("reset")
     head = plan["head"]
     if "repo.bundle" in paths:
@@ -412,7 +421,10 @@ def restore(plan, staging, clock):
     if r.run("cat-file", "-e", head + "^{commit}", check=False).returncode != 0:
         raise Failure("restore_failed", "checkout", "head %s is not in the repo" % head)
     budget.spend(tree_size(r, head), "the head commit's tree")
-    check_out(r, staging, head, warnings)
+    if not (fresh and r.run("checkout", "-q", "--detach", head, check=False).returncode == 0):
+        if fresh:
+            reset(r, repo)
+        check_out(r, staging, head, warnings)
     clock.lap("checkout")
     # staged.patch is head -> index: applied to the index alone it stages exactly what was
     # staged, ignored files included. wip.patch (head -> working tree) then fills the tree.
@@ -496,6 +508,12 @@ def end_agent_processes():
         quiesce.end_agent_processes()
     except (quiesce.StillRunning, OSError) as exc:
         raise Failure("restore_failed", "agent", str(exc)) from None
+
+
+def reset(r, repo):
+    """``git reset --hard`` and :func:`clean`: the tree as the repo's HEAD has it."""
+    git(r, "reset", "reset", "--hard", "-q")
+    clean(r, repo)
 
 
 def clean(r, repo):

@@ -79,9 +79,13 @@ class Restorer:
         self.parts = CheckpointParts(blobs, keys)
 
     def restore(
-        self, session_id: str, sandbox_id: str, repo_dir: str, *, home: str = HOME
+        self, session_id: str, sandbox_id: str, repo_dir: str, *, home: str = HOME,
+        fresh: bool = False,
     ) -> RestoreReport | None:
         """Restore the newest checkpoint that restores; None when the session has none.
+        ``fresh``: nothing has changed the repo's tree since its clone (no setup ran), so the
+        first checkpoint tried skips the reset and clean; a later one, after a failed attempt
+        may have changed the tree, never does.
 
         Raises NoUsableCheckpoint (listing every failure) when none of them restores.
         """
@@ -89,7 +93,8 @@ class Restorer:
         skipped: list[SkippedCheckpoint] = []
         for checkpoint in reversed(checkpoints):
             try:
-                warnings, seconds = self._restore(checkpoint, sandbox_id, repo_dir, home=home)
+                warnings, seconds = self._restore(checkpoint, sandbox_id, repo_dir, home=home,
+                                                  fresh=fresh and not skipped)  # fmt: skip
             except (RestoreFailed, DecryptionFailed, BlobNotFound, UnsafeArchive) as exc:
                 logger.warning("checkpoint %s did not restore: %s", checkpoint.id, exc.message)
                 skipped.append(SkippedCheckpoint(checkpoint.id, exc.code, exc.message))
@@ -106,7 +111,8 @@ class Restorer:
         )
 
     def restore_checkpoint(
-        self, checkpoint: Checkpoint, sandbox_id: str, repo_dir: str, *, home: str = HOME
+        self, checkpoint: Checkpoint, sandbox_id: str, repo_dir: str, *, home: str = HOME,
+        fresh: bool = False,
     ) -> list[str]:
         """Restore one checkpoint; returns its warnings (what could not be put back as it was:
         a branch left detached, paths git refuses). Every process of the sandbox's agent is
@@ -115,11 +121,13 @@ class Restorer:
         (before the sandbox is touched), UnsafeArchive (an archive member would land outside its
         folder: refused before anything is unpacked, or mid-unpack if a process in the sandbox
         races the restore; never written outside the repo or HOME), RestoreFailed (past the
-        restore cap too), or SandboxError (an agent process outlived ten seconds)."""
-        return self._restore(checkpoint, sandbox_id, repo_dir, home=home)[0]
+        restore cap too), or SandboxError (an agent process outlived ten seconds). ``fresh``:
+        nothing has changed the repo's tree since its clone, so the restore skips its reset and
+        clean (a tree that was changed keeps what the clean would have removed)."""
+        return self._restore(checkpoint, sandbox_id, repo_dir, home=home, fresh=fresh)[0]
 
     def _restore(
-        self, checkpoint: Checkpoint, sandbox_id: str, repo_dir: str, *, home: str
+        self, checkpoint: Checkpoint, sandbox_id: str, repo_dir: str, *, home: str, fresh: bool
     ) -> tuple[list[str], dict[str, float]]:
         """:meth:`restore_checkpoint`, with the seconds each step took."""
         started = time.perf_counter()
@@ -148,6 +156,7 @@ class Restorer:
                 "exchange_dir": checkpoint.exchange_dir,
                 "tmp": HANGAR_TMP,
                 "max_bytes": self.settings.max_restore_bytes,
+                "fresh": fresh,
                 "parts": [entry for entry, _ in opened],
             }
 

@@ -154,8 +154,10 @@ class Provisioner:
             except (SandboxError, SandboxNotFound):
                 pass
 
-    def restore(self, session: Session) -> RestoreReport | None:
-        """The newest checkpoint that restores, into the session's sandbox (None: none)."""
+    def restore(self, session: Session, *, fresh: bool = False) -> RestoreReport | None:
+        """The newest checkpoint that restores, into the session's sandbox (None: none);
+        ``fresh``: nothing has run on its clone (:meth:`Restorer.restore`)."""
         assert session.sandbox_id is not None
         return self.restorer.restore(session.id, session.sandbox_id,
-                                     repo_dir_for(session.repo or ""), home=HOME)  # fmt: skip
+                                     repo_dir_for(session.repo or ""), home=HOME,
+                                     fresh=fresh)  # fmt: skip

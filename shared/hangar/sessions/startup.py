@@ -192,7 +192,8 @@ class Startup:
         if step in (StartStep.CLONING, StartStep.RUNNING_SETUP):
             self._poll_run(session, token, env)
         elif step is StartStep.RESTORING:
-            self._restore(session, token)
+            # With no setup, nothing has run on the clone: the restore need not undo anything.
+            self._restore(session, token, fresh=not env.setup)
         else:
             self.turns.start(session, token)
 
@@ -242,7 +243,7 @@ class Startup:
             session = self.transitions.advance(session, token, StartStep.RESTORING)
         self.schedule.start_step(session.id, token)
 
-    def _restore(self, session: Session, token: str) -> None:
+    def _restore(self, session: Session, token: str, *, fresh: bool) -> None:
         assert session.start is not None and session.sandbox_id is not None
         intent = session.start
         if intent.kind is StartKind.FORK:
@@ -250,13 +251,13 @@ class Startup:
             checkpoint = self.db.get_checkpoint(intent.source, intent.checkpoint)
             with self.transitions.keeping(session.id, token):
                 warnings = self.restorer.restore_checkpoint(
-                    checkpoint, session.sandbox_id, repo_dir_for(session.repo or ""))
+                    checkpoint, session.sandbox_id, repo_dir_for(session.repo or ""), fresh=fresh)
                 take_checkpoint(self.checkpointer, self.records, session, CheckpointReason.MANUAL)
             changes: dict[str, object] = {"restored_from": checkpoint.id, "restore_skipped": [],
                                           "restore_warnings": warnings}  # fmt: skip
         else:
             with self.transitions.keeping(session.id, token):
-                report = self.provisioner.restore(session)
+                report = self.provisioner.restore(session, fresh=fresh)
             changes = {
                 "restored_from": report.checkpoint.id if report else None,
                 "restore_skipped": [SkippedCheckpoint(checkpoint_id=s.checkpoint_id, code=s.code,

@@ -217,9 +217,10 @@ def checkpoint_of_a_session(world: World) -> tuple[Path, dict[str, tuple[bytes, 
              "wip.patch": (wip, "none")}  # fmt: skip
     return work, parts
 
+@pytest.mark.parametrize("fresh", [False, True])  # the repo is a fresh clone: the same either way
 
 def test_a_checkpoint_restores_commits_index_working_tree_untracked_files_and_conversation(
-    world: World,
+    world: World, fresh: bool
 ) -> None:
     work, parts = checkpoint_of_a_session(world)
     untracked = [
@@ -238,7 +239,7 @@ def test_a_checkpoint_restores_commits_index_working_tree_untracked_files_and_co
     parts["untracked.tar.gz"] = tar_gz(untracked)
     parts["agent.tar.gz"] = tar_gz(conversation)
 
-    answer = restore(world, parts, head=git(work, "rev-parse", "HEAD"))
+    answer = restore(world, parts, head=git(work, "rev-parse", "HEAD"), fresh=fresh)
 
     seconds = answer.pop("seconds")
     assert answer == {"ok": True, "warnings": []}
@@ -267,6 +268,32 @@ def test_a_checkpoint_restores_commits_index_working_tree_untracked_files_and_co
     conv = world.home / ".claude/projects/-workspace-app/conv.jsonl"
     assert conv.read_bytes() == b'{"role": "user"}\n' and stat.S_IMODE(conv.stat().st_mode) == 0o600
     assert not [p for p in repo.rglob(".hangar-restore-*")]
+
+def test_only_a_restore_into_a_tree_that_is_not_fresh_resets_and_cleans_it(world: World) -> None:
+    work, parts = checkpoint_of_a_session(world)
+    head = git(work, "rev-parse", "HEAD")
+    (world.repo / "stray.txt").write_text("left by a setup\n")
+    fresh = restore(world, parts, head=head, fresh=True)
+    assert fresh["ok"] is True, fresh
+    assert (world.repo / "stray.txt").exists()  # the plan's word: nothing was cleaned
+    again = restore(world, parts, head=head, fresh=False)
+    assert again["ok"] is True, again
+    assert not (world.repo / "stray.txt").exists()
+    assert git(world.repo, "diff", "HEAD") == git(work, "diff", "HEAD")
+
+
+def test_a_tree_called_fresh_that_is_not_is_reset_and_cleaned_when_git_refuses_the_switch(
+    world: World,
+) -> None:
+    work, parts = checkpoint_of_a_session(world)
+    (world.repo / "feature.py").write_text("untracked, where the head has a file\n")
+    (world.repo / "docs" / "guide.md").write_text("edited, and the head's patch edits it\n")
+    answer = restore(world, parts, head=git(work, "rev-parse", "HEAD"), fresh=True)
+    assert answer["ok"] is True, answer
+    assert (world.repo / "feature.py").read_text() == "def feature(): return 1\n"
+    for args in (["diff", "--cached", "--binary", "HEAD"], ["diff", "--binary", "HEAD"]):
+        assert git(world.repo, *args) == git(work, *args), args
+
 
 
 def test_a_zstd_untracked_archive_restores(world: World) -> None:
