@@ -217,8 +217,8 @@ def checkpoint_of_a_session(world: World) -> tuple[Path, dict[str, tuple[bytes, 
              "wip.patch": (wip, "none")}  # fmt: skip
     return work, parts
 
-@pytest.mark.parametrize("fresh", [False, True])  # the repo is a fresh clone: the same either way
 
+@pytest.mark.parametrize("fresh", [False, True])  # the repo is a fresh clone: the same either way
 def test_a_checkpoint_restores_commits_index_working_tree_untracked_files_and_conversation(
     world: World, fresh: bool
 ) -> None:
