@@ -269,6 +269,7 @@ def test_a_checkpoint_restores_commits_index_working_tree_untracked_files_and_co
     assert conv.read_bytes() == b'{"role": "user"}\n' and stat.S_IMODE(conv.stat().st_mode) == 0o600
     assert not [p for p in repo.rglob(".hangar-restore-*")]
 
+
 def test_only_a_restore_into_a_tree_that_is_not_fresh_resets_and_cleans_it(world: World) -> None:
     work, parts = checkpoint_of_a_session(world)
     head = git(work, "rev-parse", "HEAD")
@@ -293,7 +294,6 @@ def test_a_tree_called_fresh_that_is_not_is_reset_and_cleaned_when_git_refuses_t
     assert (world.repo / "feature.py").read_text() == "def feature(): return 1\n"
     for args in (["diff", "--cached", "--binary", "HEAD"], ["diff", "--binary", "HEAD"]):
         assert git(world.repo, *args) == git(work, *args), args
-
 
 
 def test_a_zstd_untracked_archive_restores(world: World) -> None:
