@@ -12,7 +12,9 @@ order, each exactly ``size`` bytes::
     max_bytes           the most the restore may write, uncompressed (absent: no cap)
     fresh               true when nothing has changed the repo's tree since its clone (absent:
                         false): step 3 checks the head out over the clone without a reset or
-                        clean first, as a switch that rewrites only what differs
+                        clean first, as a switch that rewrites only what differs; taken only
+                        by the first restore begun in the sandbox (marked in ``tmp``), never
+                        by a retry
     parts               [{"name", "size", "compression"}]: any of repo.bundle, staged.patch,
                         wip.patch, untracked.tar.*, agent.tar.*, exchange.tar.*
 
@@ -406,7 +408,7 @@ def restore(plan, staging, clock):
     # A fresh clone has nothing to undo: the head is checked out over it as a switch, which
     # looks only at the paths that differ. Should git refuse (the tree was not fresh after
     # all), the reset and clean come first as for any other tree.
-    fresh = bool(plan.get("fresh"))
+    fresh = bool(plan.get("fresh")) and first_restore(plan.get("tmp"))
     if not fresh:
         reset(r, repo)
     clock.lap("reset")
@@ -577,6 +579,28 @@ def hand_over(home, tops, uid, gid):
         except OSError as exc:
             raise Failure("restore_failed", "owner", "cannot hand %s to the agent: %s"
                           % (top, exc)) from None  # fmt: skip
+
+
+RESTORE_BEGUN = "restore-begun"
+
+
+def first_restore(tmp):
+    """True for the first restore ever begun in this sandbox, which marks it so in hangar's own
+    folder ``tmp`` (0700, hangar's): a restore retried after a crash, or one after a fallback,
+    finds the mark and never takes the tree for a fresh clone, whatever the plan says. False
+    where there is no such folder to mark."""
+    try:
+        st = os.lstat(tmp) if tmp else None
+    except OSError:
+        return False
+    if st is None or st.st_uid != os.geteuid() or (st.st_mode & 0o170077) != 0o040000:
+        return False
+    try:
+        os.close(os.open(os.path.join(tmp, RESTORE_BEGUN),
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))  # fmt: skip
+    except OSError:  # begun before (or unmarkable): not fresh
+        return False
+    return True
 
 
 def main():

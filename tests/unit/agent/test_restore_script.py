@@ -24,13 +24,12 @@ from typing import cast
 
 import pytest
 
-from hangar import agent
 from hangar.agent.restore import STEPS
+from tests import installed_scripts as scripts
 from tests.conftest import GIT_IDENTITY, git
 
 PROJECT = Path(__file__).resolve().parents[3]
-SCRIPT = agent.bundle("restore")  # the script with its helper modules, as sandboxes get it
-PYTHON = "/usr/bin/python3"
+SCRIPT = scripts.command("restore")  # the installed script and its modules, as sandboxes run it
 MTIME = 1_600_000_000
 VICTIM_MTIME = 1_500_000_000
 
@@ -72,6 +71,7 @@ def world(tmp_path: Path) -> World:
     git(tmp_path, "clone", "-q", str(remote), str(repo))
     home = tmp_path / "home"
     home.mkdir()
+    (tmp_path / "hangar-tmp").mkdir(mode=0o700)  # hangar's own: where a restore marks it began
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "secret.txt").write_text("do not touch\n")
@@ -132,6 +132,7 @@ def plan_and_input(world: World, parts: dict[str, tuple[bytes, str]], **plan: ob
     full: dict[str, object] = {
         "repo": str(world.repo),
         "home": str(world.home),
+        "tmp": str(world.root / "hangar-tmp"),
         "branch": "main",
         "head": world.head,
         "conversation_dirs": [".claude/projects"],
@@ -156,7 +157,7 @@ def answer_of(stdout: bytes, returncode: int) -> dict[str, object]:
 
 def restore(world: World, parts: dict[str, tuple[bytes, str]], **plan: object) -> dict[str, object]:
     proc = subprocess.run(
-        [PYTHON, "-I", "-S", "-c", SCRIPT],
+        SCRIPT,
         input=plan_and_input(world, parts, **plan),
         capture_output=True,
         cwd=PROJECT,
@@ -280,6 +281,21 @@ def test_only_a_restore_into_a_tree_that_is_not_fresh_resets_and_cleans_it(world
     again = restore(world, parts, head=head, fresh=False)
     assert again["ok"] is True, again
     assert not (world.repo / "stray.txt").exists()
+    assert git(world.repo, "diff", "HEAD") == git(work, "diff", "HEAD")
+
+
+def test_a_restore_retried_in_the_same_sandbox_never_takes_the_tree_for_a_fresh_clone(
+    world: World,
+) -> None:
+    # A restore that crashed half way left files of its own: its retry, told "fresh" again by
+    # a plan made before the crash, must still reset and clean.
+    work, parts = checkpoint_of_a_session(world)
+    head = git(work, "rev-parse", "HEAD")
+    assert restore(world, parts, head=head, fresh=True)["ok"] is True
+    (world.repo / "left-by-the-first-try.txt").write_text("stale\n")
+    again = restore(world, parts, head=head, fresh=True)
+    assert again["ok"] is True, again
+    assert not (world.repo / "left-by-the-first-try.txt").exists()
     assert git(world.repo, "diff", "HEAD") == git(work, "diff", "HEAD")
 
 
@@ -474,7 +490,7 @@ def test_a_folder_swapped_for_a_link_mid_restore_never_lets_a_write_out(world: W
             stop.wait(0.001)  # leave each state in place a moment, so the restore meets both
 
     proc = subprocess.Popen(
-        [PYTHON, "-I", "-S", "-c", SCRIPT],
+        SCRIPT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
