@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import os
 import queue
+import select
 import subprocess
 import sys
 import threading
@@ -114,5 +115,27 @@ def test_the_mcp_server_is_built_at_start_before_any_request(tmp_path: Path) -> 
             line = server.lines.get(timeout=START_SECONDS)
             assert line is not None, b"".join(server.output).decode()[-3000:]
             server.output.append(line)
+    finally:
+        server.stop()
+
+
+def test_an_idle_kept_alive_connection_outlives_what_clients_keep_theirs(tmp_path: Path) -> None:
+    # Node's fetch keeps an idle connection 4 s and httpx 5 s: a server that closes its end at
+    # 5 s races a client sending on it (MCP clients saw "other side closed" under load).
+    server = _start(tmp_path)
+    try:
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=START_SECONDS)
+        try:
+            conn.request("GET", "/api/no-such-route")
+            conn.getresponse().read()
+            assert conn.sock is not None
+            # The server's close would make the socket readable (EOF): wait 7 s for it.
+            closed, _, _ = select.select([conn.sock], [], [], 7.0)
+            assert not closed, "the server closed an idle kept-alive connection within 7 s"
+            conn.request("GET", "/api/no-such-route")
+            assert conn.getresponse().status == 404
+        finally:
+            conn.close()
     finally:
         server.stop()

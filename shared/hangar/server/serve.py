@@ -36,6 +36,11 @@ from hangar.private import tighten
 from hangar.db.migrations import migrate
 
 GRACE_SECONDS = 5
+KEEP_ALIVE_SECONDS = 65
+"""How long an idle kept-alive connection stays open: longer than clients keep theirs (Node's
+fetch 4 s, httpx 5 s), so a client never sends on a connection the server is closing that very
+moment (uvicorn's default, 5 s, is just past Node's: under load MCP clients saw "other side
+closed")."""
 
 
 def _say(text: str) -> None:
@@ -108,7 +113,8 @@ def serve(settings: Settings, host: str, port: int) -> int:
                  "layout; their sessions resume in new ones")  # fmt: skip
         app = create_app(runtime, receive_ticks=receive_ticks)
         config = uvicorn.Config(app, log_level="warning", lifespan="off",
-                                timeout_graceful_shutdown=GRACE_SECONDS)  # fmt: skip
+                                timeout_graceful_shutdown=GRACE_SECONDS,
+                                timeout_keep_alive=KEEP_ALIVE_SECONDS)  # fmt: skip
         server = uvicorn.Server(config)
         runtime.start()
         threading.Thread(target=warm_mcp, name="mcp-warm", daemon=True).start()
