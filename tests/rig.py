@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hangar import agent
 from hangar.blobs.local import LocalBlobs
 from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
@@ -43,6 +44,7 @@ class Engine:
                 host_ports=self.host_ports,
             )
         )
+        agent.install(self.sandboxes, info.id)  # as a session's start does
         workspace = clone(
             self.sandboxes, info.id, str(self.remote), work_branch=self.session.branch
         )

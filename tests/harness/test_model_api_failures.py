@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from emulators.model import ModelStub
-from hangar import agent
+from tests import installed_scripts as scripts
 from hangar.harnesses import TurnSpec, get_harness
 from hangar.harnesses.events import describe_event
 from tests.harness.conftest import harness_dir
@@ -210,7 +210,7 @@ def pi_command(home: Path, url: str) -> list[str]:
                 "models": [{"id": "stub-model", "contextWindow": 128000, "maxTokens": 16384}]}
     (home / ".pi" / "agent" / "models.json").write_text(
         json.dumps({"providers": {"hangar": provider}}))  # fmt: skip
-    return agent.command("pirpc", str(harness_dir() / "node_modules" / ".bin" / "pi"), "--mode",
+    return scripts.command("pirpc", str(harness_dir() / "node_modules" / ".bin" / "pi"), "--mode",
                          "rpc", "--model", "hangar/stub-model")  # fmt: skip
 
 

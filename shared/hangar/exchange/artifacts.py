@@ -103,11 +103,10 @@ class Artifacts:
 
     def _fetch(self, session: Session, path: str) -> bytes | None:
         assert session.sandbox_id is not None
-        argv = agent.command("exchange", "read", io_path(session), path,
-                             str(self.settings.max_artifact_bytes))  # fmt: skip
         out = io.BytesIO()
-        result = self.sandboxes.exec(session.sandbox_id, argv, stdout=out,
-                                     user=SandboxUser.HANGAR, timeout=300)  # fmt: skip
+        result = agent.run_script(self.sandboxes, session.sandbox_id, "exchange", "read",
+                                  io_path(session), path, str(self.settings.max_artifact_bytes),
+                                  stdout=out, user=SandboxUser.HANGAR, timeout=300)  # fmt: skip
         return out.getvalue() if result.ok else None
 
     def _put(self, session_id: str, n: int, path: str, sha256: str, data: bytes) -> Artifact:

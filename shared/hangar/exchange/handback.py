@@ -90,9 +90,10 @@ class _Answer(BaseModel):
 def collect(sandboxes: Sandboxes, session: Session, settings: Settings) -> Handback:
     """Read the session's exchange folder (see the module doc)."""
     assert session.sandbox_id is not None
-    argv = agent.command("exchange", "collect", io_path(session), str(settings.max_result_bytes),
-                         str(settings.max_artifact_bytes))  # fmt: skip
-    result = sandboxes.exec(session.sandbox_id, argv, user=SandboxUser.HANGAR, timeout=120)
+    result = agent.run_script(sandboxes, session.sandbox_id, "exchange", "collect",
+                              io_path(session), str(settings.max_result_bytes),
+                              str(settings.max_artifact_bytes), user=SandboxUser.HANGAR,
+                              timeout=120)  # fmt: skip
     if not result.ok:
         reason = result.stderr.decode(errors="replace").strip()[-300:]
         return Handback(warnings=[f"$HANGAR_IO could not be read: {reason}"])

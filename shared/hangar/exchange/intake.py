@@ -73,8 +73,8 @@ def deliver(sandboxes: Sandboxes, store: ContextStore, session: Session, turn: T
         path = f"{folder}/{ref.kind.value}"
         sandboxes.put_file(session.sandbox_id, path, store.read_all(ref))
         config[ref.kind.value] = {"path": path, "base_commit": ref.base_commit}
-    result = sandboxes.exec(session.sandbox_id, agent.command("context", json.dumps(config)),
-                            timeout=APPLY_TIMEOUT)  # fmt: skip
+    result = agent.run_script(sandboxes, session.sandbox_id, "context", json.dumps(config),
+                              timeout=APPLY_TIMEOUT)  # fmt: skip
     paths = " ".join(shlex.quote(f"{folder}/{ref.kind.value}") for ref in git)
     sandboxes.exec(session.sandbox_id, ["sh", "-c", f"rm -f -- {paths}"])
     if not result.ok:

@@ -40,8 +40,9 @@ def read_progress(
     """The progress lines after ``cursor`` and the cursor after them. A file cleared for a new
     turn is read from its start. SandboxError when the sandbox cannot be read."""
     assert session.sandbox_id is not None
-    argv = agent.command("exchange", "progress", io_path(session), str(cursor), str(MAX_READ))
-    result = sandboxes.exec(session.sandbox_id, argv, user=SandboxUser.HANGAR, timeout=30)
+    result = agent.run_script(sandboxes, session.sandbox_id, "exchange", "progress",
+                              io_path(session), str(cursor), str(MAX_READ),
+                              user=SandboxUser.HANGAR, timeout=30)  # fmt: skip
     if not result.ok:
         raise SandboxError("cannot read the turn's progress: "
                            + result.stderr.decode(errors="replace").strip()[-200:])  # fmt: skip

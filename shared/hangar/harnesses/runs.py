@@ -87,7 +87,7 @@ def start_run(
         sandboxes.put_file(sandbox_id, f"{folder}/stdin", stdin, mode=0o600, user=HANGAR)
     sandboxes.put_file(sandbox_id, f"{folder}/spec.json", json.dumps(spec).encode(), mode=0o600,
                        user=HANGAR)  # fmt: skip
-    started = sandboxes.exec(sandbox_id, agent.command("run", folder), user=HANGAR)
+    started = agent.run_script(sandboxes, sandbox_id, "run", folder, user=HANGAR)
     if not started.ok:
         sandboxes.exec(sandbox_id, ["rm", "-f", f"{folder}/env.json", f"{folder}/stdin"],
                        user=HANGAR)  # fmt: skip

@@ -50,8 +50,8 @@ def write_home_files(
     if not files:
         return []
     request = json.dumps({"files": files}).encode()
-    result = sandboxes.exec(sandbox_id, agent.command("homeconfig", HOME), stdin=request,
-                            timeout=MERGE_TIMEOUT, user=SandboxUser.AGENT)  # fmt: skip
+    result = agent.run_script(sandboxes, sandbox_id, "homeconfig", HOME, stdin=request,
+                              timeout=MERGE_TIMEOUT, user=SandboxUser.AGENT)  # fmt: skip
     answer: Any = None
     if result.ok:
         try:

@@ -196,9 +196,11 @@ class Checkpointer:
 
     def _pack(self, target: CheckpointTarget, config: dict[str, object], spool: BinaryIO) -> None:
         try:
-            result = self.sandboxes.exec(
+            result = agent.run_script(
+                self.sandboxes,
                 target.sandbox_id,
-                agent.command("checkpoint", json.dumps(config)),
+                "checkpoint",
+                json.dumps(config),
                 stdout=cast(BinaryIO, _Bounded(spool, self._output_limit())),
                 timeout=self.settings.checkpoint_timeout_seconds,
                 user=SandboxUser.HANGAR,

@@ -168,9 +168,10 @@ class Restorer:
 
             unsealed = time.perf_counter()
             try:
-                result = self.sandboxes.exec(
+                result = agent.run_script(
+                    self.sandboxes,
                     sandbox_id,
-                    agent.command("restore"),
+                    "restore",
                     stdin=stdin(),
                     timeout=self.settings.checkpoint_timeout_seconds,
                     user=SandboxUser.HANGAR,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hangar import agent
 from hangar.config import Settings
 from hangar.errors import CheckpointError, SandboxError, SandboxNotFound
 from hangar.exchange.layout import exchange_dir, install_helper
@@ -105,8 +106,9 @@ class Provisioner:
         self.restorer = restorer
 
     def create(self, session: Session, env: Environment) -> SandboxInfo:
-        """A new sandbox for the session, with ``hangar-agent`` installed; any other sandbox
-        labelled with it (left by a start that died before recording it) is destroyed first.
+        """A new sandbox for the session, with ``hangar-agent`` and hangar's scripts installed
+        (:func:`hangar.agent.install`); any other sandbox labelled with it (left by a start
+        that died before recording it) is destroyed first.
         CapacityExhausted, with no sandbox left, when it would pass ``HANGAR_MAX_SANDBOXES``
         (:func:`~hangar.sessions.capacity.admit`)."""
         self.destroy_all(session.id)
@@ -115,6 +117,7 @@ class Provisioner:
                                                  ro_paths=ro_paths, host_ports=env.host_ports))
         admit(self.settings, self.sandboxes, info)  # CapacityExhausted: it is gone again
         install_helper(self.sandboxes, info.id)
+        agent.install(self.sandboxes, info.id)
         return info
 
     def destroy_all(self, session_id: str, keep: str | None = None) -> list[str]:

@@ -549,9 +549,8 @@ class SessionService:
             config = {"repo": repo_dir_for(session.repo or ""), "base": session.base_commit,
                       "max_patch": self.settings.max_patch_bytes, "mode": "patch",
                       "tmp": HANGAR_TMP}  # fmt: skip
-            result = self.sandboxes.exec(session.sandbox_id,
-                                         agent.command("checkpoint", json.dumps(config)),
-                                         user=SandboxUser.HANGAR)  # fmt: skip
+            result = agent.run_script(self.sandboxes, session.sandbox_id, "checkpoint",
+                                      json.dumps(config), user=SandboxUser.HANGAR)  # fmt: skip
             if not result.ok:
                 raise SandboxError(f"cannot make the patch: {result.stderr.decode(errors='replace').strip()}")
             return result.stdout

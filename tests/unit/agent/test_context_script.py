@@ -1,5 +1,6 @@
 """hangar/agent/context.py run as sandboxes get it (``agent.command("context", CONFIG)``: the
-sandbox's interpreter, ``-I -S -c`` with its helper modules) on real git repos under tmp_path.
+installed launcher and modules, run by the sandbox's interpreter with ``-I -S``) on real git
+repos under tmp_path.
 
 Each test builds a world: a bare ``origin`` with two commits on main, the ``agent``'s clone
 (the sandbox's repo, on its work branch at the session's base) and the ``user``'s clone, where
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hangar import agent
+from tests import installed_scripts as scripts
 
 from tests.conftest import GIT_IDENTITY, git
 
@@ -116,7 +117,7 @@ def config(world: World, **fields: object) -> str:
 def run(cfg: str, world: World) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if k not in GIT_IDENTITY}
     env.update(HOME=str(world.home), XDG_CONFIG_HOME=str(world.home / ".config"))
-    return subprocess.run(agent.command("context", cfg), capture_output=True, env=env, timeout=60,
+    return subprocess.run(scripts.command("context", cfg), capture_output=True, env=env, timeout=60,
                           check=False)  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """hangar/agent/exchange.py run as sandboxes get it (``agent.command("exchange", ...)``: the
-sandbox's interpreter, ``-I -S -c`` with its helper modules) on exchange folders under tmp_path.
+installed launcher and modules, run by the sandbox's interpreter with ``-I -S``) on exchange
+folders under tmp_path.
 
 Each test builds the agent's HOME with an exchange folder in it and, beside it, an ``outside``
 folder of secrets: whatever links the agent plants, no byte of ``outside`` may be printed.
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from hangar import agent
+from tests import installed_scripts as scripts
 
 SECRET = b"outside secret 5f1c"
 BIG = 1 << 20
@@ -57,7 +58,7 @@ def world(tmp_path: Path) -> World:
 
 def exchange(*args: object, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        agent.command("exchange", *map(str, args)), input=stdin, capture_output=True, timeout=60
+        scripts.command("exchange", *map(str, args)), input=stdin, capture_output=True, timeout=60
     )
 
 

@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from hangar import agent
+from tests import installed_scripts as scripts
 from hangar.agent import tomltext
 
 TRUST = {"projects": {"/workspace/app": {"trust_level": "trusted"}}}
@@ -32,7 +32,7 @@ wire_api = "responses"
 
 def merge(home: Path, files: dict[str, Any]) -> list[str]:
     """Run the merge over ``home``; its warnings."""
-    done = subprocess.run(agent.command("homeconfig", str(home)),
+    done = subprocess.run(scripts.command("homeconfig", str(home)),
                           input=json.dumps({"files": files}).encode(), capture_output=True,
                           timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hangar import agent
+from tests import installed_scripts as scripts
 
 STANDIN = r'''
 import json, sys
@@ -74,7 +74,7 @@ def drive(tmp_path: Path, script: str, message: str = "go") -> tuple[Done, list[
     standin = tmp_path / "pi.py"
     standin.write_text(STANDIN)
     record = tmp_path / "record.jsonl"
-    done = subprocess.run(agent.command("pirpc", sys.executable, str(standin), script,
+    done = subprocess.run(scripts.command("pirpc", sys.executable, str(standin), script,
                                         str(record)), input=message.encode(),
                           capture_output=True, timeout=60)  # fmt: skip
     seen = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
@@ -128,7 +128,7 @@ def test_pi_ending_before_its_turn_did_is_status_1(tmp_path: Path) -> None:
 
 
 def test_a_pi_that_cannot_be_started_is_status_127_saying_why() -> None:
-    done = subprocess.run(agent.command("pirpc", "no-such-pi-here", "--mode", "rpc"),
+    done = subprocess.run(scripts.command("pirpc", "no-such-pi-here", "--mode", "rpc"),
                           input=b"go", capture_output=True, timeout=60)  # fmt: skip
     assert done.returncode == 127
     assert b"cannot start no-such-pi-here" in done.stderr and b"No such file" in done.stderr
