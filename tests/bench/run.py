@@ -49,7 +49,7 @@ IDENTITY = {
 }
 TARGETS = {
     "checkpoint_turn": 0.25,
-    "checkpoint_unchanged": 0.05,
+    "checkpoint_unchanged": 0.04,  # issue 23 (BRIEF §7 said 0.05)
     "restore": 0.8,
     "sandbox_start": 0.06,
     keepalive.NAME: keepalive.TARGET,
