@@ -48,7 +48,7 @@ except ImportError:
 
 from hangar.agent.gitsafe import GitError, Repo, branch_problem, checkout_refuses, remove_tree
 from hangar.agent.paths import entry_problem, folders_rule, kind_problem, left_out_warning
-from hangar.agent.paths import readable
+from hangar.agent.paths import private_folder, readable
 from hangar.agent.paths import untracked_rule
 
 # shutil, subprocess and threading are imported when parts are packed: the unchanged-fingerprint
@@ -734,10 +734,10 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=F
     # Paths a checkout refuses cannot be in a restored tree: no patch may name them.
     known = set(refused)  # sets: a tree built by hand can hold 100,000 refused paths
     unsafe = refused + [p for p in changed if checkout_refuses(p) and p not in known]
-    known = set(excluded)
-    excluded += [p for p in unsafe if p not in known]
-    find_special(repo, ignored_entries(records), set(excluded), warnings)
     gone = set(excluded)
+    excluded += [p for p in unsafe if p not in gone]
+    gone.update(unsafe)
+    find_special(repo, ignored_entries(records), gone, warnings)
     written += [os.lstat(os.path.join(repo, p)).st_size for p in changed
                 if p not in gone and os.path.isfile(os.path.join(repo, p))]  # fmt: skip
     gitlinks = r.gitlinks()
@@ -887,15 +887,6 @@ def emit_patch(cfg, r, staging, records, out):
     out.flush()
 
 
-def private_folder(path):
-    """True when ``path`` is a folder (not a link) of this user's that no one else may enter."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return st.st_uid == os.geteuid() and (st.st_mode & 0o170077) == 0o040000
-
-
 def make_staging(tmp):
     """A new private folder under ``tmp`` (tempfile would cost the quick path its budget)."""
     for _ in range(100):
@@ -913,7 +904,7 @@ def main():
     cfg = json.loads(sys.argv[1])
     out = sys.stdout.buffer
     tmp = cfg.get("tmp")
-    own_tmp = bool(tmp) and private_folder(tmp)
+    own_tmp = private_folder(tmp)
     if not tmp or not os.path.isdir(tmp):
         tmp = "/tmp"  # a sandbox without a folder of hangar's own
     try:

@@ -132,3 +132,13 @@ def left_out_warning(label, left_out, limit=8):
     shown = "; ".join("%s %s" % (path, why) for path, why in left_out[:limit])
     more = " and %d more" % (len(left_out) - limit) if len(left_out) > limit else ""
     return "%s left out (a restore would refuse them): %s%s" % (label, shown, more)
+
+
+def private_folder(path):
+    """True when ``path`` is a folder (not a link) of this process's user that no one else may
+    enter: hangar's own scratch folder, whose contents the agent can neither read nor write."""
+    try:
+        st = os.lstat(path) if path else None
+    except OSError:
+        return False
+    return st is not None and st.st_uid == os.geteuid() and (st.st_mode & 0o170077) == 0o040000

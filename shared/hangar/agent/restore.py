@@ -44,8 +44,9 @@ Steps, in order:
 4. Remove a link standing in HOME where a conversation or exchange folder goes, or where any
    folder an archive for HOME writes goes, or on the way to one (a fresh sandbox's HOME holds
    only what its setup made, and the archive is the session's own record of those folders: the
-   link goes, never what it points to, and a warning names it). Check the tree on disk: a member that would go through a symbolic link on disk is
-   refused (unsafe_archive); a file where a folder is, or the reverse, fails (restore_failed).
+   link goes, never what it points to, and a warning names it). Check the tree on disk: a
+   member that would go through a symbolic link on disk is refused (unsafe_archive); a file
+   where a folder is, or the reverse, fails (restore_failed).
    Either comes after the git steps of 3 but before any member is written.
 5. Unpack the untracked files into the repo, then the agent files into HOME, every write made
    through a folder descriptor reached from the root one component at a time with O_NOFOLLOW:
@@ -77,7 +78,9 @@ import time
 
 from hangar.agent import fdtree, quiesce
 from hangar.agent.gitsafe import GitError, Repo
-from hangar.agent.paths import clean_name, folders_rule, member_problem, readable, untracked_rule
+from hangar.agent.paths import (
+    clean_name, folders_rule, member_problem, private_folder, readable, untracked_rule,
+)
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -589,11 +592,7 @@ def first_restore(tmp):
     folder ``tmp`` (0700, hangar's): a restore retried after a crash, or one after a fallback,
     finds the mark and never takes the tree for a fresh clone, whatever the plan says. False
     where there is no such folder to mark."""
-    try:
-        st = os.lstat(tmp) if tmp else None
-    except OSError:
-        return False
-    if st is None or st.st_uid != os.geteuid() or (st.st_mode & 0o170077) != 0o040000:
+    if not private_folder(tmp):
         return False
     try:
         os.close(os.open(os.path.join(tmp, RESTORE_BEGUN),
