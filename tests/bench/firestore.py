@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 import uuid
@@ -34,6 +33,7 @@ from hangar.db.firestore import FirestoreDb
 from hangar.models import Checkpoint, CheckpointReason, Session, SessionState, Turn, utcnow
 
 from emulators.firestore import FirestoreEmulator
+from tests.bench import serving
 
 TARGET = 0.020
 LIST_TARGET = 0.050
@@ -72,16 +72,6 @@ def run(runs: int) -> list[dict[str, object]]:
                 os.environ["FIRESTORE_EMULATOR_HOST"] = previous
 
 
-def _line(name: str, samples: list[float], target: float | None) -> dict[str, object]:
-    return {
-        "bench": name,
-        "seconds": round(statistics.median(samples), 4),
-        "target": target,
-        "runs": len(samples),
-        "samples": [round(s, 4) for s in samples],
-    }
-
-
 def _get_session(runs: int) -> dict[str, object]:
     db = FirestoreDb("hangar-bench", "(default)", f"bench-{uuid.uuid4().hex[:8]}")
     try:
@@ -95,7 +85,7 @@ def _get_session(runs: int) -> dict[str, object]:
             samples.append(time.perf_counter() - start)
     finally:
         db.close()
-    return _line("get_session_firestore", samples, TARGET)
+    return serving.line("get_session_firestore", samples, TARGET)
 
 
 def _list_sessions(runs: int) -> list[dict[str, object]]:
@@ -132,8 +122,8 @@ def _list_sessions(runs: int) -> list[dict[str, object]]:
             floor.append(time.perf_counter() - began)
     finally:
         db.close()
-    return [_line("list_sessions_firestore", samples, LIST_TARGET),
-            _line("list_sessions_firestore_floor", floor, None)]
+    return [serving.line("list_sessions_firestore", samples, LIST_TARGET),
+            serving.line("list_sessions_firestore_floor", floor, None)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -84,13 +84,17 @@ def _wait_serving(proc: subprocess.Popen[bytes], log: Path) -> str:
     raise RuntimeError(f"hangar serve did not start:\n{log.read_text(errors='replace')}")
 
 
-def line(name: str, samples: list[float], target: float, includes: str) -> dict[str, object]:
-    """The bench's JSON line for ``samples`` (seconds): the median against ``target``."""
-    return {
+def line(name: str, samples: list[float], target: float | None,
+         includes: str | None = None) -> dict[str, object]:  # fmt: skip
+    """The bench's JSON line for ``samples`` (seconds): the median against ``target``, and what
+    the time includes when that needs saying."""
+    out: dict[str, object] = {
         "bench": name,
         "seconds": round(statistics.median(samples), 4),
         "target": target,
         "runs": len(samples),
         "samples": [round(s, 4) for s in samples],
-        "includes": includes,
     }
+    if includes is not None:
+        out["includes"] = includes
+    return out
