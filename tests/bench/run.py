@@ -11,7 +11,9 @@ Then the Cloud Run functions' cold starts (:mod:`tests.bench.cold_imports`), 200
 (:mod:`tests.bench.cli_list`) and ``get_session`` on the Firestore emulator
 (:mod:`tests.bench.firestore`).
 
-Usage: ``python -m tests.bench.run [--runs N]``.
+Usage: ``python -m tests.bench.run [--runs N] [--only sessions|start]``: ``sessions`` runs the
+checkpoint and restore lines alone, ``start`` only ``sandbox_start`` (sandboxes started and
+destroyed, nothing else), for a quick side-by-side comparison.
 """
 
 from __future__ import annotations
@@ -167,10 +169,35 @@ def report_breakdown(starts: list[float], clones: list[float], host_clones: list
     print(json.dumps(line), flush=True)
 
 
+def start_only(runs: int) -> int:
+    """``sandbox_start`` alone: ``runs`` sandboxes like the restore's, each destroyed at once."""
+    with tempfile.TemporaryDirectory(prefix="hangar-bench-") as tmp:
+        root = Path(tmp)
+        settings = Settings.build(data_dir=root / "data", harness_dir=root / "harnesses")
+        sandboxes = LocalSandboxes.from_url(settings.sandboxes, settings)
+        remote = root / "remote.git"
+        _git(root, "init", "-q", "--bare", str(remote))
+        starts: list[float] = []
+        try:
+            for _ in range(runs):
+                start = time.perf_counter()
+                info = sandboxes.create(SandboxSpec(ro_paths=[str(remote)], env=IDENTITY))
+                starts.append(time.perf_counter() - start)
+                sandboxes.destroy(info.id)  # no hooks are added here
+        finally:
+            for info in sandboxes.list():
+                sandboxes.destroy(info.id)  # no hooks are added here
+    report("sandbox_start", starts, includes="user and network namespaces, slirp4netns")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make bench")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--only", choices=("sessions", "start"), default=None)
     args = parser.parse_args(argv)
+    if args.only == "start":
+        return start_only(args.runs)
 
     with tempfile.TemporaryDirectory(prefix="hangar-bench-") as tmp:
         root = Path(tmp)
@@ -248,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                 assert restored is not None and not restored.fell_back
                 for step, seconds in restored.seconds.items():
                     steps.setdefault(step, []).append(seconds)
-                sandboxes.destroy(info.id, hooks=False)
+                sandboxes.destroy(info.id)  # no hooks are added here
 
             totals: list[float] = []
             for _ in range(args.runs):
@@ -262,8 +289,10 @@ def main(argv: list[str] | None = None) -> int:
             report("restore_only", restore_only)
         finally:
             for info in sandboxes.list():
-                sandboxes.destroy(info.id, hooks=False)
+                sandboxes.destroy(info.id)  # no hooks are added here
             db.close()
+        if args.only:
+            return 0
         for line in cold_imports.lines(args.runs, root / "cold"):
             print(json.dumps(line), flush=True)
         served = keepalive.run(root / "api")

@@ -1,7 +1,12 @@
 """Start one local sandbox. Host side, standard library only, run as root and detached
-(``setsid --fork python3 -I -S -c SOURCE CONFIG REPORT_FD``) so the sandbox outlives the caller.
+(``setsid --fork python3 -I -S -c BOOT CONFIG REPORT_FD``, BOOT importing this module from a
+root-only cached copy, or ``-c SOURCE``) so the sandbox outlives the caller.
 
-CONFIG is one JSON object::
+It starts on every sandbox's path, so it imports little: no json (its ``re`` and ``enum`` cost
+more than the rest of the start-up), no ``signal`` (``enum`` again); ``_socket`` for the
+address watcher; ``socket`` and ``threading`` only in the relay for host ports.
+
+CONFIG is one dict, marshalled and in hex (:func:`encode_config`)::
 
     stage           a folder (0755 on the host) where this launcher's private mounts go
     binds           [{"src", "name", "kind": "dir" | "file"}]: host paths shown at
@@ -32,24 +37,21 @@ running as ``hangar_uid``, whose two-line uid and gid maps root writes (``0 -> h
 ``1000 -> agent_uid``) and in which nobody can create a further user namespace; bubblewrap run
 as ``hangar_uid`` inside it (``--userns``), with its own network, PID, IPC and UTS
 namespaces; the packet filter loaded into its network namespace and slirp4netns for egress with
-the host's loopback unreachable, the two at once, both done before the report; a watcher that
+the host's loopback unreachable, the two at once and while the init starts, all done before the report; a watcher that
 adds each address the host gets later to the filter; and, for host ports, a relay that listens
 on the sandbox's loopback and connects to the host's. The init holds the write end of a "life"
 pipe whose read end slirp4netns, the watcher and the relay watch: when the sandbox ends, so do
 they.
 
-REPORT_FD gets one JSON line: ``{"ok": true, "init_pid", "helpers": [pids]}`` or
+REPORT_FD gets one JSON line (:func:`answer_line`): ``{"ok": true, "init_pid", "helpers": [pids]}`` or
 ``{"ok": false, "error"}``; on failure everything started is killed.
 """
 
 import ctypes
-import json
+import marshal
 import os
 import select
-import signal
-import socket
 import sys
-import threading
 import time
 
 CLONE_NEWNS = 0x00020000
@@ -61,12 +63,64 @@ MS_PRIVATE = 1 << 18
 MS_NOSUID = 2
 MS_NODEV = 4
 INNER_AGENT = 1000
+SIGKILL = 9
+AF_INET, AF_INET6 = 2, 10
 
 libc = ctypes.CDLL(None, use_errno=True)
 
 
 class Failure(Exception):
     pass
+
+
+def encode_config(cfg):
+    """CONFIG as the command line carries it: marshal (data only) in hex."""
+    return marshal.dumps(cfg).hex()
+
+
+def decode_config(text):
+    return marshal.loads(bytes.fromhex(text))
+
+
+def json_text(value):
+    """``value`` (str, int, bool, None or a list of them) as JSON, without the json module."""
+    if value is True or value is False or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(json_text(v) for v in value) + "]"
+    out = []
+    for c in str(value):
+        code = ord(c)
+        if code > 0xFFFF:
+            out.append("?")
+        elif code < 0x20 or code > 0x7E or c in '"\\':
+            out.append("\\u%04x" % code)
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
+def answer_line(answer):
+    """One JSON object of str keys, as a line."""
+    return "{" + ", ".join("%s: %s" % (json_text(k), json_text(v))
+                           for k, v in answer.items()) + "}\n"
+
+
+def child_pid(info):
+    """The ``child-pid`` of bubblewrap's ``--info-fd`` JSON (a flat object of numbers)."""
+    at = info.find(b'"child-pid"')
+    if at < 0:
+        return None
+    rest = info[at + len(b'"child-pid"'):].lstrip()
+    if not rest.startswith(b":"):
+        return None
+    digits = rest[1:].lstrip()
+    end = 0
+    while end < len(digits) and digits[end:end + 1].isdigit():
+        end += 1
+    return int(digits[:end]) if end else None
 
 
 def call(result, what):
@@ -214,7 +268,9 @@ def make_userns(cfg, deadline):
 
 
 def start_bwrap(cfg, nsfd, life_w, deadline):
-    """bubblewrap as hangar_uid in the user namespace; returns (bwrap pid, init host pid)."""
+    """bubblewrap as hangar_uid in the user namespace; returns (bwrap pid, init host pid, the
+    read end the init says "r" on once it runs: :func:`await_init`). Returns as soon as
+    bubblewrap has made the namespaces, while the init still starts."""
     info_r, info_w = os.pipe()
     ready_r, ready_w = os.pipe()
     hold = [life_w, ready_w] + list(cfg["hold_fds"])
@@ -240,21 +296,30 @@ def start_bwrap(cfg, nsfd, life_w, deadline):
             if not chunk:
                 break
             data += chunk
-        try:
-            init_pid = json.loads(data)["child-pid"]
-        except (ValueError, KeyError, TypeError):
-            raise Failure("bubblewrap failed to start the sandbox") from None
-        if read_within(ready_r, deadline, "the sandbox's init") != b"r":
-            os.kill(init_pid, signal.SIGKILL)
-            raise Failure("the sandbox's init did not start")
-        return pid, init_pid
+        init_pid = child_pid(data)
+        if init_pid is None:
+            raise Failure("bubblewrap failed to start the sandbox")
+    except BaseException:
+        os.close(ready_r)
+        raise
     finally:
         os.close(info_r)
+    return pid, init_pid, ready_r
+
+
+def await_init(init_pid, ready_r, deadline):
+    """Wait for the init's "r" on ``ready_r`` (then closed); Failure (the init killed) without."""
+    try:
+        if read_within(ready_r, deadline, "the sandbox's init") != b"r":
+            os.kill(init_pid, SIGKILL)
+            raise Failure("the sandbox's init did not start")
+    finally:
         os.close(ready_r)
 
 
-def start_slirp(cfg, init_pid, life_r, deadline):
-    """slirp4netns on the sandbox's network namespace: egress, the host's loopback refused."""
+def start_slirp(cfg, init_pid, life_r):
+    """slirp4netns on the sandbox's network namespace: egress, the host's loopback refused.
+    Returns (pid, the read end it says "1" on once the network is up: :func:`await_slirp`)."""
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -271,12 +336,15 @@ def start_slirp(cfg, init_pid, life_r, deadline):
             os.write(2, ("slirp4netns: %s\n" % exc).encode())
             os._exit(127)
     os.close(ready_w)
+    return pid, ready_r
+
+
+def await_slirp(ready_r, deadline):
     try:
         if read_within(ready_r, deadline, "the sandbox's network") != b"1":
             raise Failure("slirp4netns could not configure the sandbox's network")
     finally:
         os.close(ready_r)
-    return pid
 
 
 def start_nft(cfg, netns, script):
@@ -306,7 +374,7 @@ def finish_nft(started, deadline):
     pid, pidfd, err_r = started
     try:
         if not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, SIGKILL)
             os.waitpid(pid, 0)
             raise Failure("the sandbox's network rules were not loaded in time")
         _, status = os.waitpid(pid, 0)
@@ -342,7 +410,10 @@ def start_watcher(cfg, init_pid, life_r, report):
     """A process in the host's network namespace (root: it enters the sandbox's to run nft)
     that follows the host's addresses: one the host gets after the rules were written is added
     to the rules' sets within milliseconds. It first asks for every address, which covers
-    those the host got while the sandbox started."""
+    those the host got while the sandbox started. Through ``_socket``: ``socket`` imports
+    ``enum``, which would take 8 ms of the start."""
+    import _socket
+
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -352,7 +423,7 @@ def start_watcher(cfg, init_pid, life_r, report):
             os.setsid()
             # Held from now on: a pid reused after the sandbox ends never names another's.
             netns = os.open("/proc/%d/ns/net" % init_pid, os.O_RDONLY)
-            news = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+            news = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, _socket.NETLINK_ROUTE)
             news.bind((0, RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR))
             ask_addresses(news)
             os.write(w, b"r")
@@ -409,6 +480,7 @@ def watch_forever(cfg, netns, news, life_r):
 def addresses_in(data):
     """The host's own addresses that RTM_NEWADDR messages in ``data`` announce: IPv4 local and
     broadcast addresses, IPv6 local ones (IFA_ADDRESS is the peer on a point-to-point link)."""
+    import _socket
     import struct
 
     at = 0
@@ -426,17 +498,20 @@ def addresses_in(data):
                     break
                 attrs[name] = data[attr + 4 : attr + size]
                 attr += (size + 3) & ~3
-            width = {socket.AF_INET: 4, socket.AF_INET6: 16}.get(family)
+            width = {AF_INET: 4, AF_INET6: 16}.get(family)
             local = attrs.get(IFA_LOCAL, attrs.get(IFA_ADDRESS))
-            for raw in (local, attrs.get(IFA_BROADCAST) if family == socket.AF_INET else None):
+            for raw in (local, attrs.get(IFA_BROADCAST) if family == AF_INET else None):
                 if raw is not None and len(raw) == width:
-                    yield socket.inet_ntop(family, raw)
+                    yield _socket.inet_ntop(family, raw)
         at += (length + 3) & ~3
 
 
 def start_relay(cfg, init_pid, life_r, report):
     """A process in the host's network namespace that holds listeners made in the sandbox's:
     a connection to the sandbox's 127.0.0.1:PORT is relayed to the host's 127.0.0.1:PORT."""
+    import socket
+    import threading  # noqa: F401  # before root is dropped: relay_forever uses it
+
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -470,6 +545,8 @@ def start_relay(cfg, init_pid, life_r, report):
 
 
 def relay_forever(listeners, life_r):
+    import threading
+
     by_fd = {sock.fileno(): (sock, port) for sock, port in listeners}
     while True:
         ready, _, _ = select.select([life_r, *by_fd], [], [])
@@ -485,6 +562,8 @@ def relay_forever(listeners, life_r):
 
 
 def pipe_both(inner, port):
+    import socket
+
     # A numeric address and no name lookup: this process has dropped root and may no longer
     # read the modules a lookup would import.
     outer = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -521,7 +600,7 @@ def pipe_both(inner, port):
 
 
 def main():
-    cfg = json.loads(sys.argv[1])
+    cfg = decode_config(sys.argv[1])
     report = int(sys.argv[2])
     os.set_inheritable(report, False)
     deadline = time.monotonic() + cfg["timeout"]
@@ -530,22 +609,34 @@ def main():
         stage_binds(cfg)
         nsfd = make_userns(cfg, deadline)
         life_r, life_w = os.pipe()
-        bwrap_pid, init_pid = start_bwrap(cfg, nsfd, life_w, deadline)
+        bwrap_pid, init_pid, init_ready = start_bwrap(cfg, nsfd, life_w, deadline)
         started.append(init_pid)
         os.close(life_w)
         os.close(nsfd)
         for fd in cfg["hold_fds"]:
             os.close(fd)
-        netns = os.open("/proc/%d/ns/net" % init_pid, os.O_RDONLY)
+        # The network namespace exists once bubblewrap names the init: its rules and
+        # slirp4netns are set up while the init starts; all three are awaited below.
+        waits = [init_ready]
         try:
-            rules = start_nft(cfg, netns, cfg["rules"])
+            netns = os.open("/proc/%d/ns/net" % init_pid, os.O_RDONLY)
+            try:
+                rules = start_nft(cfg, netns, cfg["rules"])
+            finally:
+                os.close(netns)
+            try:
+                slirp, slirp_ready = start_slirp(cfg, init_pid, life_r)
+                waits.append(slirp_ready)
+                helpers = [slirp]
+                started.extend(helpers)
+            finally:
+                finish_nft(rules, deadline)
+            waits.pop(0)
+            await_init(init_pid, init_ready, deadline)
+            await_slirp(waits.pop(0), deadline)
         finally:
-            os.close(netns)
-        try:
-            helpers = [start_slirp(cfg, init_pid, life_r, deadline)]
-            started.extend(helpers)
-        finally:
-            finish_nft(rules, deadline)
+            for fd in waits:
+                os.close(fd)
         helpers.append(start_watcher(cfg, init_pid, life_r, report))
         started.append(helpers[-1])
         if cfg["host_ports"]:
@@ -558,16 +649,16 @@ def main():
     except (Failure, OSError) as exc:
         for pid in started:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, SIGKILL)
             except OSError:
                 pass
         answer = {"ok": False, "error": str(exc)}
     try:
-        os.write(report, (json.dumps(answer) + "\n").encode())
+        os.write(report, answer_line(answer).encode())
     except OSError:  # the caller gave up waiting: nobody will know this sandbox, so end it
         for pid in started:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, SIGKILL)
             except OSError:
                 pass
     os.close(report)
