@@ -46,6 +46,7 @@ SANDBOX_PYTHON = "/usr/bin/python3"
 LIB = "/hangar/lib"
 
 USES: dict[str, tuple[str, ...]] = {
+    "attach": (),
     "checkpoint": ("gitsafe", "paths"),
     "context": ("gitsafe",),
     "exchange": ("paths",),

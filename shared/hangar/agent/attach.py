@@ -1,0 +1,184 @@
+"""Attach to one supervised run from inside its sandbox, in one exec: its output from a byte
+cursor as it grows, and the exec's standard input forwarded to the run's supervisor. Standard
+library only; run as hangar's user (see :mod:`hangar.agent.run` for the run folder) as::
+
+    attach RUN_DIR stream FROM TIMEOUT LIMIT INPUT
+    attach RUN_DIR send
+
+``stream`` writes output frames to standard output, each TYPE (1 byte) + LENGTH (4 bytes,
+big-endian) + payload::
+
+    o   log bytes, in order, from FROM on (none when FROM is -1)
+    x   last: JSON {"exit": CODE or null, "cursor": N}: the run's status (every log byte
+        was sent before a CODE) and the cursor after the bytes sent
+
+It returns once the run has ended, TIMEOUT seconds have passed (-1: never) or LIMIT bytes were
+sent (0: no limit). With INPUT other than 0 it also forwards commands from its standard input to the run
+until that ends: frames TYPE (1 byte) + LENGTH (2 bytes) + payload as the supervisor reads them
+(``d`` input, ``c`` close the input, ``r`` "ROWS COLS", ``s`` "N", ``k`` stop), each at most
+:data:`MAX_FRAME` bytes (one atomic write to the FIFO); commands for a run that takes none any
+more are dropped. With INPUT a number of seconds, once its standard input ends (the control
+plane hung up, or died) it closes the run's input, and stops the run if it has not ended that
+many seconds later; it waits for that even when its own output has nowhere to go. ``send`` forwards its standard input the same way and exits 0, or 4 when the
+run takes no commands (it has ended, or was started by a supervisor without them). Either exits
+3 when there is no such run. The log is looked at every few tens of milliseconds here, inside
+the sandbox, so the control plane makes one call where it would poll. What ``o`` frames carry
+is the program's output: untrusted.
+"""
+
+import json
+import os
+import struct
+import sys
+import threading
+import time
+
+MAX_FRAME = 512  # well under PIPE_BUF: one write, never interleaved with another writer's
+MAX_PAYLOAD = MAX_FRAME - 3
+READ = 1 << 20
+QUICK, SLOW = 0.01, 0.05  # seconds between looks: within a second of output, and after
+
+
+def frame(kind: bytes, payload: bytes = b"") -> bytes:
+    """Commands for the supervisor: ``kind`` with ``payload``, split into frames that fit."""
+    if kind != b"d":
+        return kind + struct.pack(">H", len(payload)) + payload
+    return b"".join(b"d" + struct.pack(">H", len(payload[i : i + MAX_PAYLOAD]))
+                    + payload[i : i + MAX_PAYLOAD]
+                    for i in range(0, len(payload), MAX_PAYLOAD))  # fmt: skip
+
+
+def read_exactly(stream, n):
+    data = b""
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def commands(stream):
+    """Frames read from ``stream`` until it ends (or a malformed frame)."""
+    while (header := read_exactly(stream, 3)) is not None:
+        size = struct.unpack(">H", header[1:])[0]
+        payload = read_exactly(stream, size)
+        if payload is None or header[:1] not in b"dcrsk" or size > MAX_PAYLOAD:
+            return
+        yield header + payload
+
+
+def open_fifo(run):
+    """The run's command FIFO opened for writing, or None when nothing reads it."""
+    try:
+        fd = os.open(os.path.join(run, "input"), os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # ENOENT: the run ended or is older; ENXIO: no supervisor reads it
+        return None
+    os.set_blocking(fd, True)
+    return fd
+
+
+def forward(run, stream):
+    """Write every frame of ``stream`` to the run's FIFO; False if the run takes none."""
+    fd = open_fifo(run)
+    if fd is None:
+        return False
+    try:
+        for one in commands(stream):
+            os.write(fd, one)
+    except BrokenPipeError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def exit_code(run):
+    try:
+        with open(os.path.join(run, "exit")) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def out(kind, payload):
+    sys.stdout.buffer.write(kind + struct.pack(">I", len(payload)) + payload)
+    sys.stdout.buffer.flush()
+
+
+def stream(run, cursor, timeout, limit):
+    """Send the log from ``cursor`` until the run ends, ``timeout`` passes or ``limit``."""
+    deadline = None if timeout < 0 else time.monotonic() + timeout
+    log = None if cursor < 0 else open(os.path.join(run, "log"), "rb")
+    sent, last = 0, time.monotonic()
+    if log is not None:
+        log.seek(cursor)
+    while True:
+        code = exit_code(run)  # first: every byte read after it is there is the whole log
+        data = b""
+        if log is not None:
+            want = READ if not limit else min(READ, limit - sent)
+            data = log.read(want) if want > 0 else b""
+            if data:
+                out(b"o", data)
+                last = time.monotonic()
+                sent += len(data)
+                cursor += len(data)
+                if not limit or sent < limit:
+                    continue  # more may be waiting
+        if code is not None or (limit and sent >= limit):
+            break
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            break
+        nap = QUICK if time.monotonic() - last < 1 else SLOW
+        time.sleep(nap if left is None else min(nap, left))
+    out(b"x", json.dumps({"exit": code, "cursor": max(cursor, 0)}).encode())
+
+
+def main():
+    run, mode = sys.argv[1], sys.argv[2]
+    if not os.path.isdir(run):
+        sys.stderr.write("no run %s\n" % os.path.basename(run))
+        sys.exit(3)
+    if mode == "send":
+        sys.exit(0 if forward(run, sys.stdin.buffer) else 4)
+    cursor, timeout, limit, take_input = sys.argv[3:7]
+    hang_up = None
+    if take_input != "0":
+        grace = None if take_input == "1" else float(take_input)
+        hang_up = threading.Thread(target=forward_then_hang_up,
+                                   args=(run, sys.stdin.buffer, grace), daemon=True)  # fmt: skip
+        hang_up.start()
+    try:
+        stream(run, int(cursor), float(timeout), int(limit))
+    except BrokenPipeError:  # whoever followed went away: hang up if asked, as its input ends
+        if hang_up is not None and take_input != "1":
+            hang_up.join()
+    os._exit(0)  # the input's thread may be waiting for a frame that will never come
+
+
+def forward_then_hang_up(run, stream, grace):
+    """Forward ``stream``; once it ends, with a ``grace`` (seconds), close the run's input and
+    stop the run if it has not ended by then."""
+    forward(run, stream)
+    if grace is None:
+        return
+    fd = open_fifo(run)
+    if fd is None:
+        return
+    try:
+        os.write(fd, frame(b"c"))
+        deadline = time.monotonic() + grace
+        while exit_code(run) is None and time.monotonic() < deadline:
+            time.sleep(SLOW)
+        if exit_code(run) is None:
+            os.write(fd, frame(b"k"))
+    except BrokenPipeError:
+        pass  # it ended meanwhile
+    finally:
+        os.close(fd)
+
+
+if __name__ == "__main__":
+    main()
