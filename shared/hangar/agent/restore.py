@@ -2,7 +2,10 @@
 ``python3 -I -S -c SRC`` with the checkpoint on standard input.
 
 Standard input is one JSON line (the plan) followed by the bytes of each part it lists, in
-order, each exactly ``size`` bytes::
+order, each exactly ``size`` bytes, then the line :data:`PARTS_VERIFIED`. The control plane
+streams the parts as it unseals them and sends that line only once every part authenticated
+and matched its record: without it (the input ends early: a part failed its check) the restore
+stops at ``receive``, before step 2 (:mod:`hangar.sessions.restore`)::
 
     repo, home          where the repo and HOME are
     branch, head        check out ``branch`` at ``head`` (detached when branch is null)
@@ -23,7 +26,8 @@ Steps, in order:
 0. End every process of the sandbox's agent (:mod:`hangar.agent.quiesce`; restore_failed at
    step ``agent`` if one outlives ten seconds): no process the environment's setup left running
    can change the trees while the steps below walk them as hangar's user.
-1. Receive the parts into a private staging folder (removed at the end).
+1. Receive the parts into a private staging folder (removed at the end), then
+   :data:`PARTS_VERIFIED`. Nothing before this step changes the repo or HOME.
 2. Check every archive by its content alone: each member is a relative path without ``..``;
    a file, folder or symbolic link (no hard links, devices, FIFOs); not an earlier link member
    nor beneath one; not a file where an earlier member put a folder, or the reverse. Untracked
@@ -84,6 +88,8 @@ from hangar.agent.paths import (
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+PARTS_VERIFIED = b"hangar: every part verified\n"
+"""The control plane's line after the last part (:data:`hangar.sessions.restore.PARTS_VERIFIED`)."""
 STEPS = ("agent", "receive", "check", "reset", "fetch", "checkout", "apply", "untar", "hand_over")
 """The steps timed in the answer's ``seconds``, in the order they run."""
 
@@ -388,6 +394,9 @@ def restore(plan, staging, clock):
         with open(path, "wb") as out:
             read_exact(sys.stdin.buffer, part["size"], out)
         paths[part["name"]] = (path, part.get("compression", "none"))
+    if sys.stdin.buffer.readline(len(PARTS_VERIFIED)) != PARTS_VERIFIED:
+        raise Failure("restore_failed", "receive", "the parts were not vouched for: their "
+                      "stream ended before the control plane's closing line")  # fmt: skip
     clock.lap("receive")
 
     conversation_dirs = [clean_name(d) for d in plan.get("conversation_dirs") or []]

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from hangar.blobs import Blobs, Tally
 from hangar.errors import DecryptionFailed
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, part_aad, seal, unseal
-from hangar.models import Checkpoint
+from hangar.models import Checkpoint, CheckpointPart
 
 
 def part_key(session_id: str, checkpoint_id: str, name: str) -> str:
@@ -67,18 +69,27 @@ class CheckpointParts:
 
     def read(self, checkpoint: Checkpoint, name: str, data_key: bytes | None = None) -> Iterator[bytes]:
         """Yield a part's plaintext. Raises BlobNotFound if it is missing and DecryptionFailed if
-        it was altered or does not match the record's hash (checked after the last chunk, so the
-        plaintext is only trustworthy once the iterator has finished)."""
+        it was altered or does not match the record's size and hash (checked after the last
+        chunk, so the plaintext is only trustworthy once the iterator has finished)."""
+        with self.opened(checkpoint, name, data_key) as chunks:
+            yield from chunks
+
+    @contextmanager
+    def opened(
+        self, checkpoint: Checkpoint, name: str, data_key: bytes | None = None
+    ) -> Iterator[Iterator[bytes]]:
+        """Open a part now and give its plaintext as an iterator of chunks, unsealed as they
+        are taken (nothing is held whole). Raises BlobNotFound (missing) and DecryptionFailed
+        (not in the record, or the key does not unwrap) on opening; the iterator raises
+        DecryptionFailed at the first chunk that does not authenticate, before yielding more
+        bytes than the record's size, and after the last chunk when the size or the hash
+        differ from the record's: its plaintext is only trustworthy once it has finished."""
         part = checkpoint.part(name)
         if part is None:
             raise DecryptionFailed(f"checkpoint {checkpoint.id} has no part {name!r}")
         key = data_key if data_key is not None else self.data_key(checkpoint)
-        aad = part_aad(checkpoint.session_id, checkpoint.id, name)
-        tally = Tally()
         with self.blobs.open(part_key(checkpoint.session_id, checkpoint.id, name)) as stream:
-            yield from tally.through(unseal(key, aad, stream))
-        if tally.sha256 != part.sha256:
-            raise DecryptionFailed(f"checkpoint {checkpoint.id}: part {name} does not match its hash")
+            yield _plaintext(checkpoint, part, key, stream)
 
     def delete(self, checkpoint: Checkpoint) -> None:
         """Delete every stored part of a checkpoint (idempotent)."""
@@ -88,3 +99,17 @@ class CheckpointParts:
     def delete_keys(self, keys: Iterable[str]) -> None:
         for key in keys:
             self.blobs.delete(key)
+
+
+def _plaintext(checkpoint: Checkpoint, part: CheckpointPart, key: bytes,
+               stream: BinaryIO) -> Iterator[bytes]:  # fmt: skip
+    aad = part_aad(checkpoint.session_id, checkpoint.id, part.name)
+    tally = Tally()
+    for chunk in tally.through(unseal(key, aad, stream)):
+        if tally.size > part.size:
+            raise DecryptionFailed(f"checkpoint {checkpoint.id}: part {part.name} is longer "
+                                   "than its record says")  # fmt: skip
+        yield chunk
+    if tally.size != part.size or tally.sha256 != part.sha256:
+        raise DecryptionFailed(f"checkpoint {checkpoint.id}: part {part.name} does not match "
+                               "its hash")  # fmt: skip

@@ -1,9 +1,14 @@
 """Restoring checkpoints into a fresh sandbox (spec 000 §5.3).
 
-The control plane opens each part (unwrap the key, unseal, check the hash) into local spooled
-files before anything is sent, so a tampered part is caught before the sandbox is touched. The
-parts then go in one exec to :mod:`hangar.agent.restore`, which does every git step and every
+The parts go in one exec to :mod:`hangar.agent.restore`, which does every git step and every
 unpacking inside the sandbox: the control plane never runs git on a bundle (BRIEF invariant 5).
+They stream: each part is unsealed chunk by chunk as the exec's standard input takes it, so the
+restore starts while later parts are still being read and decrypted, and nothing is held whole
+on the control plane. A part is only vouched for once its last chunk authenticated and its size
+and hash matched the record, so the restore stages every part first and touches the sandbox's
+trees only after the control plane's closing line, :data:`PARTS_VERIFIED`, which follows the
+last part only when every part passed: a tampered or truncated part ends the stream before it
+(DecryptionFailed here, the restore refused at its ``receive`` step in the sandbox).
 
 :meth:`Restorer.restore` tries the newest checkpoint first and falls back to older ones, newest
 first, reporting which one was used and why the newer ones were skipped.
@@ -13,12 +18,10 @@ from __future__ import annotations
 
 import json
 import logging
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import IO
 
 from hangar import agent
 from hangar.blobs import Blobs
@@ -42,7 +45,9 @@ logger = logging.getLogger(__name__)
 
 _RESTORED_PARTS = ("repo.bundle", "staged.patch", "wip.patch", "untracked.", "agent.",
                    "exchange.")
-_SPOOL_IN_MEMORY = 32 << 20  # per part: a larger one goes to disk, which is slower to write
+PARTS_VERIFIED = b"hangar: every part verified\n"
+"""The line after the last part, sent only once every part authenticated and matched its
+record; :mod:`hangar.agent.restore` changes nothing before it has read it (the same bytes)."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +60,10 @@ class SkippedCheckpoint:
 @dataclass(frozen=True)
 class RestoreReport:
     """Which checkpoint was restored, and the newer ones that were tried and failed.
-    ``seconds``: where the restore of the checkpoint used went, step by step (``unseal`` and
-    ``exec`` on the control plane, the in-sandbox steps as the sandbox reported them: for
-    benchmarks and logs, untrusted)."""
+    ``seconds``: where the restore of the checkpoint used went, step by step (``open``,
+    ``unseal`` and ``exec`` on the control plane, ``unseal`` overlapping ``exec``: the parts
+    stream into it; the in-sandbox steps as the sandbox reported them: for benchmarks and logs,
+    untrusted)."""
 
     checkpoint: Checkpoint
     skipped: list[SkippedCheckpoint] = field(default_factory=list)
@@ -117,11 +123,13 @@ class Restorer:
         """Restore one checkpoint; returns its warnings (what could not be put back as it was:
         a branch left detached, paths git refuses). Every process of the sandbox's agent is
         ended first (whatever the environment's setup left running), so restore only into a
-        fresh sandbox: the restore has it to itself. Raises DecryptionFailed or BlobNotFound
-        (before the sandbox is touched), UnsafeArchive (an archive member would land outside its
-        folder: refused before anything is unpacked, or mid-unpack if a process in the sandbox
-        races the restore; never written outside the repo or HOME), RestoreFailed (past the
-        restore cap too), or SandboxError (an agent process outlived ten seconds). ``fresh``:
+        fresh sandbox: the restore has it to itself. Raises BlobNotFound (before the sandbox is
+        used), DecryptionFailed (before the repo or HOME is touched: the parts stream in, and
+        the restore waits for :data:`PARTS_VERIFIED`), UnsafeArchive (an archive member would
+        land outside its folder: refused before anything is unpacked, or mid-unpack if a
+        process in the sandbox races the restore; never written outside the repo or HOME),
+        RestoreFailed (past the restore cap too), or SandboxError (an agent process outlived
+        ten seconds). ``fresh``:
         nothing has changed the repo's tree since its clone, so the restore skips its reset and
         clean (a tree that was changed keeps what the clean would have removed)."""
         return self._restore(checkpoint, sandbox_id, repo_dir, home=home, fresh=fresh)[0]
@@ -135,18 +143,14 @@ class Restorer:
             raise RestoreFailed(f"checkpoint {checkpoint.id} has no head", checkpoint=checkpoint.id)
         data_key = self.parts.data_key(checkpoint)
         with ExitStack() as stack:
-            opened: list[tuple[dict[str, object], IO[bytes]]] = []
+            # Every part opened before the exec: a missing one fails before the sandbox is used.
+            opened: list[tuple[dict[str, object], Iterator[bytes]]] = []
             for part in checkpoint.parts:
                 if not part.name.startswith(_RESTORED_PARTS):
                     continue
-                spool = stack.enter_context(
-                    tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY)
-                )
-                for chunk in self.parts.read(checkpoint, part.name, data_key):
-                    spool.write(chunk)
-                spool.seek(0)
+                chunks = stack.enter_context(self.parts.opened(checkpoint, part.name, data_key))
                 entry = {"name": part.name, "size": part.size, "compression": part.compression}
-                opened.append((entry, spool))
+                opened.append((entry, chunks))
             plan = {
                 "repo": repo_dir,
                 "home": home,
@@ -160,11 +164,19 @@ class Restorer:
                 "parts": [entry for entry, _ in opened],
             }
 
+            unsealing = [0.0]
+
             def stdin() -> Iterator[bytes]:
                 yield json.dumps(plan).encode() + b"\n"
-                for _, spool in opened:
-                    while chunk := spool.read(1 << 20):
+                for _, chunks in opened:
+                    while True:
+                        began = time.perf_counter()
+                        chunk = next(chunks, None)  # raises DecryptionFailed: the stream ends
+                        unsealing[0] += time.perf_counter() - began
+                        if chunk is None:
+                            break
                         yield chunk
+                yield PARTS_VERIFIED
 
             unsealed = time.perf_counter()
             try:
@@ -180,7 +192,8 @@ class Restorer:
                 raise RestoreFailed(
                     f"restoring {checkpoint.id} timed out", checkpoint=checkpoint.id
                 ) from None
-        seconds = {"unseal": unsealed - started, "exec": time.perf_counter() - unsealed}
+        seconds = {"open": unsealed - started, "unseal": unsealing[0],
+                   "exec": time.perf_counter() - unsealed}  # fmt: skip
         warnings = _warnings_of(checkpoint, result.exit_code, result.stdout, result.stderr)
         return warnings, {**_seconds_of(result.stdout), **seconds}
 

@@ -24,7 +24,8 @@ from typing import cast
 
 import pytest
 
-from hangar.agent.restore import STEPS
+from hangar.agent.restore import PARTS_VERIFIED, STEPS
+from hangar.sessions import restore as control_plane
 from tests import installed_scripts as scripts
 from tests.conftest import GIT_IDENTITY, git
 
@@ -140,7 +141,8 @@ def plan_and_input(world: World, parts: dict[str, tuple[bytes, str]], **plan: ob
     }
     full.update(plan)
     full = {key: value for key, value in full.items() if value is not ABSENT}
-    return json.dumps(full).encode() + b"\n" + b"".join(d for d, _ in parts.values())
+    body = b"".join(d for d, _ in parts.values())
+    return json.dumps(full).encode() + b"\n" + body + PARTS_VERIFIED
 
 
 def environment(world: World) -> dict[str, str]:
@@ -269,6 +271,33 @@ def test_a_checkpoint_restores_commits_index_working_tree_untracked_files_and_co
     conv = world.home / ".claude/projects/-workspace-app/conv.jsonl"
     assert conv.read_bytes() == b'{"role": "user"}\n' and stat.S_IMODE(conv.stat().st_mode) == 0o600
     assert not [p for p in repo.rglob(".hangar-restore-*")]
+
+
+@pytest.mark.parametrize("cut", ["no closing line", "half the closing line", "mid-part"])
+def test_a_stream_that_ends_before_the_control_plane_vouched_for_every_part_changes_nothing(
+    world: World, cut: str
+) -> None:
+    work, parts = checkpoint_of_a_session(world)
+    parts["untracked.tar.gz"] = tar_gz([file("new.txt", b"new\n")])
+    whole = plan_and_input(world, parts, head=git(work, "rev-parse", "HEAD"), fresh=True)
+    short = {"no closing line": len(PARTS_VERIFIED), "half the closing line": 5,
+             "mid-part": len(PARTS_VERIFIED) + 10}[cut]  # fmt: skip
+    repo_before = snapshot(world.repo, times=True)
+    home_before = snapshot(world.home, times=True)
+    refs_before = git(world.repo, "show-ref")
+
+    proc = subprocess.run(SCRIPT, input=whole[:-short], capture_output=True, cwd=PROJECT,
+                          env=environment(world), timeout=120)  # fmt: skip
+
+    answer = answer_of(proc.stdout, proc.returncode)
+    assert (answer["ok"], answer["code"], answer["step"]) == (False, "restore_failed", "receive")
+    assert snapshot(world.repo, times=True) == repo_before
+    assert snapshot(world.home, times=True) == home_before
+    assert git(world.repo, "show-ref") == refs_before
+
+
+def test_the_sandbox_waits_for_the_very_closing_line_the_control_plane_sends() -> None:
+    assert PARTS_VERIFIED == control_plane.PARTS_VERIFIED and PARTS_VERIFIED.endswith(b"\n")
 
 
 def test_only_a_restore_into_a_tree_that_is_not_fresh_resets_and_cleans_it(world: World) -> None:
