@@ -70,7 +70,7 @@ def sandboxes(settings: Settings) -> Iterator[LocalSandboxes]:
     backend = LocalSandboxes.from_url(settings.sandboxes, settings)
     yield backend
     for info in backend.list():
-        backend.destroy(info.id, hooks=False)
+        backend.destroy(info.id)
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ once shipped; messages may.
     │   ├── UnknownHarness              unknown_harness     400
     │   ├── InvalidSettings             invalid_settings    400
     │   ├── InvalidSchema               invalid_schema      400
-    │   └── InvalidContext              invalid_context     400
+    │   ├── InvalidContext              invalid_context     400
+    │   └── SandboxCapabilityMissing    sandbox_capability_missing 400
     ├── PayloadTooLarge                 payload_too_large   413
     ├── MessageTooLarge                 message_too_large   413
     ├── Unauthorized                    unauthorized        401
@@ -108,6 +109,14 @@ def _plain(value: Any) -> bool:
 class InvalidInput(HangarError):
     code = "invalid_input"
     status = 400
+
+
+class SandboxCapabilityMissing(InvalidInput):
+    """A sandbox was asked for an optional capability its backend lacks (host paths shown
+    read-only, host ports): ``capability`` names the first, ``missing`` all of them,
+    ``backend`` the backend. Nothing was made."""
+
+    code = "sandbox_capability_missing"
 
 
 class PayloadTooLarge(HangarError):

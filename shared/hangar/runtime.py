@@ -9,7 +9,8 @@ from hangar.config import Settings
 from hangar.db import Db, open_db
 from hangar.errors import BackendError
 from hangar.keys import Keys, open_keys
-from hangar.sandboxes import Sandboxes, open_sandboxes
+from hangar.sandboxes import open_sandboxes
+from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.service import SessionService
 from hangar.ticks import Ticks, open_ticks
 
@@ -26,8 +27,9 @@ class Runtime:
         self.blobs: Blobs = open_blobs(settings.session_store, settings)
         self.keys: Keys = open_keys(settings.keys, settings)
         self._check_key_file()
-        self.sandboxes: Sandboxes = open_sandboxes(settings.sandboxes, settings,
-                                                   on_first_use=sandboxes_on_first_use)
+        # hangar's policy (pre-destroy hooks, the veto, force) over whichever backend it is
+        self.sandboxes = SandboxPolicy(open_sandboxes(settings.sandboxes, settings,
+                                                      on_first_use=sandboxes_on_first_use))
         self.ticks: Ticks = open_ticks(settings.ticks, settings, self.db)
         self.sessions = SessionService(
             settings, self.db, self.blobs, self.keys, self.sandboxes, self.ticks

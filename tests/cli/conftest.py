@@ -113,7 +113,7 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
         settings = Settings.build(data_dir=data_dir, harness_dir=harnesses)
         sandboxes = LocalSandboxes.from_url(settings.sandboxes, settings)
         for info in sandboxes.list():
-            sandboxes.destroy(info.id, hooks=False)
+            sandboxes.destroy(info.id)
 
 
 @pytest.fixture

@@ -102,7 +102,7 @@ def _server(data_dir: Path, harnesses: Path, **extra: str) -> Iterator[Server]:
     finally:
         server.stop()
         for info in server.sandboxes().list():
-            server.sandboxes().destroy(info.id, hooks=False)
+            server.sandboxes().destroy(info.id)
 
 
 @pytest.fixture(params=["embedded", "cloud"])

@@ -142,7 +142,7 @@ def deployment(
             function.stop()
         leftovers = LocalSandboxes(tmp_path / "sandboxes", harnesses)
         for info in leftovers.list():
-            leftovers.destroy(info.id, hooks=False)
+            leftovers.destroy(info.id)
 
 
 def test_a_session_runs_through_the_functions_and_suspends_by_a_cloud_tasks_tick(

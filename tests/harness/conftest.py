@@ -98,4 +98,4 @@ def agent(
                          host_ports=[stub.port])  # fmt: skip
     yield Agent(engine=engine, harness=harness, stub=stub)
     for info in sandboxes.list():
-        sandboxes.destroy(info.id, hooks=False)
+        sandboxes.destroy(info.id)

@@ -73,7 +73,7 @@ def agy(
                   tmp_path / "sandboxes")  # fmt: skip
     yield engine
     for info in engine.sandboxes.list():
-        engine.sandboxes.destroy(info.id, hooks=False)
+        engine.sandboxes.destroy(info.id)
 
 
 def run(engine: Engine, sandbox: str, harness: Harness, spec: TurnSpec) -> tuple[TurnResult, bytes]:

@@ -68,7 +68,7 @@ def service(tmp_path: Path, db: SqliteDb, blobs: LocalBlobs, keys: LocalKeys, re
     ticks.stop()
     assert not ticks.errors, ticks.errors
     for info in sandboxes.list():
-        sandboxes.destroy(info.id, hooks=False)
+        sandboxes.destroy(info.id)
 
 
 def ended(service: SessionService, name: str) -> Turn:

@@ -22,7 +22,8 @@ from hangar.config import Settings
 from hangar.errors import InvalidSettings
 from hangar.functions import ApiFunction, TicksFunction
 from hangar.runtime import Runtime
-from hangar.sandboxes import OnFirstUse, PreDestroyHook, Sandboxes, SandboxInfo, SandboxSpec
+from hangar.sandboxes import OnFirstUse, Sandboxes, SandboxInfo, SandboxSpec
+from hangar.sandboxes.policy import SandboxPolicy
 
 
 def _framework(function: ApiFunction) -> Starlette:
@@ -116,7 +117,9 @@ def test_a_cold_api_function_builds_no_openapi_document_and_loads_no_local_sandb
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["at_build"] == 0 and seen["after_two_gets"] == 1  # on first request, once
     local = [m for m in seen["modules"] if m.startswith("hangar.sandboxes.")]
-    assert local == []  # neither the local backend nor its launcher, uid, network, disk parts
+    # Neither the local backend nor its launcher, uid, network, disk parts: only the policy,
+    # which is every backend's.
+    assert local == ["hangar.sandboxes.policy"]
     assert "hangar.runtime" in seen["modules"] and "hangar.sandboxes" in seen["modules"]
 
 
@@ -125,7 +128,6 @@ class Recorded:
 
     def __init__(self) -> None:
         self.boxes: dict[str, SandboxInfo] = {}
-        self.hooks: list[PreDestroyHook] = []
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
         info = SandboxInfo(id=f"sbx-{len(self.boxes)}", labels={}, created_at=datetime.now(UTC))
@@ -135,23 +137,21 @@ class Recorded:
     def list(self, labels: object = None) -> list[SandboxInfo]:
         return list(self.boxes.values())
 
-    def destroy(self, sandbox_id: str, *, hooks: bool = True, force: bool = False) -> None:
-        for hook in self.hooks if hooks else []:
-            hook(self.boxes[sandbox_id])
+    def get(self, sandbox_id: str) -> SandboxInfo:
+        return self.boxes[sandbox_id]
+
+    def destroy(self, sandbox_id: str) -> None:
         del self.boxes[sandbox_id]
 
-    def add_pre_destroy_hook(self, hook: PreDestroyHook) -> None:
-        self.hooks.append(hook)
 
-
-def test_a_sandbox_backend_opened_on_first_use_opens_once_and_keeps_earlier_hooks() -> None:
+def test_a_sandbox_backend_opened_on_first_use_opens_once_under_a_policy_added_before() -> None:
     opened: list[Recorded] = []
 
     def opener() -> Sandboxes:
         opened.append(Recorded())
         return cast(Sandboxes, opened[-1])
 
-    deferred = OnFirstUse(opener)
+    deferred = SandboxPolicy(OnFirstUse(opener))
     hook_calls: list[str] = []
     deferred.add_pre_destroy_hook(lambda info: hook_calls.append(info.id))
     assert opened == []

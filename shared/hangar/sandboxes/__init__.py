@@ -1,12 +1,19 @@
 """The sandboxes port: isolated places where agents run, found again by id or label.
 
-Contract for every backend (checked by :mod:`hangar.testing.sandboxes`):
+The port is primitives only; hangar's policy over any backend (pre-destroy hooks, the veto,
+``force``) is written once above it, in :mod:`hangar.sandboxes.policy`. Contract for every
+backend (checked, all of it, by :mod:`hangar.testing.sandboxes`):
 
 - Inside a sandbox the repo lives under :data:`WORKSPACE` (``/workspace/<repo>``), HOME is the
   sandbox's own (:data:`HOME`), ``/tmp`` is private, and ``python3``, ``git`` and ``tar`` are
   on PATH.
-- ``create`` returns once the sandbox accepts ``exec``. A sandbox outlives the process that made
-  it: any later :class:`Sandboxes` opened on the same URL finds, uses and destroys it.
+- ``create`` returns once the sandbox is requested, not when it is ready (on a cluster that can
+  take minutes). ``status`` says where it is: :attr:`SandboxState.PENDING` with a reason for
+  people, :attr:`SandboxState.READY` (it accepts ``exec`` and file calls), or
+  :attr:`SandboxState.FAILED` with a reason (it never will; destroy it). Callers ``exec`` only
+  into a ready sandbox. A backend that starts sandboxes synchronously reports every live one
+  ready. A sandbox outlives the process that made it: any later :class:`Sandboxes` opened on
+  the same URL, in this process or another, finds, uses and destroys it.
 - Two users (the uid split): :attr:`SandboxUser.AGENT` runs the agent's side (clone, the
   environment's setup, the harness, shells), with no privileges; :attr:`SandboxUser.HANGAR`
   runs hangar's own tools (checkpoint, restore, run supervision), which read and write any of
@@ -15,19 +22,23 @@ Contract for every backend (checked by :mod:`hangar.testing.sandboxes`):
   under :data:`HANGAR_DIR`, out of the agent's reach; the agent's HOME is :data:`HOME`.
   Whatever the agent runs has :data:`HANGAR_BIN` first on its PATH, even when the caller's
   environment sets PATH.
-- ``host_ports`` of the spec are host loopback ports the sandbox reaches at its own
-  ``127.0.0.1:PORT``; no other host loopback port is reachable.
 - ``exec`` runs one command to completion. stdin is streamed in (bytes, a binary file or an
   iterable of byte chunks); stdout and stderr are streamed to the given binary files, or
-  collected and returned when none is given. A timeout kills the command and raises
-  :class:`~hangar.errors.ExecTimeout`. A non-zero exit is not an error: it is in the result.
+  collected and returned when none is given; output of any size passes without deadlock. A
+  timeout kills the command and raises :class:`~hangar.errors.ExecTimeout`. A non-zero exit
+  is not an error: it is in the result.
 - ``put_file`` and ``get_file`` stream file contents in and out.
-- ``destroy`` first runs every pre-destroy hook (unless ``hooks=False``), then ends every process
-  in the sandbox and removes it. It is idempotent: destroying a missing sandbox does nothing.
-  A hook that raises vetoes the destroy: the sandbox is kept and
-  :class:`~hangar.errors.DestroyVetoed` raised (the hook is how work is saved before a sandbox
-  goes), unless ``force``, the caller's explicit choice to lose that work; then it is logged.
-- Lookups of a missing sandbox raise :class:`~hangar.errors.SandboxNotFound`.
+- ``destroy`` ends every process in the sandbox and removes it; no hook runs at the port. It
+  is idempotent: destroying a missing sandbox does nothing.
+- Lookups of a missing sandbox (``get``, ``status``, ``exec``, the file calls) raise
+  :class:`~hangar.errors.SandboxNotFound`.
+- Optional capabilities (:class:`SandboxCapabilities`) are declared by each backend: a spec's
+  ``ro_paths`` need :attr:`~SandboxCapabilities.ro_paths`, its ``host_ports``
+  :attr:`~SandboxCapabilities.host_ports`. A backend asked at ``create`` for one it lacks
+  refuses with :class:`~hangar.errors.SandboxCapabilityMissing` (:func:`refuse_missing`)
+  and makes nothing. Where declared: ``ro_paths`` are host paths shown read-only at the same
+  path inside; ``host_ports`` are host loopback ports the sandbox reaches at its own
+  ``127.0.0.1:PORT``, and no other host loopback port is reachable.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ from typing import Any, BinaryIO, Protocol
 
 from hangar.backends import pick
 from hangar.config import Settings
+from hangar.errors import SandboxCapabilityMissing
 
 WORKSPACE = "/workspace"
 HOME = "/root"
@@ -69,13 +81,50 @@ class SandboxUser(StrEnum):
     HANGAR = "hangar"
 
 
+class SandboxState(StrEnum):
+    """Where a sandbox is after ``create``: on its way, usable, or never going to be."""
+
+    PENDING = "pending"
+    READY = "ready"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    """A sandbox's :class:`SandboxState`; ``reason`` says why it is pending or failed, for
+    people (empty when ready)."""
+
+    state: SandboxState
+    reason: str = ""
+
+
+READY = SandboxStatus(SandboxState.READY)
+
+
+@dataclass(frozen=True)
+class SandboxCapabilities:
+    """What a backend offers beyond the primitives every backend has.
+
+    ``ro_paths``: host paths shown read-only inside (:attr:`SandboxSpec.ro_paths`).
+    ``host_ports``: host loopback ports reachable from inside (:attr:`SandboxSpec.host_ports`).
+    ``host_reads``: hangar reads a sandbox's files from the host, with no exec (no call of the
+    port uses it yet; the layer that follows a run's output will).
+    """
+
+    ro_paths: bool = False
+    host_ports: bool = False
+    host_reads: bool = False
+
+
 @dataclass(frozen=True)
 class SandboxSpec:
     """What a new sandbox needs.
 
     ``ro_paths`` are host paths shown read-only at the same path inside (a local-path repo, so
     that it can be cloned). ``env`` is the base environment of every exec as the agent.
-    ``host_ports`` are host loopback ports the sandbox may reach (a local model server).
+    ``host_ports`` are host loopback ports the sandbox may reach (a local model server). Both
+    are optional capabilities (:class:`SandboxCapabilities`): a backend without one refuses a
+    spec that sets it.
     """
 
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -106,11 +155,36 @@ class ExecResult:
         return self.exit_code == 0
 
 
-PreDestroyHook = Callable[[SandboxInfo], None]
+def refuse_missing(capabilities: SandboxCapabilities, spec: SandboxSpec, backend: str) -> None:
+    """What every backend's ``create`` calls first: SandboxCapabilityMissing when ``spec``
+    asks for a capability ``backend`` lacks (each named, with what asked for it)."""
+    wanted = {"ro_paths": list(spec.ro_paths), "host_ports": list(spec.host_ports)}
+    missing = [name for name, value in wanted.items() if value and not getattr(capabilities, name)]
+    if missing:
+        asked = ", ".join(f"{name} {wanted[name]}" for name in missing)
+        raise SandboxCapabilityMissing(
+            f"the {backend} sandbox backend cannot give a sandbox {' or '.join(missing)} "
+            f"(asked for {asked})", capability=missing[0], missing=missing, backend=backend,
+        )  # fmt: skip
 
 
 class Sandboxes(Protocol):
-    def create(self, spec: SandboxSpec) -> SandboxInfo: ...
+    """The port; the contract is the module's docstring."""
+
+    @property
+    def capabilities(self) -> SandboxCapabilities:
+        """The optional capabilities this backend has; the same for every call."""
+        ...
+
+    def create(self, spec: SandboxSpec) -> SandboxInfo:
+        """Request a sandbox; returns once it is requested (``status`` says when it is
+        ready). SandboxCapabilityMissing, with nothing made, for a capability it lacks."""
+        ...
+
+    def status(self, sandbox_id: str) -> SandboxStatus:
+        """Where the sandbox is (pending with a reason, ready, failed with a reason);
+        SandboxNotFound if it is missing."""
+        ...
 
     def get(self, sandbox_id: str) -> SandboxInfo: ...
 
@@ -157,10 +231,9 @@ class Sandboxes(Protocol):
         """Copy a file's bytes to ``out``; returns the count. SandboxError if it is missing."""
         ...
 
-    def destroy(self, sandbox_id: str, *, hooks: bool = True, force: bool = False) -> None: ...
-
-    def add_pre_destroy_hook(self, hook: PreDestroyHook) -> None:
-        """Run ``hook(info)`` before every destroy, in the order added."""
+    def destroy(self, sandbox_id: str) -> None:
+        """End every process in the sandbox and remove it; no hook runs. Idempotent: a missing
+        sandbox is nothing to do."""
         ...
 
 
@@ -173,34 +246,29 @@ def _open_local(url: str, settings: Settings) -> Sandboxes:
 class OnFirstUse:
     """A sandbox backend opened the first time a sandbox is used, not before: what a Cloud Run
     function's cold start pays for is its first request, and the local backend (bubblewrap's
-    launcher, the uid, network and disk pieces) is no part of one that reads records. Hooks
-    added before it opens are handed to it when it does. Thread-safe."""
+    launcher, the uid, network and disk pieces) is no part of one that reads records.
+    Thread-safe."""
 
     def __init__(self, opener: Callable[[], Sandboxes]) -> None:
         self._opener = opener
         self._backend: Sandboxes | None = None
-        self._hooks: list[PreDestroyHook] = []
         self._lock = threading.Lock()
 
     def _opened(self) -> Sandboxes:
         with self._lock:
             if self._backend is None:
-                backend = self._opener()
-                for hook in self._hooks:
-                    backend.add_pre_destroy_hook(hook)
-                self._backend = backend
+                self._backend = self._opener()
             return self._backend
 
-    def add_pre_destroy_hook(self, hook: PreDestroyHook) -> None:
-        with self._lock:
-            if self._backend is None:
-                self._hooks.append(hook)
-                return
-            backend = self._backend
-        backend.add_pre_destroy_hook(hook)
+    @property
+    def capabilities(self) -> SandboxCapabilities:
+        return self._opened().capabilities
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
         return self._opened().create(spec)
+
+    def status(self, sandbox_id: str) -> SandboxStatus:
+        return self._opened().status(sandbox_id)
 
     def get(self, sandbox_id: str) -> SandboxInfo:
         return self._opened().get(sandbox_id)
@@ -217,8 +285,8 @@ class OnFirstUse:
     def get_file(self, sandbox_id: str, path: str, out: BinaryIO, **options: Any) -> int:
         return self._opened().get_file(sandbox_id, path, out, **options)
 
-    def destroy(self, sandbox_id: str, *, hooks: bool = True, force: bool = False) -> None:
-        self._opened().destroy(sandbox_id, hooks=hooks, force=force)
+    def destroy(self, sandbox_id: str) -> None:
+        self._opened().destroy(sandbox_id)
 
 
 _BACKENDS: dict[str, Callable[[str, Settings], Sandboxes]] = {"local": _open_local}

@@ -49,12 +49,12 @@ from urllib.parse import unquote, urlsplit
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from hangar.config import Settings
-from hangar.errors import DestroyVetoed, ExecTimeout, HangarError, InvalidInput, InvalidSettings
+from hangar.errors import ExecTimeout, InvalidInput, InvalidSettings
 from hangar.errors import SandboxError
 from hangar.errors import SandboxNotFound, SandboxUnavailable
-from hangar.sandboxes import HANGAR_BIN, HANGAR_DIR, HANGAR_TMP, HOME, ExecResult, PreDestroyHook
-from hangar.sandboxes import first_on_path
-from hangar.sandboxes import SandboxInfo
+from hangar.sandboxes import HANGAR_BIN, HANGAR_DIR, HANGAR_TMP, HOME, READY, ExecResult
+from hangar.sandboxes import first_on_path, refuse_missing
+from hangar.sandboxes import SandboxCapabilities, SandboxInfo, SandboxStatus
 from hangar.sandboxes import SandboxSpec, SandboxUser, Stdin
 from hangar.sandboxes import layout, network
 from hangar.sandboxes.disk import disk_for
@@ -168,7 +168,6 @@ class LocalSandboxes:
         self.memory_mb = memory_mb
         self.disk = disk_for(disk_gb)
         self._bwrap = bwrap
-        self._hooks: list[PreDestroyHook] = []
 
     @classmethod
     def from_url(cls, url: str, settings: Settings) -> LocalSandboxes:
@@ -197,13 +196,19 @@ class LocalSandboxes:
 
     # -- the port ---------------------------------------------------------------------------
 
+    capabilities = SandboxCapabilities(ro_paths=True, host_ports=True)
+    """Host paths read-only and host ports, both; no host reads yet (the sandbox's files are
+    on a volume mounted in its own mount namespace)."""
+
     def create(self, spec: SandboxSpec) -> SandboxInfo:
-        """Start a sandbox; returns once it accepts exec and its network is up.
+        """Start a sandbox; returns once it accepts exec and its network is up (synchronous:
+        ``status`` of a live sandbox is always ready).
 
         Raises SandboxUnavailable when bubblewrap, util-linux tools, slirp4netns or nft are
         missing, InvalidInput for a bad ``ro_paths`` entry, env name or host port, and
         SandboxError when the sandbox cannot start (the network rules not loaded included).
         """
+        refuse_missing(self.capabilities, spec, "local")
         tools = self._tools()
         ro_paths = [self._check_ro_path(p) for p in spec.ro_paths]
         env = _check_env(spec.env)
@@ -262,6 +267,12 @@ class LocalSandboxes:
             if claim is not None:
                 claim.release()  # the sandbox's init holds its own
         return record.info()
+
+    def status(self, sandbox_id: str) -> SandboxStatus:
+        """Ready for a live sandbox (``create`` returns a started one); SandboxNotFound if it
+        is missing or dead."""
+        self._live_record(sandbox_id)
+        return READY
 
     def get(self, sandbox_id: str) -> SandboxInfo:
         """The live sandbox ``sandbox_id``; SandboxNotFound if it is missing or dead."""
@@ -411,36 +422,14 @@ class LocalSandboxes:
             raise SandboxError(message, sandbox_id=sandbox_id, path=path)
         return counter.count
 
-    def destroy(self, sandbox_id: str, *, hooks: bool = True, force: bool = False) -> None:
-        """Run the hooks (if live and ``hooks``), kill every process in it, remove its folder.
-
-        Idempotent. A hook that raises vetoes the destroy (DestroyVetoed, the sandbox kept)
-        unless ``force``, when it is logged and the destroy goes on. SandboxError if the init
-        outlives SIGKILL for :data:`_KILL_TIMEOUT` seconds (the folder is then kept).
-        """
+    def destroy(self, sandbox_id: str) -> None:
+        """Kill every process in the sandbox and remove its folder; no hook runs (hooks are
+        :mod:`hangar.sandboxes.policy`'s). Idempotent. SandboxError if the init outlives
+        SIGKILL for :data:`_KILL_TIMEOUT` seconds (the folder is then kept)."""
         record = self._read_record(sandbox_id) if _ID.match(sandbox_id) else None
         if record is None:
             return
-        if hooks and _is_live(record):
-            info = record.info()
-            for hook in list(self._hooks):
-                try:
-                    hook(info)
-                except Exception as exc:  # any failure: the work it guards is not saved
-                    if not force:
-                        reason = exc.message if isinstance(exc, HangarError) else repr(exc)
-                        raise DestroyVetoed(
-                            f"sandbox {sandbox_id} was kept: saving its work first failed "
-                            f"({reason}); destroying it anyway (force) loses the work since "
-                            "the last good checkpoint", sandbox_id=sandbox_id,
-                        ) from exc  # fmt: skip
-                    logger.exception("pre-destroy hook %r failed for %s; destroying anyway "
-                                     "(forced)", hook, sandbox_id)  # fmt: skip
         _teardown(self.root / sandbox_id, record)
-
-    def add_pre_destroy_hook(self, hook: PreDestroyHook) -> None:
-        """Run ``hook(info)`` before every destroy, in the order added."""
-        self._hooks.append(hook)
 
     def network_rules(self, sandbox_id: str) -> str:
         """The packet filter the kernel holds for the sandbox's network namespace, as ``nft``

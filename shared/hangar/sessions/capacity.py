@@ -31,6 +31,7 @@ from hangar.db import Db
 from hangar.errors import CapacityExhausted, SandboxNotFound
 from hangar.models import Session, SessionState as S
 from hangar.sandboxes import SandboxInfo, Sandboxes
+from hangar.sandboxes.policy import SandboxPolicy
 
 RETRY_SECONDS = 60
 """What a refusal's ``Retry-After`` says: places free as sessions suspend or are deleted."""
@@ -85,7 +86,7 @@ class Capacity:
             after = (page[-1].created_at, page[-1].id)
 
 
-def admit(settings: Settings, sandboxes: Sandboxes, info: SandboxInfo) -> None:
+def admit(settings: Settings, sandboxes: SandboxPolicy, info: SandboxInfo) -> None:
     """After ``info`` was made for a start: when more sandboxes than the cap now live, destroy
     it (no hooks: it holds nothing yet) and raise CapacityExhausted."""
     live = len(sandboxes.list())

@@ -36,7 +36,7 @@ from hangar.errors import (
 )
 from hangar.models import CheckpointReason, ClaimKind, Session, SessionState as S, TickDue
 from hangar.models import utcnow
-from hangar.sandboxes import Sandboxes
+from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.records import Records
 from hangar.sessions.sandbox import SESSION_LABEL, sandbox_alive, take_checkpoint
@@ -61,7 +61,7 @@ class Housekeeping:
         self,
         settings: Settings,
         db: Db,
-        sandboxes: Sandboxes,
+        sandboxes: SandboxPolicy,
         checkpointer: Checkpointer,
         records: Records,
         transitions: Transitions,

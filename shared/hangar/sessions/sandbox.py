@@ -21,6 +21,7 @@ from hangar.sessions.conversations import conversation_dirs
 from hangar.harnesses.runs import read_run, read_stderr, run_started, start_run, stop_run
 from hangar.models import Checkpoint, CheckpointReason, Environment, Session
 from hangar.sandboxes import HOME, WORKSPACE, SandboxInfo, Sandboxes, SandboxSpec
+from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.capacity import admit
 from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
 from hangar.sessions.environments import Environments
@@ -97,7 +98,7 @@ class Provisioner:
     """The pieces of a start, on the session's sandbox."""
 
     def __init__(
-        self, settings: Settings, sandboxes: Sandboxes, environments: Environments,
+        self, settings: Settings, sandboxes: SandboxPolicy, environments: Environments,
         restorer: Restorer,
     ) -> None:  # fmt: skip
         self.settings = settings

@@ -67,6 +67,7 @@ from hangar.models import (
     Turn,
 )
 from hangar.sandboxes import HANGAR_TMP, Sandboxes, SandboxInfo, SandboxUser
+from hangar.sandboxes.policy import guarded
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.conversations import switch
 from hangar.sessions.environments import Environments, check_name
@@ -121,7 +122,9 @@ class SessionService:
         self.db = db
         self.blobs = blobs
         self.keys = keys
-        self.sandboxes = sandboxes
+        # The policy (pre-destroy hooks, the veto) over the port: the runtime's own, or made
+        # here over a bare backend.
+        self.sandboxes = sandboxes = guarded(sandboxes)
         self.ticks = ticks
         self.environments = Environments(db, keys)
         self.checkpointer = Checkpointer(db, blobs, keys, sandboxes, settings)
@@ -583,6 +586,12 @@ class SessionService:
         return self._shells.exec(ref, argv, stdin=stdin, stdout=stdout, stderr=stderr,
                                  timeout=timeout, env=env, agent=agent,
                                  cancel=cancel)  # fmt: skip
+
+    def lease(self, ref: str, *, agent: bool = False) -> contextlib.AbstractContextManager[None]:
+        """Hold a lease on the session (the agent's with ``agent``) while the block runs, as
+        :meth:`exec` does for its command: a terminal holds one while it is open. See
+        :meth:`Shells.lease <hangar.sessions.shells.Shells.lease>`."""
+        return self._shells.lease(self.resolve(ref).id, agent=agent)
 
     def require_running(self, ref: str, *, agent: bool = False) -> Session:
         """The session, if a terminal (the agent's with ``agent``) can open on it now; see

@@ -36,7 +36,7 @@ from hangar.errors import HangarError, SandboxError, SessionBusy, SessionNotFoun
 from hangar.models import CheckpointReason, ClaimKind, Environment, Phase, Session
 from hangar.models import SessionState as S, SkippedCheckpoint
 from hangar.models import StartError, StartIntent, StartKind, StartStep, TurnOutcome, utcnow
-from hangar.sandboxes import Sandboxes
+from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.capacity import Capacity
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.environments import Environments
@@ -70,7 +70,7 @@ class Startup:
         self,
         settings: Settings,
         db: Db,
-        sandboxes: Sandboxes,
+        sandboxes: SandboxPolicy,
         environments: Environments,
         provisioner: Provisioner,
         restorer: Restorer,

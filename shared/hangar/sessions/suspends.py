@@ -13,7 +13,7 @@ import logging
 
 from hangar.errors import CheckpointError, SessionBusy
 from hangar.models import CheckpointReason, ClaimKind, Session, SessionState as S
-from hangar.sandboxes import Sandboxes
+from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.records import Records
 from hangar.sessions.sandbox import Provisioner, sandbox_alive, take_checkpoint
@@ -28,7 +28,7 @@ class Suspends:
 
     def __init__(
         self,
-        sandboxes: Sandboxes,
+        sandboxes: SandboxPolicy,
         checkpointer: Checkpointer,
         provisioner: Provisioner,
         records: Records,

@@ -1,26 +1,40 @@
-"""The conformance suite every :class:`hangar.sandboxes.Sandboxes` backend runs.
+"""The conformance suite every :class:`hangar.sandboxes.Sandboxes` backend runs, unchanged.
 
-Subclass :class:`SandboxesConformance` in a test module and give it a function-scoped fixture
-named ``sandboxes`` that yields a fresh backend instance and destroys every sandbox it made at
-teardown. The suite only uses the port, so it runs unchanged against any backend; each test
-labels its sandboxes with a unique ``conformance`` value, so a shared backend is fine.
+Subclass :class:`SandboxesConformance` in a test module and give it two function-scoped
+fixtures: ``sandboxes``, a fresh backend instance (the bare port, no policy above it) that
+destroys every sandbox it made at teardown, and ``sandboxes_settings``, settings whose
+``sandboxes`` URL opens that same backend (the suite opens it afresh, in this process and in a
+new one, to find its sandboxes again). The suite only uses the port, so it runs unchanged
+against any backend; each test labels its sandboxes with a unique ``conformance`` value, so a
+shared backend is fine. Every sandbox is awaited until ``status`` says ready before it is used;
+optional capabilities are tried where the backend declares them and must be refused where it
+does not.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
+import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
-from hangar.errors import CheckpointError, DestroyVetoed, ExecTimeout, SandboxError
-from hangar.errors import SandboxNotFound
-from hangar.sandboxes import HOME, WORKSPACE, SandboxInfo, Sandboxes, SandboxSpec
+from hangar.config import Settings
+from hangar.errors import ExecTimeout, SandboxCapabilityMissing, SandboxError, SandboxNotFound
+from hangar.sandboxes import HANGAR_BIN, HANGAR_DIR, HANGAR_TMP, HOME, WORKSPACE, SandboxInfo
+from hangar.sandboxes import Sandboxes, SandboxSpec, SandboxState, SandboxStatus, SandboxUser
+from hangar.sandboxes import open_sandboxes
 
+READY_SECONDS = 900.0
+"""How long a new sandbox may stay pending (a cluster may have to bring a node up)."""
 
 GONE = (
     "for p in $(cat /tmp/parent) $(cat /tmp/child); do i=0; "
@@ -30,17 +44,107 @@ GONE = (
 """A script that succeeds once the processes named in /tmp/parent and /tmp/child are gone (a
 bounded wait inside the sandbox)."""
 
+CONNECT = """
+import socket, sys
+try:
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+    print("got", s.recv(100).decode())
+except OSError as exc:
+    print("refused", type(exc).__name__)
+"""
+"""Connects to HOST PORT and prints ``got GREETING`` or ``refused ERROR``."""
 
-def make(sandboxes: Sandboxes, **labels: str) -> SandboxInfo:
-    """Create a sandbox labelled with ``labels`` plus a unique ``conformance`` label."""
-    return sandboxes.create(SandboxSpec(labels={"conformance": uuid.uuid4().hex, **labels}))
+
+def until_ready(sandboxes: Sandboxes, sandbox_id: str, timeout: float = READY_SECONDS) -> list[SandboxStatus]:
+    """Wait (bounded) until the sandbox is ready; returns every status seen. AssertionError if
+    it fails or is still pending after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    seen = [sandboxes.status(sandbox_id)]
+    pause = 0.01
+    while seen[-1].state is SandboxState.PENDING:
+        assert time.monotonic() < deadline, f"{sandbox_id} still pending: {seen[-1].reason}"
+        time.sleep(pause)
+        pause = min(pause * 2, 2.0)
+        seen.append(sandboxes.status(sandbox_id))
+    assert seen[-1].state is SandboxState.READY, seen[-1]
+    return seen
 
 
-def run(sandboxes: Sandboxes, sandbox_id: str, script: str) -> str:
+def make(sandboxes: Sandboxes, spec: SandboxSpec | None = None, **labels: str) -> SandboxInfo:
+    """Create a sandbox (from ``spec``) labelled with ``labels`` plus a unique ``conformance``
+    label, and wait until it is ready."""
+    spec = spec or SandboxSpec()
+    labelled = {**spec.labels, "conformance": uuid.uuid4().hex, **labels}
+    info = sandboxes.create(SandboxSpec(labels=labelled, ro_paths=spec.ro_paths, env=spec.env,
+                                        host_ports=spec.host_ports))  # fmt: skip
+    until_ready(sandboxes, info.id)
+    return info
+
+
+def run(sandboxes: Sandboxes, sandbox_id: str, script: str, user: SandboxUser = SandboxUser.AGENT
+        ) -> str:  # fmt: skip
     """Run a shell script that must succeed; return its stdout as text."""
-    result = sandboxes.exec(sandbox_id, ["sh", "-c", script])
+    result = sandboxes.exec(sandbox_id, ["sh", "-c", script], user=user)
     assert result.exit_code == 0, result
     return result.stdout.decode()
+
+
+def connect(sandboxes: Sandboxes, sandbox_id: str, host: str, port: int) -> str:
+    """From inside, as the agent: ``got GREETING`` or ``refused ERROR`` (:data:`CONNECT`)."""
+    result = sandboxes.exec(sandbox_id, ["python3", "-I", "-c", CONNECT, host, str(port)])
+    assert result.ok, result
+    return result.stdout.decode().strip()
+
+
+class Listener:
+    """A TCP server on the host's loopback that answers every connection with ``greeting``."""
+
+    def __init__(self, greeting: bytes) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.server.getsockname()[1]
+        self.greeting = greeting
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(self.greeting)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+class Digest:
+    """A binary sink that keeps only the count and the SHA-256 of what is written to it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.hash = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.count += len(data)
+        self.hash.update(data)
+        return len(data)
+
+
+_CHILD = """
+import json, sys
+from hangar.config import Settings
+from hangar.sandboxes import SandboxSpec, open_sandboxes
+from hangar.testing.sandboxes import run, until_ready
+
+settings = Settings.build(**json.loads(sys.stdin.read()))
+sandboxes = open_sandboxes(settings.sandboxes, settings)
+info = sandboxes.create(SandboxSpec(labels={"conformance": sys.argv[1]}))
+until_ready(sandboxes, info.id)
+run(sandboxes, info.id, "sleep 300 </dev/null >/dev/null 2>&1 & echo $! > /tmp/bg.pid")
+print(info.id)
+"""
 
 
 class SandboxesConformance:
@@ -104,10 +208,7 @@ class SandboxesConformance:
             assert err.read() == b"oops"
 
     def test_exec_uses_the_spec_env_then_the_call_env(self, sandboxes: Sandboxes) -> None:
-        spec = SandboxSpec(
-            labels={"conformance": uuid.uuid4().hex}, env={"ONE": "spec", "TWO": "spec"}
-        )
-        info = sandboxes.create(spec)
+        info = make(sandboxes, SandboxSpec(env={"ONE": "spec", "TWO": "spec"}))
         script = 'printf "%s %s %s %s" "$ONE" "$TWO" "$THREE" "$HOME"'
         result = sandboxes.exec(info.id, ["sh", "-c", script], env={"TWO": "call", "THREE": "x y"})
         assert result.stdout.decode() == f"spec call x y {HOME}"
@@ -179,65 +280,15 @@ class SandboxesConformance:
 
     # -- destroy -------------------------------------------------------------------------------
 
-    def test_destroy_runs_hooks_in_order_while_the_sandbox_still_runs(
-        self, sandboxes: Sandboxes
-    ) -> None:
+    def test_destroy_is_idempotent_and_the_port_has_no_hooks(self, sandboxes: Sandboxes) -> None:
         info = make(sandboxes)
-        sandboxes.put_file(info.id, f"{HOME}/last-words", b"goodbye")
-        seen: list[str] = []
-
-        def first(hooked: SandboxInfo) -> None:
-            seen.append(f"first {hooked.id}")
-
-        def second(hooked: SandboxInfo) -> None:
-            out = io.BytesIO()
-            sandboxes.get_file(hooked.id, f"{HOME}/last-words", out)
-            seen.append(f"second {out.getvalue().decode()}")
-
-        sandboxes.add_pre_destroy_hook(first)
-        sandboxes.add_pre_destroy_hook(second)
         sandboxes.destroy(info.id)
-        assert seen == [f"first {info.id}", "second goodbye"]
-
-    def test_destroy_with_hooks_false_skips_them(self, sandboxes: Sandboxes) -> None:
-        info = make(sandboxes)
-        seen: list[str] = []
-        sandboxes.add_pre_destroy_hook(lambda hooked: seen.append(hooked.id))
-        sandboxes.destroy(info.id, hooks=False)
-        assert seen == []
+        sandboxes.destroy(info.id)
+        sandboxes.destroy(f"{info.id}-never-made")
         with pytest.raises(SandboxNotFound):
             sandboxes.get(info.id)
-
-    def test_a_failing_hook_vetoes_the_destroy_unless_forced(self, sandboxes: Sandboxes) -> None:
-        info = make(sandboxes)
-        seen: list[str] = []
-        failing = [True]
-
-        def checkpoint(hooked: SandboxInfo) -> None:
-            if failing[0]:
-                raise CheckpointError("the checkpoint failed")
-
-        sandboxes.add_pre_destroy_hook(checkpoint)
-        sandboxes.add_pre_destroy_hook(lambda hooked: seen.append(hooked.id))
-        with pytest.raises(DestroyVetoed, match="the checkpoint failed"):
-            sandboxes.destroy(info.id)
-        assert sandboxes.get(info.id) == info and run(sandboxes, info.id, "echo alive") == "alive\n"
-        assert seen == []
-        sandboxes.destroy(info.id, force=True)
-        assert seen == [info.id]
-        with pytest.raises(SandboxNotFound):
-            sandboxes.get(info.id)
-        other = make(sandboxes)
-        failing[0] = False
-        sandboxes.destroy(other.id)  # once the cause is gone, an ordinary destroy goes ahead
-        with pytest.raises(SandboxNotFound):
-            sandboxes.get(other.id)
-
-    def test_destroy_is_idempotent(self, sandboxes: Sandboxes) -> None:
-        info = make(sandboxes)
-        sandboxes.destroy(info.id)
-        sandboxes.destroy(info.id)
-        sandboxes.destroy(info.id, hooks=False)
+        # Hooks, the veto and force are the policy's (hangar.sandboxes.policy), not a backend's.
+        assert not hasattr(sandboxes, "add_pre_destroy_hook")
 
     def test_a_destroyed_sandbox_is_not_found_and_not_listed(self, sandboxes: Sandboxes) -> None:
         info = make(sandboxes)
@@ -287,3 +338,182 @@ class SandboxesConformance:
             "tar -cf ../r.tar . && tar -tf ../r.tar | grep -qx ./a && git log --format=%s"
         )
         assert run(sandboxes, info.id, script) == "a\n"
+
+    # -- status --------------------------------------------------------------------------------
+
+    def test_a_new_sandbox_is_pending_with_a_reason_until_ready_and_a_missing_one_not_found(
+        self, sandboxes: Sandboxes
+    ) -> None:
+        info = sandboxes.create(SandboxSpec(labels={"conformance": uuid.uuid4().hex}))
+        seen = until_ready(sandboxes, info.id)
+        assert all(s.state is SandboxState.PENDING and s.reason for s in seen[:-1]), seen
+        assert seen[-1] == SandboxStatus(SandboxState.READY)
+        assert sandboxes.exec(info.id, ["true"]).ok
+        sandboxes.destroy(info.id)
+        for missing in (info.id, "no-such-sandbox"):
+            with pytest.raises(SandboxNotFound):
+                sandboxes.status(missing)
+
+    # -- found again ---------------------------------------------------------------------------
+
+    def test_a_backend_opened_afresh_on_the_same_url_finds_uses_and_destroys_a_sandbox(
+        self, sandboxes: Sandboxes, sandboxes_settings: Settings
+    ) -> None:
+        info = make(sandboxes)
+        run(sandboxes, info.id, "echo kept > /tmp/mark")
+        again = open_sandboxes(sandboxes_settings.sandboxes, sandboxes_settings)
+        assert again is not sandboxes
+        assert again.get(info.id) == info
+        assert again.list({"conformance": info.labels["conformance"]}) == [info]
+        assert again.status(info.id).state is SandboxState.READY
+        assert run(again, info.id, "cat /tmp/mark") == "kept\n"
+        again.destroy(info.id)
+        with pytest.raises(SandboxNotFound):
+            sandboxes.get(info.id)
+
+    def test_a_sandbox_made_by_another_process_outlives_it_with_its_processes(
+        self, sandboxes: Sandboxes, sandboxes_settings: Settings
+    ) -> None:
+        label = uuid.uuid4().hex
+        child = subprocess.run([sys.executable, "-c", _CHILD, label],
+                               input=sandboxes_settings.model_dump_json().encode(),
+                               capture_output=True, timeout=READY_SECONDS + 60)  # fmt: skip
+        assert child.returncode == 0, child.stderr.decode()
+        made = child.stdout.decode().split()[-1]
+        [info] = sandboxes.list({"conformance": label})
+        assert info.id == made
+        check = 'p=$(cat /tmp/bg.pid) && kill -0 "$p" && tr "\\0" " " < /proc/$p/cmdline'
+        assert run(sandboxes, made, check) == "sleep 300 "
+        sandboxes.destroy(made)
+        assert sandboxes.list({"conformance": label}) == []
+
+    # -- the uid split -------------------------------------------------------------------------
+
+    def test_the_agent_can_neither_signal_trace_nor_read_hangars_processes_and_files(
+        self, sandboxes: Sandboxes
+    ) -> None:
+        info = make(sandboxes)
+        hangar = SandboxUser.HANGAR
+        sandboxes.put_file(info.id, f"{HANGAR_DIR}/conformance-secret", b"s3cret", mode=0o600,
+                           user=hangar)  # fmt: skip
+        sandboxes.put_file(info.id, f"{HANGAR_TMP}/conformance-secret", b"s3cret", user=hangar)
+        holder = (f"exec 7<{HANGAR_DIR}/conformance-secret; echo $$ > /tmp/hangar.pid; "
+                  "exec sleep 303 </dev/null >/dev/null 2>&1")  # fmt: skip
+        started = sandboxes.exec(info.id, ["sh", "-c", f"sh -c '{holder}' &"], user=hangar,
+                                 env={"SECRET_X": "s3cret"})  # fmt: skip
+        assert started.ok, started
+        deadline = time.monotonic() + 20
+        while not (pid := run(sandboxes, info.id, "cat /tmp/hangar.pid 2>/dev/null || true")
+                   .strip()):  # fmt: skip
+            assert time.monotonic() < deadline, "hangar's process never started"
+            time.sleep(0.02)
+        attacks = {
+            "kill": f"kill -9 {pid}",
+            "fd": f"ls -l /proc/{pid}/fd/",
+            "environ": f"cat /proc/{pid}/environ",
+            "mem": f"head -c 1 /proc/{pid}/mem",
+            "file": f"cat {HANGAR_DIR}/conformance-secret",
+            "scratch": f"cat {HANGAR_TMP}/conformance-secret",
+            "listing": f"ls {HANGAR_DIR}",
+            "write": f"echo forged > {HANGAR_BIN}/conformance-forged",
+        }
+        for name, script in attacks.items():
+            result = sandboxes.exec(info.id, ["sh", "-c", script])
+            assert not result.ok and b"s3cret" not in result.stdout, (name, result)
+        trace = (
+            "import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
+            "print(libc.ptrace(16, int(sys.argv[1]), 0, 0), ctypes.get_errno())"
+        )
+        result = sandboxes.exec(info.id, ["python3", "-c", trace, pid])
+        assert result.stdout.split() == [b"-1", b"1"]  # PTRACE_ATTACH: EPERM
+        assert sandboxes.exec(info.id, ["kill", "-0", pid], user=hangar).ok, "it died"
+        assert run(sandboxes, info.id, f"cat {HANGAR_TMP}/conformance-secret", hangar) == "s3cret"
+
+    def test_hangar_bin_is_first_on_the_agents_path_even_when_the_caller_sets_path(
+        self, sandboxes: Sandboxes
+    ) -> None:
+        info = make(sandboxes, SandboxSpec(env={"PATH": "/tmp/spec:/usr/bin:/bin"}))
+        sandboxes.put_file(info.id, f"{HANGAR_BIN}/conformance-tool", b"#!/bin/sh\necho from-hangar\n",
+                           mode=0o755, user=SandboxUser.HANGAR)  # fmt: skip
+        for folder in ("/tmp/spec", "/tmp/call"):  # the agent's own tool of the same name
+            sandboxes.put_file(info.id, f"{folder}/conformance-tool", b"#!/bin/sh\necho from-agent\n",
+                               mode=0o755)  # fmt: skip
+        path = sandboxes.exec(info.id, ["sh", "-c", 'printf %s "$PATH"']).stdout.decode()
+        assert path.split(":") == [HANGAR_BIN, "/tmp/spec", "/usr/bin", "/bin"]
+        called = sandboxes.exec(info.id, ["sh", "-c", 'printf %s "$PATH"; echo; conformance-tool'],
+                                env={"PATH": f"/tmp/call:/usr/bin:/bin:{HANGAR_BIN}"})  # fmt: skip
+        assert called.stdout.decode().split("\n")[:2] == [
+            f"{HANGAR_BIN}:/tmp/call:/usr/bin:/bin", "from-hangar"]
+
+    # -- big streams ---------------------------------------------------------------------------
+
+    def test_exec_passes_tens_of_megabytes_out_and_in_without_deadlock(
+        self, sandboxes: Sandboxes
+    ) -> None:
+        info = make(sandboxes)
+        out = Digest()
+        both = "head -c 8000000 /dev/zero >&2 & head -c 40000000 /dev/zero; wait"
+        result = sandboxes.exec(info.id, ["sh", "-c", both], stdout=out)  # type: ignore[arg-type]
+        assert result.ok and out.count == 40_000_000 and result.stderr == b"\0" * 8_000_000
+        assert out.hash.hexdigest() == hashlib.sha256(b"\0" * 40_000_000).hexdigest()
+        collected = sandboxes.exec(info.id, ["head", "-c", "24000000", "/dev/urandom"])
+        assert collected.ok and len(collected.stdout) == 24_000_000
+        block = os.urandom(1 << 20)
+        echoed = Digest()
+        chunks = (block for _ in range(24))  # 24 MiB in, streamed, while it comes back out
+        result = sandboxes.exec(info.id, ["cat"], stdin=chunks, stdout=echoed)  # type: ignore[arg-type]
+        assert result.ok and echoed.count == 24 << 20
+        assert echoed.hash.hexdigest() == hashlib.sha256(block * 24).hexdigest()
+
+    # -- optional capabilities -----------------------------------------------------------------
+
+    def test_ro_paths_are_read_only_at_the_same_path_and_clonable_or_refused_at_create(
+        self, sandboxes: Sandboxes, tmp_path: Path
+    ) -> None:
+        repo = tmp_path / "repos" / "demo"
+        repo.mkdir(parents=True)
+        (repo / "README").write_text("demo\n")
+        git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+        for args in (["init", "-q"], ["add", "README"], ["commit", "-qm", "first"]):
+            subprocess.run([*git, *args], check=True, capture_output=True)
+        spec = SandboxSpec(ro_paths=[str(repo)])
+        if not sandboxes.capabilities.ro_paths:
+            self._refused(sandboxes, spec, "ro_paths")
+            return
+        info = make(sandboxes, spec)
+        assert run(sandboxes, info.id, f"cat {repo}/README") == "demo\n"
+        for user in SandboxUser:
+            assert not sandboxes.exec(info.id, ["touch", f"{repo}/new"], user=user).ok
+        clone = f"git clone -q {repo} {WORKSPACE}/demo && cat {WORKSPACE}/demo/README"
+        assert run(sandboxes, info.id, clone) == "demo\n"
+        assert not (repo / "new").exists()
+
+    def test_host_ports_reach_the_hosts_loopback_port_and_no_other_or_are_refused_at_create(
+        self, sandboxes: Sandboxes
+    ) -> None:
+        allowed, other = Listener(b"model stub"), Listener(b"hangar serve")
+        try:
+            spec = SandboxSpec(host_ports=[allowed.port])
+            if not sandboxes.capabilities.host_ports:
+                self._refused(sandboxes, spec, "host_ports")
+                return
+            info = make(sandboxes, spec)
+            for host in ("127.0.0.1", "localhost"):
+                assert connect(sandboxes, info.id, host, allowed.port) == "got model stub", host
+            assert connect(sandboxes, info.id, "127.0.0.1", other.port).startswith("refused")
+            without = make(sandboxes)
+            assert connect(sandboxes, without.id, "127.0.0.1", allowed.port).startswith("refused")
+        finally:
+            allowed.close()
+            other.close()
+
+    @staticmethod
+    def _refused(sandboxes: Sandboxes, spec: SandboxSpec, capability: str) -> None:
+        label = uuid.uuid4().hex
+        asked = SandboxSpec(labels={"conformance": label}, ro_paths=spec.ro_paths,
+                            host_ports=spec.host_ports)  # fmt: skip
+        with pytest.raises(SandboxCapabilityMissing) as refused:
+            sandboxes.create(asked)
+        assert refused.value.code == "sandbox_capability_missing"
+        assert refused.value.data["capability"] == capability
+        assert sandboxes.list({"conformance": label}) == []  # nothing was made

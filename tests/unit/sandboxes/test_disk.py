@@ -76,7 +76,7 @@ def capped(tmp_path: Path, settings: Settings) -> Iterator[LocalSandboxes]:
                                       settings.replace(sandbox_disk_gb=CAP / 2**30))  # fmt: skip
     yield backend
     for info in backend.list():
-        backend.destroy(info.id, hooks=False)
+        backend.destroy(info.id)
     until_no_loop_device_under(tmp_path)
 
 
@@ -143,6 +143,6 @@ def test_a_sandboxs_disk_survives_its_maker_and_destroy_frees_it_and_its_loop_de
                                     settings.replace(sandbox_disk_gb=CAP / 2**30))  # fmt: skip
     assert run(again, info.id, "wc -c < /root/kept") == f"{16 << 20}\n"
     assert not again.exec(info.id, ["fallocate", "-l", "1G", "/root/big"]).ok
-    again.destroy(info.id, hooks=False)
+    again.destroy(info.id)
     assert not (capped.root / info.id).exists()
     until_no_loop_device_under(tmp_path)

@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from hangar.keys.local import LocalKeys
 from hangar.sandboxes import SandboxSpec, SandboxUser
 from hangar.sandboxes.isolation import INNER_AGENT, LimitsMode, uids_for
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.testing.sandboxes import run
+from hangar.testing.sandboxes import Listener, connect, run
 from tests.rig import make_engine
 
 pytestmark = pytest.mark.sandbox
@@ -71,51 +70,12 @@ def until(predicate: Callable[[], object], timeout: float = 20.0) -> None:
         time.sleep(0.02)
 
 
-class Listener:
-    """A TCP server on the host's loopback that answers every connection with ``greeting``."""
-
-    def __init__(self, greeting: bytes) -> None:
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.greeting = greeting
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            with conn:
-                conn.sendall(self.greeting)
-
-    def close(self) -> None:
-        self.server.close()
-
-
 @pytest.fixture
 def listeners() -> Iterator[list[Listener]]:
     made: list[Listener] = []
     yield made
     for listener in made:
         listener.close()
-
-
-CONNECT = """
-import socket, sys
-try:
-    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
-    print("got", s.recv(100).decode())
-except OSError as exc:
-    print("refused", type(exc).__name__)
-"""
-
-
-def connect(sandboxes: LocalSandboxes, sandbox_id: str, host: str, port: int) -> str:
-    result = sandboxes.exec(sandbox_id, ["/usr/bin/python3", "-I", "-c", CONNECT, host, str(port)])
-    assert result.ok, result
-    return result.stdout.decode().strip()
 
 
 # -- users --------------------------------------------------------------------------------------
@@ -169,44 +129,20 @@ def test_two_data_folders_at_once_get_four_distinct_uids(tmp_path: Path) -> None
     finally:
         for backend in (one, two):
             for info in backend.list():
-                backend.destroy(info.id, hooks=False)
+                backend.destroy(info.id)
 
 
 def test_a_destroyed_sandbox_frees_its_uids_for_the_next(tmp_path: Path) -> None:
     sandboxes = LocalSandboxes(tmp_path / "sandboxes")
     first = sandboxes.create(SandboxSpec())
     uids = host_uids_of(sandboxes, first.id)
-    sandboxes.destroy(first.id, hooks=False)
+    sandboxes.destroy(first.id)
     second = sandboxes.create(SandboxSpec())
     try:
         # The lowest free pair: the freed one, unless another test holds a lower one meanwhile.
         assert host_uids_of(sandboxes, second.id)[0] <= uids[0]
     finally:
-        sandboxes.destroy(second.id, hooks=False)
-
-
-def test_the_agent_cannot_signal_trace_or_read_hangars_processes(sandboxes: LocalSandboxes) -> None:
-    info = sandboxes.create(SandboxSpec())
-    holder = "exec 7</hangar/sandbox.json; exec sleep 303.5 </dev/null >/dev/null 2>&1"
-    sandboxes.exec(info.id, ["sh", "-c", f"({holder}) &"], user=HANGAR, env={"SECRET_X": "s3"})
-    until(lambda: host_pids_with("303.5"))
-    pid = run(sandboxes, info.id, "pgrep -f 'sleep 303.5'").split()[0]
-    attacks = {
-        "kill": f"kill -9 {pid}",
-        "fd": f"ls -l /proc/{pid}/fd/",
-        "environ": f"cat /proc/{pid}/environ",
-        "mem": f"head -c 1 /proc/{pid}/mem",
-    }
-    for name, script in attacks.items():
-        result = sandboxes.exec(info.id, ["sh", "-c", script])
-        assert not result.ok, (name, result)
-    trace = (
-        "import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
-        "print(libc.ptrace(16, int(sys.argv[1]), 0, 0), ctypes.get_errno())"
-    )
-    result = sandboxes.exec(info.id, ["/usr/bin/python3", "-c", trace, pid])
-    assert result.stdout.split() == [b"-1", b"1"]  # PTRACE_ATTACH: EPERM
-    assert host_pids_with("303.5"), "hangar's process survived every attack"
+        sandboxes.destroy(second.id)
 
 
 def test_the_agent_can_neither_replace_nor_forge_a_runs_files(sandboxes: LocalSandboxes) -> None:
@@ -245,18 +181,16 @@ def test_the_environment_never_appears_on_the_hosts_process_list(sandboxes: Loca
 # -- network ------------------------------------------------------------------------------------
 
 
-def test_the_hosts_loopback_is_unreachable_but_an_allowed_port(
+def test_the_host_seen_through_slirps_addresses_is_unreachable_but_an_allowed_port(
     sandboxes: LocalSandboxes, listeners: list[Listener]
 ) -> None:
+    # The loopback itself, allowed port and all, is the conformance suite's (host_ports).
     allowed, server = Listener(b"model stub"), Listener(b"hangar serve")
     listeners += [allowed, server]
     info = sandboxes.create(SandboxSpec(host_ports=[allowed.port]))
     assert connect(sandboxes, info.id, "127.0.0.1", allowed.port) == "got model stub"
-    assert connect(sandboxes, info.id, "localhost", allowed.port) == "got model stub"
-    for host in ("127.0.0.1", "10.0.2.2", "10.0.2.3"):  # the host itself, seen from inside
+    for host in ("10.0.2.2", "10.0.2.3"):  # the host itself, seen from inside
         assert connect(sandboxes, info.id, host, server.port).startswith("refused"), host
-    other = sandboxes.create(SandboxSpec())
-    assert connect(sandboxes, other.id, "127.0.0.1", allowed.port).startswith("refused")
 
 
 def test_an_allowed_port_stays_reachable_after_the_process_that_made_the_sandbox_exits(
@@ -315,7 +249,7 @@ def limited(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LocalSan
     assert backend.limits().mode is request.param
     yield backend
     for info in backend.list():
-        backend.destroy(info.id, hooks=False)
+        backend.destroy(info.id)
 
 
 def agent_tasks(uid: int) -> int:
@@ -343,7 +277,7 @@ def test_a_fork_bomb_is_held_to_the_agents_limit_while_a_checkpoint_and_the_host
     assert agent_tasks(agent) >= 90, "the bomb was still going"
     assert run(limited, neighbour.id, "echo next door") == "next door\n"
     assert subprocess.run(["true"]).returncode == 0
-    limited.destroy(bombed, hooks=False)
+    limited.destroy(bombed)
     until(lambda: agent_tasks(agent) == 0)
 
 

@@ -46,7 +46,7 @@ def test_a_start_that_meets_the_cap_when_making_its_sandbox_fails_cleanly_and_st
         world.service.send("late", "again")
     assert len(world.service.get("late").turns) == 1
 
-    world.sandboxes.destroy(rival.id, hooks=False)
+    world.sandboxes.destroy(rival.id)
     world.ticks.auto = AUTO_KINDS
     world.service.send("late", "run: echo hi > hi.txt")
     turn = world.service.wait("late", timeout=60, poll=0.05)

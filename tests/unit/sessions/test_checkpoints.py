@@ -18,6 +18,7 @@ from hangar.errors import BackendError, CheckpointError, NoUsableCheckpoint, Uns
 from hangar.keys.local import LocalKeys
 from hangar.models import Checkpoint, CheckpointReason
 from hangar.sandboxes import HANGAR_TMP, SandboxInfo, SandboxUser
+from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sandboxes.local import LocalSandboxes
 from hangar.sessions.checkpoints import CheckpointTarget
 from hangar.sessions.parts import part_key
@@ -435,8 +436,9 @@ def test_a_pre_destroy_hook_takes_a_destroy_checkpoint_before_the_sandbox_goes(
         if info.labels.get("hangar.session") == engine.session.id:
             engine.checkpointer.take(engine.target(info.id, workspace), CheckpointReason.DESTROY)
 
-    engine.sandboxes.add_pre_destroy_hook(checkpoint_first)
-    engine.sandboxes.destroy(sandbox)
+    policy = SandboxPolicy(engine.sandboxes)
+    policy.add_pre_destroy_hook(checkpoint_first)
+    policy.destroy(sandbox)
     [checkpoint] = engine.db.list_checkpoints(engine.session.id)
     assert checkpoint.reason is CheckpointReason.DESTROY
 

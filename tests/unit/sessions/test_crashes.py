@@ -195,7 +195,7 @@ def make_rig(tmp_path: Path, remote: Path) -> Iterator[Callable[[str], Rig]]:
     yield make
     for rig in made:
         for info in rig.sandboxes.list():
-            rig.sandboxes.destroy(info.id, hooks=False)
+            rig.sandboxes.destroy(info.id)
         rig.db.close()
 
 

@@ -118,7 +118,7 @@ def test_a_sandbox_lost_without_its_hook_during_a_turn_suspends_the_session_to_r
     world.settle("demo")
     sandbox = world.service.resolve("demo").sandbox_id
     assert sandbox and world.service.resolve("demo").state is SessionState.ACTIVE
-    world.sandboxes.destroy(sandbox, hooks=False)  # as a host restart would: no hook, no checkpoint
+    world.sandboxes.destroy(sandbox)  # as a host restart would: no hook, no checkpoint
     world.service.wait("demo", timeout=60, poll=0.05)  # the watch notices (wait looks too)
     session = world.service.get("demo")
     assert session.state is SessionState.SUSPENDED and session.sandbox_id is None

@@ -77,7 +77,7 @@ def isolation(report: Report, settings: Settings) -> None:
             report.line("FAIL", f"the probe sandbox does not answer: {exc.message}")
             return
         finally:
-            probe.destroy(info.id, hooks=False)
+            probe.destroy(info.id)
     lines = agent.stdout.decode().split("\n")
     mapping = [line.split() for line in lines[1:] if line.strip()]
     hosts = {int(inside): int(host) for inside, host, _count in mapping}
