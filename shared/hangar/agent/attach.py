@@ -2,8 +2,9 @@
 cursor as it grows, and the exec's standard input forwarded to the run's supervisor. Standard
 library only; run as hangar's user (see :mod:`hangar.agent.run` for the run folder) as::
 
-    attach RUN_DIR stream FROM TIMEOUT LIMIT INPUT
+    attach RUN_DIR stream FROM TIMEOUT LIMIT INPUT      (INPUT: 0, 1 or hang-up=SECONDS)
     attach RUN_DIR send
+    attach RUN_DIR forget
 
 ``stream`` writes output frames to standard output, each TYPE (1 byte) + LENGTH (4 bytes,
 big-endian) + payload::
@@ -13,17 +14,20 @@ big-endian) + payload::
         was sent before a CODE) and the cursor after the bytes sent
 
 It returns once the run has ended, TIMEOUT seconds have passed (-1: never) or LIMIT bytes were
-sent (0: no limit). With INPUT other than 0 it also forwards commands from its standard input to the run
-until that ends: frames TYPE (1 byte) + LENGTH (2 bytes) + payload as the supervisor reads them
-(``d`` input, ``c`` close the input, ``r`` "ROWS COLS", ``s`` "N", ``k`` stop), each at most
-:data:`MAX_FRAME` bytes (one atomic write to the FIFO); commands for a run that takes none any
-more are dropped. With INPUT a number of seconds, once its standard input ends (the control
-plane hung up, or died) it closes the run's input, and stops the run if it has not ended that
-many seconds later; it waits for that even when its own output has nowhere to go. ``send`` forwards its standard input the same way and exits 0, or 4 when the
-run takes no commands (it has ended, or was started by a supervisor without them). Either exits
-3 when there is no such run. The log is looked at every few tens of milliseconds here, inside
-the sandbox, so the control plane makes one call where it would poll. What ``o`` frames carry
-is the program's output: untrusted.
+sent (0: no limit). With INPUT other than 0 it also forwards commands from its standard input
+to the run until that ends: frames TYPE (1 byte) + LENGTH (2 bytes) + payload as the supervisor
+reads them (``d`` input, ``c`` close the input, ``r`` "ROWS COLS", ``s`` "N", ``k`` stop),
+each at most :data:`MAX_FRAME` bytes (one atomic write to the FIFO); commands for a run that
+takes none any more are dropped. With INPUT hang-up=SECONDS, once its standard input ends
+(the control plane hung up, or died) it closes the run's input, and stops the run if it has not
+ended that many seconds later; it waits for that even when its own output has nowhere to go.
+
+``send`` forwards its standard input the same way and exits 0, or 4 when the run takes no
+commands (it has ended, or was started by a supervisor without them). ``forget`` removes the
+folder of a run that has ended (exit 1 while it runs). Each exits 3 when there is no such run.
+The log is looked at every few tens of milliseconds here, inside the sandbox, so the control
+plane makes one call where it would poll. What ``o`` frames carry is the program's output:
+untrusted.
 """
 
 import json
@@ -143,17 +147,24 @@ def main():
         sys.exit(3)
     if mode == "send":
         sys.exit(0 if forward(run, sys.stdin.buffer) else 4)
+    if mode == "forget":
+        if exit_code(run) is None:
+            sys.exit("run %s has not ended" % os.path.basename(run))
+        import shutil
+
+        shutil.rmtree(run)
+        return
     cursor, timeout, limit, take_input = sys.argv[3:7]
     hang_up = None
+    grace = float(take_input[8:]) if take_input.startswith("hang-up=") else None
     if take_input != "0":
-        grace = None if take_input == "1" else float(take_input)
         hang_up = threading.Thread(target=forward_then_hang_up,
                                    args=(run, sys.stdin.buffer, grace), daemon=True)  # fmt: skip
         hang_up.start()
     try:
         stream(run, int(cursor), float(timeout), int(limit))
     except BrokenPipeError:  # whoever followed went away: hang up if asked, as its input ends
-        if hang_up is not None and take_input != "1":
+        if hang_up is not None and grace is not None:
             hang_up.join()
     os._exit(0)  # the input's thread may be waiting for a frame that will never come
 

@@ -34,7 +34,8 @@ With "stdin": "pipe" the command's standard input is a pipe this process holds o
 Without it, ``d`` and ``c`` are ignored and standard input is as described above. With "tty"
 the command gets a new session with a pseudo terminal's slave as its controlling terminal and
 standard input, output and error (TERM and the initial size from the spec); this process copies
-the master's output to ``log`` (``stderr`` stays empty) and input to the master; ``r`` sets
+the master's output to ``log`` (mode 0600: hangar's only; ``stderr`` stays empty) and input to
+the master; ``r`` sets
 the size on the master (the command's foreground group gets SIGWINCH); ``c`` drops later input.
 The run ends when the command ends, whatever processes it left behind (their output on a
 terminal after that is lost); only a stop kills those.
@@ -356,7 +357,10 @@ def supervise(run, started_w):
     piped = tty is not None or spec.get("stdin") == "pipe"
     initial = take_input(run) if piped else b""
     stdin = None if piped else open_input(run)
-    log = os.open(os.path.join(run, "log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    # A terminal's output (what a person typed and saw) is hangar's alone; a turn's log is
+    # the agent's to read.
+    log = os.open(os.path.join(run, "log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                  0o600 if tty is not None else 0o644)  # fmt: skip
     err = os.open(os.path.join(run, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     fifo = os.path.join(run, "input")
     os.mkfifo(fifo, 0o600)

@@ -1,37 +1,34 @@
-"""The pseudo terminal a terminal's program runs in, inside the sandbox: the words that set it
-up, its size, and the commands that resize it and clean up after it.
+"""A terminal's program: a process of :mod:`hangar.processes` on a pseudo terminal in the
+session's sandbox, started, fed and followed for one websocket (:mod:`hangar.api.terminal`).
 
-The program runs under ``script`` (util-linux), which makes the pseudo terminal. Its first
-words set ``TERM`` and the size, then write the terminal's device path (``tty``) to a file in
-the sandbox's own ``/tmp``, named by the server: a resize is ``stty -F`` on that device, run
-in the sandbox as the agent (the agent could rewrite that file; it only ever names one of the
-agent's own terminals, and it is passed as one quoted word). Everything here goes on a command
-line inside the sandbox: never a secret.
+The pseudo terminal is made by hangar's run supervisor: TERM and the size go in the process's
+spec, a resize is a command to the supervisor, and keystrokes, resizes and the end of input
+travel in order through the one exec that follows the program (its output comes back the same
+way). Nothing of the terminal goes on a command line inside the sandbox, and its output is
+hangar's alone there; the process's folder is removed once the program has ended.
 """
 
 from __future__ import annotations
 
+import logging
+import queue
 import re
 import secrets
-import shlex
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
-from hangar.errors import InvalidInput
+from hangar import processes
+from hangar.errors import HangarError, InvalidInput
+from hangar.processes import Processes, Terminal
 
-MAX_SIZE = 1000
+logger = logging.getLogger(__name__)
+
+MAX_SIZE = processes.MAX_SIZE
 """The most rows, or columns, a terminal gets; larger sizes are taken as this."""
+clamp = processes.clamp
 _TERM = re.compile(r"[A-Za-z0-9._+-]{1,64}")
 _NUMBER = re.compile(r"[0-9]+")
-_WAIT_FOR_DEVICE = 100  # tries 20 ms apart: a resize right after the start waits for the file
-
-
-def tty_file() -> str:
-    """A new name for a terminal's device file, in the sandbox's ``/tmp``."""
-    return f"/tmp/hangar-tty-{secrets.token_hex(8)}"
-
-
-def clamp(n: int) -> int:
-    """A size within 1 to :data:`MAX_SIZE`."""
-    return max(1, min(n, MAX_SIZE))
 
 
 def size_of(rows: str | None, cols: str | None) -> tuple[int, int] | None:
@@ -49,33 +46,90 @@ def size_of(rows: str | None, cols: str | None) -> tuple[int, int] | None:
     return clamp(numbers[0]), clamp(numbers[1])
 
 
-def setup(term: str | None, size: tuple[int, int] | None, device_file: str) -> str:
-    """The shell words that start a terminal: TERM, the size, then the device's path written
-    to ``device_file`` (after the size, so a resize that waits for the file is never undone);
-    InvalidInput for a TERM that is not a plain terminal type."""
+def terminal_of(term: str | None, size: tuple[int, int] | None) -> Terminal:
+    """The pseudo terminal asked for: TERM (default xterm-256color) and the size (None: left
+    alone); InvalidInput for a TERM that is not a plain terminal type."""
     term = term or "xterm-256color"
     if not _TERM.fullmatch(term):
         raise InvalidInput(f"term {term!r} is not a terminal type", field="term")
-    words = f"export TERM={term}; "
-    if size is not None:
-        words += f"stty rows {size[0]} cols {size[1]} 2>/dev/null; "
-    return words + f"tty > {device_file} 2>/dev/null; "
+    rows, cols = size if size is not None else (None, None)
+    return Terminal(rows=rows, cols=cols, term=term)
 
 
-def under_script(command: list[str], words: str) -> list[str]:
-    """``command`` under ``script``, in a pseudo terminal started by ``words`` (:func:`setup`)."""
-    # -e: script exits with the command's status; -f: output is flushed as it comes.
-    return ["script", "-qefc", words + "exec " + shlex.join(command), "/dev/null"]
+class Program:
+    """One terminal's program. :meth:`run` starts and follows it (blocking, in a thread of its
+    own); :meth:`type`, :meth:`resize`, :meth:`end_input` and :meth:`hang_up` may be called
+    from any thread meanwhile, and reach it in the order called.
 
+    After :meth:`end_input` the end-of-file key is typed at once and again every
+    ``eof_every`` seconds until the program ends, and later keys are dropped. After
+    :meth:`hang_up` (the client went) nothing more is sent; the in-sandbox follower types the
+    end-of-file key, closes the input and, if the program has not ended ``hang_up_after``
+    seconds later, kills it with everything it started (so it does too if this control-plane
+    process dies)."""
 
-def resize(device_file: str, rows: int, cols: int) -> list[str]:
-    """The command that gives the terminal whose device path is in ``device_file`` this size
-    (clamped); it waits up to two seconds for the file, which a terminal writes as it starts."""
-    script = (f'i=0; while [ ! -s "$1" ]; do [ $i -lt {_WAIT_FOR_DEVICE} ] || exit 3; '
-              'i=$((i+1)); sleep 0.02; done; stty -F "$(cat "$1")" rows "$2" cols "$3"')  # fmt: skip
-    return ["sh", "-c", script, "sh", device_file, str(clamp(rows)), str(clamp(cols))]
+    def __init__(self, sandbox: Processes, screen: Callable[[bytes], Any], *,
+                 eof_key: bytes, eof_every: float, hang_up_after: float) -> None:  # fmt: skip
+        self.sandbox, self.screen = sandbox, screen
+        self.eof_key, self.eof_every, self.hang_up_after = eof_key, eof_every, hang_up_after
+        self.id = f"terminal-{secrets.token_hex(8)}"
+        self._commands: queue.Queue[bytes | None] = queue.Queue()
+        self._input_open, self._sending = True, True
+        self._lock = threading.Lock()
+        self.finished = threading.Event()
 
+    def run(self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
+            terminal: Terminal) -> int | None:  # fmt: skip
+        """Start the program, follow it until it ends; its exit status (None if unknown).
+        Raises what :meth:`Processes.start <hangar.processes.Processes.start>` raises."""
+        try:
+            self.sandbox.start(self.id, argv, cwd=cwd, env=env, terminal=terminal)
+            end = self.sandbox.attach(self.id, self.screen, commands=self._stream(),
+                                      hang_up_after=self.hang_up_after)  # fmt: skip
+        finally:
+            self.finished.set()
+        try:
+            self.sandbox.forget(self.id)
+        except HangarError as exc:  # its folder stays until the sandbox goes
+            logger.warning("could not remove terminal %s: %s", self.id, exc)
+        return end.exit_code
 
-def forget(device_file: str) -> list[str]:
-    """The command that removes a terminal's device file once it has ended."""
-    return ["rm", "-f", device_file]
+    def type(self, keys: bytes) -> None:
+        """Keystrokes, passed through unchanged (dropped once the input has ended)."""
+        if self._input_open:
+            self._send(processes.keys(keys))
+
+    def resize(self, rows: int, cols: int) -> None:
+        """The terminal's new size (clamped); the program gets SIGWINCH."""
+        self._send(processes.resize(rows, cols))
+
+    def end_input(self) -> None:
+        """End the input: see the class's doc. Idempotent."""
+        with self._lock:
+            if not self._input_open:
+                return
+            self._input_open = False
+        threading.Thread(target=self._type_eof, name="hangar-terminal-eof", daemon=True).start()
+
+    def hang_up(self) -> None:
+        """The client has gone: see the class's doc. Idempotent."""
+        with self._lock:
+            if not self._sending:
+                return
+            self._commands.put(processes.keys(self.eof_key))
+            self._commands.put(None)
+            self._sending = False
+
+    def _send(self, command: bytes) -> None:
+        with self._lock:
+            if self._sending:
+                self._commands.put(command)
+
+    def _type_eof(self) -> None:
+        while not self.finished.is_set():
+            self._send(processes.keys(self.eof_key))
+            self.finished.wait(self.eof_every)
+
+    def _stream(self) -> Iterator[bytes]:
+        while (command := self._commands.get()) is not None:
+            yield command

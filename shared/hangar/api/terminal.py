@@ -21,11 +21,11 @@ model), with everything a turn gets: the environment's variables and secrets (in
 environment, never on a command line), ``$HANGAR_IO`` and the harness's settings
 (:meth:`~hangar.sessions.service.SessionService.agent_command`); before its first turn has
 named a conversation that is 409 ``no_conversation``, and while a turn runs 409
-``session_busy``. Either runs under ``script`` (util-linux),
-which gives it a pseudo terminal inside the sandbox, sized by the ``rows`` and ``cols`` query
-parameters (0 or none: left alone; above 1,000: 1,000), with ``TERM`` from ``term``, as the
-agent, in the repo folder (:mod:`hangar.api.pty`). A session without a sandbox is 409
-``session_not_running`` (open it first). Frames:
+``session_busy``. Either runs as a supervised process of the sandbox (:mod:`hangar.processes`)
+on a pseudo terminal, sized by the ``rows`` and ``cols`` query parameters (0 or none: left
+alone; above 1,000: 1,000), with ``TERM`` from ``term``, as the agent, in the repo folder; one
+exec carries its keystrokes, resizes and output both ways (:mod:`hangar.api.pty`). A session
+without a sandbox is 409 ``session_not_running`` (open it first). Frames:
 
 - client to server: binary frames are keystrokes, passed through unchanged; an empty one ends
   the input: the terminal's end-of-file key (Ctrl-D) is typed then, and again every
@@ -42,7 +42,8 @@ agent, in the repo folder (:mod:`hangar.api.pty`). A session without a sandbox i
   could not run, with 1011 and the reason ``CODE: MESSAGE``. Closing the socket hangs up:
   the program's input ends, and if it has not ended :data:`HANGUP_SECONDS` later (an editor,
   a ``sleep``: nobody would see it, and its lease would keep the session up) it is killed
-  with everything it started.
+  with everything it started. The same happens, inside the sandbox, when the server itself
+  goes away: a terminal never outlives its connection.
 
 A refused upgrade is an HTTP error with the usual JSON body (401, 404, 409, 400) where the
 server can send one, else a close before accepting with code 4000 + the status. An open
@@ -52,11 +53,10 @@ terminal holds a shell lease, so the session counts as in use while it lasts.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, cast
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.from_thread
@@ -70,9 +70,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from hangar.api import pty, tickets
 from hangar.api.routes import Endpoint, Query, param, parse, reply
-from hangar.operations.wire import TerminalResize, TerminalTicket, TerminalTicketView
-from hangar.api.streams import ClientGone
 from hangar.errors import HangarError, InvalidInput, Unauthorized
+from hangar.operations.wire import TerminalResize, TerminalTicket, TerminalTicketView
+from hangar.processes import Processes, Terminal
+from hangar.sessions.workspace import repo_dir_for
 
 if TYPE_CHECKING:
     from hangar.runtime import Runtime
@@ -143,20 +144,19 @@ def _reason(text: str) -> str:
 
 
 class _Screen:
-    """A binary file for the sandbox to write the terminal's output to: websocket frames."""
+    """The terminal's output as websocket frames, sent from the program's thread; once the
+    client has gone, output is dropped (the program is being hung up)."""
 
     def __init__(self, ws: WebSocket, token: anyio.lowlevel.EventLoopToken) -> None:
-        self.ws, self.token = ws, token
+        self.ws, self.token, self.gone = ws, token, False
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes) -> None:
+        if self.gone:
+            return
         try:
             anyio.from_thread.run(self.ws.send_bytes, data, token=self.token)
         except (WebSocketDisconnect, RuntimeError, OSError):
-            raise ClientGone() from None
-        return len(data)
-
-    def flush(self) -> None:
-        pass
+            self.gone = True
 
 
 async def _deny(ws: WebSocket, exc: HangarError) -> None:
@@ -168,31 +168,49 @@ async def _deny(ws: WebSocket, exc: HangarError) -> None:
 
 @dataclass(frozen=True)
 class _Admitted:
-    """A terminal let in: its session and sandbox, the command line, and the program's extra
-    environment (the agent's; None for a shell)."""
+    """A terminal let in: its session and sandbox, the program, its working folder and
+    environment, its pseudo terminal, and whether it is the agent's (an agent lease)."""
 
     session_id: str
     sandbox_id: str
     argv: list[str]
-    env: dict[str, str] | None
+    cwd: str
+    env: dict[str, str]
+    terminal: Terminal
+    agent: bool
+
+
+async def _forward(ws: WebSocket, program: pty.Program, close: list[tuple[int, str]]) -> None:
+    """Pass the client's frames to the program until the client goes (or sends a frame that
+    is neither keys nor a control message); then hang it up."""
+    try:
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            data = message.get("bytes")
+            if data is None:  # a text frame: a control message
+                try:
+                    size = TerminalResize.model_validate_json(message.get("text") or "")
+                except ValidationError as exc:
+                    error = exc.errors()[0]
+                    where = ".".join(str(x) for x in error["loc"]) or "frame"
+                    close.append((1003, f"invalid_input: not a control message "
+                                        f"({where}: {error['msg']})"))  # fmt: skip
+                    return
+                program.resize(size.rows, size.cols)
+            elif data:
+                program.type(data)
+            else:  # an empty frame: the end of input
+                program.end_input()
+    finally:  # the client went, or this handler is cancelled, or the program ended
+        program.hang_up()
 
 
 def terminal_route(runtime: Runtime) -> WebSocketRoute:
     service = runtime.sessions
 
-    def in_sandbox(sandbox_id: str, argv: list[str], what: str) -> None:
-        """Run a small command of the terminal's own (no lease: the terminal holds one); a
-        failure is logged, and the terminal goes on."""
-        try:
-            result = runtime.sandboxes.exec(sandbox_id, argv, timeout=10)
-        except HangarError as exc:
-            logger.warning("could not %s in sandbox %s: %s", what, sandbox_id, exc)
-            return
-        if not result.ok:
-            logger.warning("could not %s in sandbox %s: exit %d", what, sandbox_id,
-                           result.exit_code)  # fmt: skip
-
-    def admit(ref: str, q: Mapping[str, str], device_file: str) -> _Admitted:
+    def admit(ref: str, q: Mapping[str, str]) -> _Admitted:
         """What to run, once the ticket is used up and everything checked; a HangarError to
         deny the upgrade with otherwise."""
         if "ticket" not in q and "token" in q:
@@ -203,105 +221,63 @@ def terminal_route(runtime: Runtime) -> WebSocketRoute:
         if session.id != ticketed:
             raise Unauthorized("this terminal ticket is for another session")
         mode = _mode(q.get("mode"))
-        words = pty.setup(q.get("term"), pty.size_of(q.get("rows"), q.get("cols")), device_file)
+        terminal = pty.terminal_of(q.get("term"), pty.size_of(q.get("rows"), q.get("cols")))
         if mode == "agent":
             invocation = service.agent_command(session.id)  # no_conversation, not running: 409
-            command, env = invocation.argv, invocation.env
+            command, env = invocation.argv, dict(invocation.env)
             session = service.resolve(session.id)  # as agent_command found it: with a sandbox
         else:
             session = service.require_running(session.id)  # session_not_running: 409
-            command, env = SHELL, None
+            command, env = SHELL, {}
         assert session.sandbox_id is not None
-        return _Admitted(session.id, session.sandbox_id, pty.under_script(command, words), env)
+        variables = service.environments.require(session.environment).vars
+        return _Admitted(session.id, session.sandbox_id, list(command),
+                         repo_dir_for(session.repo or ""), {**variables, **env}, terminal,
+                         mode == "agent")  # fmt: skip
+
+    def run(admitted: _Admitted, program: pty.Program, close: list[tuple[int, str]]) -> None:
+        """The program, from its start to its end, holding the terminal's lease meanwhile;
+        how the websocket is to close goes in ``close``."""
+        try:
+            with service.lease(admitted.session_id, agent=admitted.agent):
+                code = program.run(admitted.argv, cwd=admitted.cwd, env=admitted.env,
+                                   terminal=admitted.terminal)  # fmt: skip
+            close.append((1000, f"exit {code}") if code is not None else
+                         (1011, "internal: no exit status"))  # fmt: skip
+        except HangarError as exc:
+            close.append((1011, f"{exc.code}: {exc.message}"))
+        except Exception:  # the terminal thread's top level
+            logger.exception("terminal in session %s failed", admitted.session_id)
+            close.append((1011, "internal: the terminal failed; see the server's log"))
 
     async def terminal(ws: WebSocket) -> None:
-        ref = str(ws.path_params["ref"])
-        device_file = pty.tty_file()
         try:
-            admitted = await run_in_threadpool(admit, ref, dict(ws.query_params), device_file)
+            admitted = await run_in_threadpool(admit, str(ws.path_params["ref"]),
+                                               dict(ws.query_params))  # fmt: skip
         except HangarError as exc:
             await _deny(ws, exc)
             return
         await ws.accept()
-        keys: queue.Queue[bytes | None] = queue.Queue()
+        screen = _Screen(ws, anyio.lowlevel.current_token())
+        program = pty.Program(Processes(runtime.sandboxes, admitted.sandbox_id), screen.write,
+                              eof_key=EOF_KEY, eof_every=EOF_EVERY_SECONDS,
+                              hang_up_after=HANGUP_SECONDS)  # fmt: skip
+        close: list[tuple[int, str]] = []
         ended = anyio.Event()
         token = anyio.lowlevel.current_token()
-        screen = cast(BinaryIO, _Screen(ws, token))
-        close: list[tuple[int, str]] = []
-        hang_up = threading.Event()
-        finished = threading.Event()  # the program has ended
-        timers: list[threading.Timer] = []
-        session_id, sandbox_id = admitted.session_id, admitted.sandbox_id
 
-        def stdin() -> Iterator[bytes]:
-            while (chunk := keys.get()) is not None:
-                yield chunk
-
-        def end_of_input() -> None:
-            while not finished.is_set():
-                keys.put(EOF_KEY)
-                finished.wait(EOF_EVERY_SECONDS)
-
-        def run() -> None:
+        def run_then_say() -> None:  # a thread of its own: a terminal may last for hours
             try:
-                code = service.exec(session_id, admitted.argv, stdin=stdin(), stdout=screen,
-                                    stderr=screen, env=admitted.env,
-                                    agent=admitted.env is not None, cancel=hang_up)  # fmt: skip
-                close.append((1000, f"exit {code}"))
-            except ClientGone:
-                close.append((1000, "client gone"))
-            except HangarError as exc:
-                close.append((1011, f"{exc.code}: {exc.message}"))
-            except Exception:  # the shell thread's top level
-                logger.exception("terminal in session %s failed", ref)
-                close.append((1011, "internal: the terminal failed; see the server's log"))
+                run(admitted, program, close)
             finally:
-                finished.set()
-                for timer in timers:
-                    timer.cancel()
-                in_sandbox(sandbox_id, pty.forget(device_file), "remove a terminal's file")
                 try:
                     anyio.from_thread.run_sync(ended.set, token=token)
                 except RuntimeError:
                     pass  # the server is stopping
 
-        async def forward_keys() -> None:
-            open_input = True
-            try:
-                while True:
-                    message = await ws.receive()
-                    if message["type"] == "websocket.disconnect":
-                        return
-                    data = message.get("bytes")
-                    if data is None:  # a text frame: a control message
-                        try:
-                            size = TerminalResize.model_validate_json(message.get("text") or "")
-                        except ValidationError as exc:
-                            error = exc.errors()[0]
-                            where = ".".join(str(x) for x in error["loc"]) or "frame"
-                            close.append((1003, f"invalid_input: not a control message "
-                                                f"({where}: {error['msg']})"))  # fmt: skip
-                            return
-                        argv = pty.resize(device_file, size.rows, size.cols)
-                        await run_in_threadpool(in_sandbox, sandbox_id, argv, "resize a terminal")
-                        continue
-                    if open_input and not data:  # an empty frame: end of input
-                        open_input = False
-                        threading.Thread(target=end_of_input, name="hangar-terminal-eof",
-                                         daemon=True).start()  # fmt: skip
-                    elif open_input:
-                        keys.put(data)
-            finally:  # the client went, or this handler is cancelled, or the program ended
-                keys.put(None)  # the input's end (hangs up the program's terminal)
-                if not ended.is_set():  # a timer, not a task: this handler may be going away
-                    timer = threading.Timer(HANGUP_SECONDS, hang_up.set)  # then it is killed
-                    timer.daemon = True
-                    timers.append(timer)
-                    timer.start()
-
-        threading.Thread(target=run, name="hangar-terminal", daemon=True).start()
+        threading.Thread(target=run_then_say, name="hangar-terminal", daemon=True).start()
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(forward_keys)
+            tasks.start_soon(_forward, ws, program, close)
             await ended.wait()
             tasks.cancel_scope.cancel()
         if ws.client_state is WebSocketState.CONNECTED:

@@ -164,8 +164,8 @@ class Processes:
             size = {} if not (terminal.rows and terminal.cols) else {
                 "rows": clamp(terminal.rows), "cols": clamp(terminal.cols)}  # fmt: skip
             spec["tty"] = {"term": terminal.term, **size}
-        request = {"spec": spec, "env": dict(env),
-                   "stdin": None if stdin is None else base64.b64encode(stdin).decode()}  # fmt: skip
+        given = None if stdin is None else base64.b64encode(stdin).decode()
+        request = {"spec": spec, "env": dict(env), "stdin": given}
         started = agent.run_script(self.sandboxes, self.sandbox_id, "run", folder, "-",
                                    stdin=json.dumps(request).encode(), user=HANGAR)  # fmt: skip
         if not started.ok:
@@ -183,7 +183,8 @@ class Processes:
         byte given and the exit status if it ended (``data`` empty). With ``hang_up_after``,
         once ``commands`` ends (or this control-plane process dies) the input is closed, and
         the process killed if it has not ended that many seconds later."""
-        mode = "0" if commands is None else "1" if hang_up_after is None else f"{hang_up_after:g}"
+        mode = ("0" if commands is None else "1" if hang_up_after is None
+                else f"hang-up={hang_up_after:g}")  # fmt: skip
         argv = ["stream", str(cursor), "-1" if timeout is None else f"{timeout:g}", "0", mode]
         guard = None if timeout is None else timeout + _GUARD
         return self._stream(process_id, argv, out, commands, guard, cancel)
@@ -218,6 +219,14 @@ class Processes:
                                process_id=process_id)  # fmt: skip
         if not result.ok:
             raise self._error(process_id, "could not send to", result)
+
+    def forget(self, process_id: str) -> None:
+        """Remove the folder of a process that has ended (its output with it); one exec.
+        SandboxError while it runs."""
+        result = agent.run_script(self.sandboxes, self.sandbox_id, "attach", run_dir(process_id),
+                                  "forget", user=HANGAR, timeout=_GUARD)  # fmt: skip
+        if not result.ok:
+            raise self._error(process_id, "could not forget", result)
 
     def _stream(
         self, process_id: str, args: list[str], out: Callable[[bytes], Any],

@@ -33,7 +33,7 @@ WAIT = 60.0
 """Seconds any one wait here may take at most (a bound, never a measure)."""
 
 _CHILD = """
-import json, sys
+import json, sys, threading
 from hangar.config import Settings
 from hangar.processes import Processes
 from hangar.sandboxes import open_sandboxes
@@ -48,6 +48,9 @@ else:
     def show(data):
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
+    if what == "hang":  # commands that never end, until this process is killed
+        never = iter(threading.Event().wait, True)
+        processes.attach(process_id, show, commands=never, hang_up_after=float(sys.argv[4]))
     end = processes.attach(process_id, show, cursor=int(sys.argv[4]), timeout=60)
     print("\\nexit=%s cursor=%d" % (end.exit_code, end.cursor))
 """
@@ -77,7 +80,9 @@ class _Child:
         return found
 
     def errors(self) -> bytes:
-        return b"" if self.proc.poll() is None or self.proc.stderr is None else self.proc.stderr.read()
+        if self.proc.poll() is None or self.proc.stderr is None:
+            return b""
+        return self.proc.stderr.read()
 
     def end(self) -> bytes:
         """Everything it printed, once it has ended successfully."""
@@ -141,7 +146,7 @@ class ProcessesConformance:
     ) -> None:
         sandbox = make(sandboxes).id
         script = 'printf "%s;" "$WORD"; while [ ! -e /tmp/go ]; do sleep 0.05; done; printf tail'
-        _Child(sandboxes_settings, sandbox, "start", "p2", "sh", "-c", script).end()  # then it is gone
+        _Child(sandboxes_settings, sandbox, "start", "p2", "sh", "-c", script).end()  # gone
         processes = Processes(sandboxes, sandbox)
         first = until_output(processes, "p2", rb";")
         assert first == b"from-the-first;"
@@ -192,6 +197,19 @@ class ProcessesConformance:
         assert not follower.is_alive()
         assert processes.wait("p4", WAIT) == 0
         commands.put(None)
+
+    def test_a_follower_that_hangs_up_stops_the_process_when_its_control_plane_dies(
+        self, sandboxes: Sandboxes, sandboxes_settings: Settings
+    ) -> None:
+        sandbox = make(sandboxes).id
+        processes = Processes(sandboxes, sandbox)
+        processes.start("p9", ["sh", "-c", "echo ready; exec sleep 300"], cwd="/tmp", env={},
+                        terminal=Terminal(24, 80))  # fmt: skip
+        follower = _Child(sandboxes_settings, sandbox, "hang", "p9", "0.5")
+        follower.until(rb"ready")
+        follower.proc.kill()  # a control plane that dies, not one that says goodbye
+        follower.proc.wait(WAIT)
+        assert processes.wait("p9", WAIT) == 130
 
     def test_a_signal_reaches_the_programs_process_group(self, sandboxes: Sandboxes) -> None:
         processes = Processes(sandboxes, make(sandboxes).id)
