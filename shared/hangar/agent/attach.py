@@ -130,7 +130,11 @@ def stream(run, cursor, timeout, limit):
                 cursor += len(data)
                 if not limit or sent < limit:
                     continue  # more may be waiting
-        if code is not None or (limit and sent >= limit):
+        if limit and sent >= limit:
+            if code is not None and log is not None and log.tell() < os.fstat(log.fileno()).st_size:
+                code = None  # said only with the whole log: the caller reads on for the rest
+            break
+        if code is not None:
             break
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:

@@ -1,6 +1,7 @@
 """Processes in a sandbox, above the sandbox port and written once for every backend: start one
 detached, attach to it by id from any later process, read its output by byte cursor, write its
-standard input, resize its terminal, signal it, wait for it with a timeout, read its status.
+standard input, resize its terminal, signal it, wait for it with a timeout, read its status,
+and remove it once it has ended.
 
 A process is a run of hangar's in-sandbox supervisor (:mod:`hangar.agent.run`) in
 ``/hangar/runs/<id>/``: it outlives the control-plane process that started it, and it runs as

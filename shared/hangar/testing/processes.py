@@ -48,11 +48,12 @@ else:
     def show(data):
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
-    if what == "hang":  # commands that never end, until this process is killed
+    if what == "hang":  # commands that never end: it follows until it is killed
         never = iter(threading.Event().wait, True)
         processes.attach(process_id, show, commands=never, hang_up_after=float(sys.argv[4]))
-    end = processes.attach(process_id, show, cursor=int(sys.argv[4]), timeout=60)
-    print("\\nexit=%s cursor=%d" % (end.exit_code, end.cursor))
+    else:
+        end = processes.attach(process_id, show, cursor=int(sys.argv[4]), timeout=60)
+        print("\\nexit=%s cursor=%d" % (end.exit_code, end.cursor))
 """
 
 
@@ -260,6 +261,23 @@ class ProcessesConformance:
         assert as_hangar.ok
         processes.send("p8", kill())
         assert processes.wait("p8", WAIT) == 130
+
+    def test_a_read_with_a_limit_says_the_status_only_with_the_last_byte_and_forget_removes_it(
+        self, sandboxes: Sandboxes
+    ) -> None:
+        processes = Processes(sandboxes, make(sandboxes).id)
+        processes.start("p10", ["sh", "-c", "printf 0123456789; exit 3"], cwd="/tmp", env={})
+        assert processes.wait("p10", WAIT) == 3
+        head = processes.read("p10", limit=4)
+        assert (head.data, head.cursor, head.exit_code) == (b"0123", 4, None)
+        tail = processes.read("p10", cursor=head.cursor)
+        assert (tail.data, tail.cursor, tail.exit_code) == (b"456789", 10, 3)
+        processes.start("p11", ["sleep", "300"], cwd="/tmp", env={})
+        with pytest.raises(SandboxError, match="has not ended"):
+            processes.forget("p11")
+        processes.forget("p10")
+        with pytest.raises(SandboxError, match="no process p10"):
+            processes.read("p10")
 
     def test_an_unknown_process_is_an_error_and_a_bad_id_is_refused(
         self, sandboxes: Sandboxes
