@@ -15,7 +15,8 @@ CONFIG is one dict, marshalled and in hex (:func:`encode_config`)::
     hangar_uid      the host uid of hangar's tools (uid 0 inside)
     agent_uid       the host uid of the agent (uid 1000 inside)
     bwrap           bubblewrap's argv up to and excluding ``--userns`` and the command
-    init            the argv of PID 1 inside; it is given the descriptors to hold as arguments
+    init            the argv of PID 1 inside; it is given two more: the descriptors to hold
+                    (``3,5``) and the one (below 10) to say "r" on once it runs
     hold_fds        descriptors this launcher was given that the sandbox must hold for its life
                     (the uid claim's lock)
     slirp4netns     the slirp4netns binary; the sandbox's own network goes through it
@@ -30,21 +31,21 @@ CONFIG is one dict, marshalled and in hex (:func:`encode_config`)::
                     image to attach to a loop device and mount at STAGE/NAME (nosuid, nodev,
                     ``options``), then ``tree`` made on it (see :func:`make_tree`)
 
-Steps: a private mount namespace with the binds staged and the volumes mounted (in this
-namespace only: the kernel unmounts them, and frees their loop devices, when the sandbox's last
-process is gone); a user namespace created by a child
-running as ``hangar_uid``, whose two-line uid and gid maps root writes (``0 -> hangar_uid``,
+Steps: a private mount namespace with the binds staged and the volumes mounted, the volumes at
+once (in this namespace only: the kernel unmounts them, and frees their loop devices, when the
+sandbox's last process is gone); a user namespace created meanwhile by a child running as
+``hangar_uid``, whose two-line uid and gid maps root writes (``0 -> hangar_uid``,
 ``1000 -> agent_uid``) and in which nobody can create a further user namespace; bubblewrap run
-as ``hangar_uid`` inside it (``--userns``), with its own network, PID, IPC and UTS
-namespaces; the packet filter loaded into its network namespace and slirp4netns for egress with
-the host's loopback unreachable, the two at once and while the init starts, all done before the report; a watcher that
-adds each address the host gets later to the filter; and, for host ports, a relay that listens
-on the sandbox's loopback and connects to the host's. The init holds the write end of a "life"
-pipe whose read end slirp4netns, the watcher and the relay watch: when the sandbox ends, so do
-they.
+as ``hangar_uid`` inside it (``--userns``), with its own network, PID, IPC and UTS namespaces;
+the packet filter loaded into its network namespace while the init starts, and slirp4netns for
+egress with the host's loopback unreachable once the init runs, both done before the report; a
+watcher that adds each address the host gets later to the filter; and, for host ports, a relay
+that listens on the sandbox's loopback and connects to the host's. The init holds the write end
+of a "life" pipe whose read end slirp4netns, the watcher and the relay watch: when the sandbox
+ends, so do they.
 
-REPORT_FD gets one JSON line (:func:`answer_line`): ``{"ok": true, "init_pid", "helpers": [pids]}`` or
-``{"ok": false, "error"}``; on failure everything started is killed.
+REPORT_FD gets one JSON line (:func:`answer_line`): ``{"ok": true, "init_pid", "helpers":
+[pids]}`` or ``{"ok": false, "error"}``; on failure everything started is killed.
 """
 
 import ctypes
@@ -160,11 +161,42 @@ def stage_binds(cfg):
         else:
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
         mount(bind["src"], target, None, MS_BIND)
-    for volume in cfg.get("volumes") or []:
+    volumes = cfg.get("volumes") or []
+    # Each on a thread of its own (``_thread``: ``threading`` costs an import), all at once:
+    # attaching and mounting wait on the kernel, without the interpreter's lock. Threads made
+    # after the unshare are in this mount namespace too.
+    import _thread
+
+    done = []
+    for volume in volumes[1:]:
+        lock = _thread.allocate_lock()
+        lock.acquire()
+        failed = []
+        _thread.start_new_thread(stage_volume, (stage, volume, lock, failed))
+        done.append((lock, failed))
+    for volume in volumes[:1]:
+        stage_volume(stage, volume, None, [])
+    for lock, failed in done:
+        lock.acquire()
+        if failed:
+            raise failed[0]
+
+
+def stage_volume(stage, volume, lock, failed):
+    """Mount ``volume`` at STAGE/NAME and make its tree; as a thread's body, with what it
+    raised put in ``failed`` and ``lock`` released at the end."""
+    try:
         target = os.path.join(stage, volume["name"])
         os.mkdir(target)
         mount_volume(volume["image"], target, volume["options"])
         make_tree(target, volume["tree"])
+    except (Failure, OSError) as exc:
+        if lock is None:
+            raise
+        failed.append(exc)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 LOOP_CTL_GET_FREE = 0x4C82
@@ -224,9 +256,9 @@ def make_tree(base, tree):
         os.chmod(path, entry["mode"])  # after making it: the umask would mask the bits
 
 
-def make_userns(cfg, deadline):
-    """A user namespace owned by hangar_uid with both uids mapped; returns an fd on it."""
-    hangar, agent = cfg["hangar_uid"], cfg["agent_uid"]
+def begin_userns(cfg):
+    """Start making a user namespace owned by hangar_uid (a child that unshares one and waits
+    for its maps) while the caller does other work; :func:`finish_userns` maps both uids."""
     up_r, up_w = os.pipe()
     go_r, go_w = os.pipe()
     pid = os.fork()
@@ -234,10 +266,11 @@ def make_userns(cfg, deadline):
         try:
             os.close(up_r)
             os.close(go_w)
-            become(hangar)
+            become(cfg["hangar_uid"])
             call(libc.unshare(CLONE_NEWUSER), "unshare(user)")
             os.write(up_w, b"u")
-            os.read(go_r, 1)
+            if os.read(go_r, 1) != b"g":  # the launcher gave up
+                os._exit(1)
             # Nested user namespaces would give the agent every capability over namespaces of
             # its own: a wide kernel surface. The limit is this namespace's own.
             with open("/proc/sys/user/max_user_namespaces", "w") as f:
@@ -249,7 +282,17 @@ def make_userns(cfg, deadline):
             os._exit(1)
     os.close(up_w)
     os.close(go_r)
+    return pid, up_r, go_w
+
+
+def finish_userns(cfg, begun, deadline):
+    """Map both uids in :func:`begin_userns`'s namespace; returns an fd on it. ``cfg`` None:
+    only end the child (the launcher failed meanwhile)."""
+    pid, up_r, go_w = begun
     try:
+        if cfg is None:
+            return None
+        hangar, agent = cfg["hangar_uid"], cfg["agent_uid"]
         if read_within(up_r, deadline, "the user namespace") != b"u":
             raise Failure("the user namespace could not be made")
         mapping = "0 %d 1\n%d %d 1\n" % (hangar, INNER_AGENT, agent)
@@ -257,9 +300,13 @@ def make_userns(cfg, deadline):
             with open("/proc/%d/%s" % (pid, name), "w") as f:
                 f.write(mapping)
         nsfd = os.open("/proc/%d/ns/user" % pid, os.O_RDONLY)
-        os.write(go_w, b"g")
-        if read_within(up_r, deadline, "limiting nested user namespaces") != b"k":
-            raise Failure("could not limit nested user namespaces")
+        try:
+            os.write(go_w, b"g")
+            if read_within(up_r, deadline, "limiting nested user namespaces") != b"k":
+                raise Failure("could not limit nested user namespaces")
+        except BaseException:
+            os.close(nsfd)
+            raise
         return nsfd
     finally:
         os.close(up_r)
@@ -273,16 +320,19 @@ def start_bwrap(cfg, nsfd, life_w, deadline):
     bubblewrap has made the namespaces, while the init still starts."""
     info_r, info_w = os.pipe()
     ready_r, ready_w = os.pipe()
-    hold = [life_w, ready_w] + list(cfg["hold_fds"])
+    hold = [life_w] + list(cfg["hold_fds"])
     pid = os.fork()
     if pid == 0:
         try:
+            # The init's shell says "r" on it: a shell takes one digit for a descriptor.
+            ready = next(fd for fd in range(3, 10) if fd not in (nsfd, info_w, *hold))
+            os.dup2(ready_w, ready)  # inheritable
             # Every other descriptor of ours is close-on-exec: only these reach the sandbox.
             for fd in (nsfd, info_w, *hold):
                 os.set_inheritable(fd, True)
             become(cfg["hangar_uid"])
             argv = list(cfg["bwrap"]) + ["--userns", str(nsfd), "--info-fd", str(info_w), "--"]
-            argv += list(cfg["init"]) + [",".join(str(fd) for fd in hold), str(ready_w)]
+            argv += list(cfg["init"]) + [",".join(str(fd) for fd in hold), str(ready)]
             os.execv(argv[0], argv)
         except BaseException as exc:
             os.write(2, ("bubblewrap: %s\n" % exc).encode())
@@ -606,8 +656,13 @@ def main():
     deadline = time.monotonic() + cfg["timeout"]
     started = []
     try:
-        stage_binds(cfg)
-        nsfd = make_userns(cfg, deadline)
+        begun = begin_userns(cfg)
+        try:
+            stage_binds(cfg)
+        except BaseException:
+            finish_userns(None, begun, deadline)
+            raise
+        nsfd = finish_userns(cfg, begun, deadline)
         life_r, life_w = os.pipe()
         bwrap_pid, init_pid, init_ready = start_bwrap(cfg, nsfd, life_w, deadline)
         started.append(init_pid)
@@ -615,28 +670,27 @@ def main():
         os.close(nsfd)
         for fd in cfg["hold_fds"]:
             os.close(fd)
-        # The network namespace exists once bubblewrap names the init: its rules and
-        # slirp4netns are set up while the init starts; all three are awaited below.
-        waits = [init_ready]
+        # The network namespace exists once bubblewrap names the init: its rules load while
+        # the init starts. slirp4netns waits for the init: it configures its device over
+        # netlink in that namespace, and bubblewrap, setting up the loopback device there
+        # meanwhile, failed ("loopback: Failed RTM_NEWADDR") when the two met.
         try:
             netns = os.open("/proc/%d/ns/net" % init_pid, os.O_RDONLY)
             try:
                 rules = start_nft(cfg, netns, cfg["rules"])
             finally:
                 os.close(netns)
-            try:
-                slirp, slirp_ready = start_slirp(cfg, init_pid, life_r)
-                waits.append(slirp_ready)
-                helpers = [slirp]
-                started.extend(helpers)
-            finally:
-                finish_nft(rules, deadline)
-            waits.pop(0)
+        except BaseException:
+            os.close(init_ready)
+            raise
+        try:
             await_init(init_pid, init_ready, deadline)
-            await_slirp(waits.pop(0), deadline)
+            slirp, slirp_ready = start_slirp(cfg, init_pid, life_r)
+            helpers = [slirp]
+            started.append(slirp)
+            await_slirp(slirp_ready, deadline)
         finally:
-            for fd in waits:
-                os.close(fd)
+            finish_nft(rules, deadline)
         helpers.append(start_watcher(cfg, init_pid, life_r, report))
         started.append(helpers[-1])
         if cfg["host_ports"]:

@@ -60,20 +60,19 @@ BOUND = ("/proc", "/dev", HOME, WORKSPACE, "/tmp", HANGAR_DIR)
 OWN_MOUNTS = ("/", *SYSTEM_DIRS, *BOUND)
 ETC_FILES = ("passwd", "group", "hosts", "resolv.conf", "gitconfig")
 
-# PID 1 inside: close everything but the descriptors it must hold for the sandbox's life, say
-# it runs, then reap every orphan for ever. ``_signal``, not ``signal``: the latter imports
-# ``enum``, which took 7 ms of every sandbox's start.
+# PID 1 inside: a shell says it runs (bubblewrap has set everything up and executed it) at
+# once, then becomes a Python that closes every descriptor but those it must hold for the
+# sandbox's life and reaps every orphan for ever. The shell starts in a millisecond where the
+# Python takes ten, on every sandbox's start; ``_signal``, not ``signal``: the latter imports
+# ``enum``, which took 7 ms more. Until the Python runs, nothing in the sandbox can reach the
+# descriptors it has yet to close: they are PID 1's, hangar's user's.
 INIT = """\
 import os, sys, _signal
-keep = sorted({int(fd) for fd in sys.argv[1].split(",") if fd} | {int(sys.argv[2])})
 low = 3
-for fd in keep + [1024]:
+for fd in sorted({int(fd) for fd in sys.argv[1].split(",") if fd}) + [1024]:
     if fd >= low:
         os.closerange(low, fd)
         low = fd + 1
-ready = int(sys.argv[2])
-os.write(ready, b"r")
-os.close(ready)
 _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGCHLD})
 while True:
     try:
@@ -81,6 +80,11 @@ while True:
     except ChildProcessError:
         _signal.sigwait({_signal.SIGCHLD})
 """
+INIT_ARGV = ("/bin/sh", "-c",
+             'printf r >&"$2" && eval "exec $2>&-" && exec /usr/bin/python3 -I -S -c "$0" "$1"',
+             INIT)  # fmt: skip
+"""The init's command; the launcher adds the descriptors to hold (``3,5``) and the one to say
+"r" on, which it closes."""
 
 
 def make_folder(folder: Path, hostname: str, hangar_uid: int, agent_uid: int,

@@ -509,7 +509,7 @@ class LocalSandboxes:
             "hangar_uid": claim.hangar_uid,
             "agent_uid": claim.agent_uid,
             "bwrap": [tools["bwrap"], *args],
-            "init": ["/usr/bin/python3", "-I", "-S", "-c", layout.INIT],
+            "init": list(layout.INIT_ARGV),
             "hold_fds": [claim.fd],
             "slirp4netns": tools["slirp4netns"],
             "nft": tools["nft"],
@@ -524,7 +524,8 @@ class LocalSandboxes:
         os.set_inheritable(claim.fd, True)
         try:
             argv = [tools["setsid"], "--fork", _launcher_python(), "-I", "-S", "-c",
-                    _launcher_code(), encode_config(config), str(report_w)]  # fmt: skip
+                    _launcher_code(), encode_config(config),  # type: ignore[no-untyped-call]
+                    str(report_w)]  # fmt: skip
             log_fd = os.open(folder / "init.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(log_fd, "wb") as log:
                 try:
