@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 from hangar import agent
 from hangar.config import Settings
-from hangar.errors import CheckpointError, SandboxError, SandboxNotFound
+from hangar.errors import CheckpointError, SandboxCapabilityMissing, SandboxError
+from hangar.errors import SandboxNotFound
 from hangar.exchange.layout import exchange_dir, install_helper
 from hangar.sessions.conversations import conversation_dirs
 from hangar.harnesses.runs import read_run, read_stderr, run_started, start_run, stop_run
 from hangar.models import Checkpoint, CheckpointReason, Environment, Session
-from hangar.sandboxes import HOME, WORKSPACE, SandboxInfo, Sandboxes, SandboxSpec
+from hangar.sandboxes import HOME, WORKSPACE, SandboxInfo, Sandboxes, SandboxSpec, SandboxStatus
 from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.capacity import admit
 from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
@@ -107,19 +108,47 @@ class Provisioner:
         self.restorer = restorer
 
     def create(self, session: Session, env: Environment) -> SandboxInfo:
-        """A new sandbox for the session, with ``hangar-agent`` and hangar's scripts installed
-        (:func:`hangar.agent.install`); any other sandbox labelled with it (left by a start
-        that died before recording it) is destroyed first.
+        """A new sandbox for the session, requested (it may still be pending: see
+        :meth:`status`); any other sandbox labelled with it (left by a start that died before
+        recording it) is destroyed first. SandboxCapabilityMissing, with nothing made, when
+        the environment needs what the backend cannot give (a host path repo, host ports).
         CapacityExhausted, with no sandbox left, when it would pass ``HANGAR_MAX_SANDBOXES``
         (:func:`~hangar.sessions.capacity.admit`)."""
-        self.destroy_all(session.id)
         ro_paths = [env.repo] if env.repo.startswith("/") else []
+        self._check_capabilities(env, ro_paths)
+        self.destroy_all(session.id)
         info = self.sandboxes.create(SandboxSpec(labels={SESSION_LABEL: session.id},
                                                  ro_paths=ro_paths, host_ports=env.host_ports))
         admit(self.settings, self.sandboxes, info)  # CapacityExhausted: it is gone again
-        install_helper(self.sandboxes, info.id)
-        agent.install(self.sandboxes, info.id)
         return info
+
+    def status(self, sandbox_id: str) -> SandboxStatus:
+        """Where the new sandbox is (the port's ``status``): a start execs into it, through
+        :meth:`prepare`, only once it is ready."""
+        return self.sandboxes.status(sandbox_id)
+
+    def prepare(self, sandbox_id: str) -> None:
+        """Install ``hangar-agent``, hangar's scripts and the exchange helper in a ready
+        sandbox (:func:`hangar.agent.install`)."""
+        install_helper(self.sandboxes, sandbox_id)
+        agent.install(self.sandboxes, sandbox_id)
+
+    def _check_capabilities(self, env: Environment, ro_paths: list[str]) -> None:
+        """Say in the environment's terms what the backend lacks (before anything is made)."""
+        can = self.sandboxes.capabilities
+        if ro_paths and not can.ro_paths:
+            raise SandboxCapabilityMissing(
+                f"environment {env.name}'s repo is a path on this machine ({env.repo}), and "
+                "this sandbox backend cannot show host paths: give the environment a git URL",
+                capability="ro_paths", missing=["ro_paths"], environment=env.name,
+            )  # fmt: skip
+        if env.host_ports and not can.host_ports:
+            raise SandboxCapabilityMissing(
+                f"environment {env.name} asks for host ports {list(env.host_ports)}, and this "
+                "sandbox backend cannot reach the host's ports: remove them from the "
+                "environment", capability="host_ports", missing=["host_ports"],
+                environment=env.name,
+            )  # fmt: skip
 
     def destroy_all(self, session_id: str, keep: str | None = None) -> list[str]:
         """Destroy, without hooks, every sandbox labelled with the session but ``keep``."""

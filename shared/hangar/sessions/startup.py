@@ -8,9 +8,13 @@ the session's ``phase``::
     creating_sandbox -> cloning -> running_setup -> restoring -> starting_turn (new, send)
                                                               -> IDLE            (open, fork)
 
-Clone and setup run detached in the sandbox and are polled; nothing here waits on them, so no
-tick comes near a dispatch deadline. A session that already has a sandbox goes straight to
-its turn. Each step is safe to repeat: a worker that dies mid-step leaves an expired claim, and
+A new sandbox may be pending for a while (a cluster bringing a node up): ``creating_sandbox``
+then records it with the backend's reason as the phase's detail and the tick comes back until
+``status`` says ready (nothing is exec'd into it before), for at most
+``HANGAR_SETUP_TIMEOUT_MINUTES`` from its making; a sandbox whose status is failed fails the
+start with its reason. Clone and setup run detached in the sandbox and are polled; nothing
+here waits on them, so no tick comes near a dispatch deadline. A session that already has a
+sandbox goes straight to its turn. Each step is safe to repeat: a worker that dies mid-step leaves an expired claim, and
 the ``claim`` tick hands the start to the next worker (:meth:`Startup.resume`), which finds the
 sandbox, the runs and the turn where they were (a sandbox made but never recorded is destroyed;
 a run already started is not started again). After :data:`MAX_ATTEMPTS` take-overs, or on any
@@ -36,6 +40,7 @@ from hangar.errors import HangarError, SandboxError, SessionBusy, SessionNotFoun
 from hangar.models import CheckpointReason, ClaimKind, Environment, Phase, Session
 from hangar.models import SessionState as S, SkippedCheckpoint
 from hangar.models import StartError, StartIntent, StartKind, StartStep, TurnOutcome, utcnow
+from hangar.sandboxes import SandboxState
 from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.capacity import Capacity
 from hangar.sessions.checkpoints import Checkpointer
@@ -166,22 +171,35 @@ class Startup:
         env = self.environments.require(session.environment)
         alive = sandbox_alive(self.sandboxes, session)
         if step is StartStep.CREATING_SANDBOX:
+            if alive and intent.run is not None:  # made by this start, pending when last seen
+                self._await_sandbox(session, token, env)
+                return
             if alive and intent.kind in (StartKind.SEND, StartKind.NEW, StartKind.OPEN):
                 self._after_restore(session, token)  # its sandbox is ready: nothing to make
                 return
             info = self.provisioner.create(session, env)
+            status = self.provisioner.status(info.id)
+            if status.state is SandboxState.FAILED:
+                self.provisioner.destroy_all(session.id)
+                raise SandboxError(f"the sandbox failed to start: {status.reason}",
+                                   sandbox_id=info.id)  # fmt: skip
+            ready = status.state is SandboxState.READY
+            if ready:
+                self.provisioner.prepare(info.id)
             ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
             run = f"clone-{secrets.token_hex(4)}"
             try:
                 session = self.transitions.advance(
-                    session, token, StartStep.CLONING, env.repo, sandbox_id=info.id,
+                    session, token, StartStep.CLONING if ready else StartStep.CREATING_SANDBOX,
+                    env.repo if ready else status.reason, sandbox_id=info.id,
                     sandbox_expires_at=utcnow() + ttl,
                     start=intent.model_copy(update={"run": run}),
                 )  # fmt: skip
             except SessionNotFound:  # deleted (forced) while its sandbox was made: no later
                 self.provisioner.destroy_all(session.id)  # step would ever find this one
                 raise
-            self.provisioner.start_clone(session, env, run)
+            if ready:
+                self.provisioner.start_clone(session, env, run)
             self.schedule.start_step(session.id, token, POLL_SECONDS[0])
             return
         if not alive:  # the sandbox went away mid-start: make another
@@ -196,6 +214,34 @@ class Startup:
             self._restore(session, token, fresh=not env.setup)
         else:
             self.turns.start(session, token)
+
+    def _await_sandbox(self, session: Session, token: str, env: Environment) -> None:
+        """The start's new sandbox was pending: look again. Ready: prepare it and clone.
+        Pending: its reason becomes the phase's detail and the tick comes back (not past
+        ``HANGAR_SETUP_TIMEOUT_MINUTES`` from the sandbox's making). Failed: the start fails
+        with its reason."""
+        assert session.sandbox_id is not None and session.start is not None
+        run = session.start.run
+        assert run is not None
+        info = self.sandboxes.get(session.sandbox_id)
+        status = self.provisioner.status(info.id)
+        if status.state is SandboxState.FAILED:
+            raise SandboxError(f"the sandbox failed to start: {status.reason}",
+                               sandbox_id=info.id)  # fmt: skip
+        if status.state is SandboxState.PENDING:
+            age = (utcnow() - info.created_at).total_seconds()
+            limit = self.settings.setup_timeout_minutes
+            if age > limit * 60:
+                raise SandboxError(f"the sandbox was not ready within {limit:g} minutes: "
+                                   f"{status.reason}", sandbox_id=info.id)  # fmt: skip
+            session = self.transitions.advance(session, token, StartStep.CREATING_SANDBOX,
+                                               status.reason)  # fmt: skip
+            self.schedule.start_step(session.id, token, _poll_delay(age))
+            return
+        self.provisioner.prepare(info.id)
+        session = self.transitions.advance(session, token, StartStep.CLONING, env.repo)
+        self.provisioner.start_clone(session, env, run)
+        self.schedule.start_step(session.id, token, POLL_SECONDS[0])
 
     def _poll_run(self, session: Session, token: str, env: Environment) -> None:
         assert session.start is not None and session.phase is not None

@@ -55,7 +55,8 @@ except OSError as exc:
 """Connects to HOST PORT and prints ``got GREETING`` or ``refused ERROR``."""
 
 
-def until_ready(sandboxes: Sandboxes, sandbox_id: str, timeout: float = READY_SECONDS) -> list[SandboxStatus]:
+def until_ready(sandboxes: Sandboxes, sandbox_id: str,
+                timeout: float = READY_SECONDS) -> list[SandboxStatus]:  # fmt: skip
     """Wait (bounded) until the sandbox is ready; returns every status seen. AssertionError if
     it fails or is still pending after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -433,10 +434,11 @@ class SandboxesConformance:
         self, sandboxes: Sandboxes
     ) -> None:
         info = make(sandboxes, SandboxSpec(env={"PATH": "/tmp/spec:/usr/bin:/bin"}))
-        sandboxes.put_file(info.id, f"{HANGAR_BIN}/conformance-tool", b"#!/bin/sh\necho from-hangar\n",
+        tool = "conformance-tool"
+        sandboxes.put_file(info.id, f"{HANGAR_BIN}/{tool}", b"#!/bin/sh\necho from-hangar\n",
                            mode=0o755, user=SandboxUser.HANGAR)  # fmt: skip
         for folder in ("/tmp/spec", "/tmp/call"):  # the agent's own tool of the same name
-            sandboxes.put_file(info.id, f"{folder}/conformance-tool", b"#!/bin/sh\necho from-agent\n",
+            sandboxes.put_file(info.id, f"{folder}/{tool}", b"#!/bin/sh\necho from-agent\n",
                                mode=0o755)  # fmt: skip
         path = sandboxes.exec(info.id, ["sh", "-c", 'printf %s "$PATH"']).stdout.decode()
         assert path.split(":") == [HANGAR_BIN, "/tmp/spec", "/usr/bin", "/bin"]
@@ -461,7 +463,8 @@ class SandboxesConformance:
         block = os.urandom(1 << 20)
         echoed = Digest()
         chunks = (block for _ in range(24))  # 24 MiB in, streamed, while it comes back out
-        result = sandboxes.exec(info.id, ["cat"], stdin=chunks, stdout=echoed)  # type: ignore[arg-type]
+        result = sandboxes.exec(info.id, ["cat"], stdin=chunks,
+                                stdout=echoed)  # type: ignore[arg-type]
         assert result.ok and echoed.count == 24 << 20
         assert echoed.hash.hexdigest() == hashlib.sha256(block * 24).hexdigest()
 

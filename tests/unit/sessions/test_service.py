@@ -102,7 +102,7 @@ def test_a_sandbox_destroyed_from_outside_leaves_a_destroy_checkpoint_and_resume
     sandbox = world.service.resolve("demo").sandbox_id
     assert sandbox
     world.sh("demo", "echo late > late.txt")
-    world.sandboxes.destroy(sandbox)
+    world.service.sandboxes.destroy(sandbox)  # through the policy, as any caller but a suspend
     session = world.service.get("demo")
     assert session.state is SessionState.SUSPENDED and session.sandbox_id is None
     assert session.checkpoints[-1].reason is CheckpointReason.DESTROY

@@ -142,10 +142,11 @@ class World:
 
 def make_world(
     tmp_path: Path, db: SqliteDb, blobs: LocalBlobs, keys: LocalKeys, remote: Path,
-    **settings: Any,
+    wrap: Callable[[LocalSandboxes], Any] | None = None, **settings: Any,
 ) -> Iterator[World]:
     """A service whose environment ``app`` clones ``remote``; its sandboxes go at the end.
-    ``settings`` override the defaults."""
+    ``settings`` override the defaults; ``wrap`` puts a backend of the test's own around the
+    local one, for the service only."""
     harnesses = tmp_path / "agy-harness"
     (harnesses / "bin").mkdir(parents=True)
     shutil.copy(STANDIN, harnesses / "bin" / "agy")
@@ -154,7 +155,8 @@ def make_world(
                            activity_grace_seconds=0, **settings)  # fmt: skip
     sandboxes = LocalSandboxes(tmp_path / "sandboxes", harnesses)
     ticks = FakeTicks()
-    service = SessionService(built, db, blobs, keys, sandboxes, ticks)
+    service = SessionService(built, db, blobs, keys, wrap(sandboxes) if wrap else sandboxes,
+                             ticks)  # fmt: skip
     service.environments.add(
         "app", str(remote),
         vars={"GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "A",
@@ -165,7 +167,7 @@ def make_world(
     yield World(service, ticks, sandboxes, db, blobs)
     ticks.stop()
     for info in sandboxes.list():
-        sandboxes.destroy(info.id, hooks=False)
+        sandboxes.destroy(info.id)
 
 
 def start(world: World, name: str = "demo", message: str = TURN_ONE, **kw: Any) -> str:
