@@ -26,8 +26,10 @@ Steps, in order:
 0. End every process of the sandbox's agent (:mod:`hangar.agent.quiesce`; restore_failed at
    step ``agent`` if one outlives ten seconds): no process the environment's setup left running
    can change the trees while the steps below walk them as hangar's user.
-1. Receive the parts into a private staging folder (removed after the answer), then
-   :data:`PARTS_VERIFIED`. Nothing before this step changes the repo or HOME.
+1. Receive the parts into a private staging folder (removed after the answer), each archive
+   decompressed into a plain tar as it comes (counted against ``max_bytes``), then
+   :data:`PARTS_VERIFIED`; a part that fails to decompress is named only after that line.
+   Nothing before this step changes the repo or HOME.
 2. Check every archive by its content alone: each member is a relative path without ``..``;
    a file, folder or symbolic link (no hard links, devices, FIFOs); not an earlier link member
    nor beneath one; not a file where an earlier member put a folder, or the reverse. Untracked
@@ -131,7 +133,7 @@ def read_exact(stream, size, out):
         chunk = stream.read(min(remaining, 1 << 20))
         if not chunk:
             raise Failure("restore_failed", "receive", "input ended early")
-        out.write(chunk)
+        (out.feed if isinstance(out, Inflater) else out.write)(chunk)
         remaining -= len(chunk)
 
 
@@ -152,45 +154,119 @@ class Budget:
                           % (what, self.limit))  # fmt: skip
 
 
-def copy_counted(src, out, budget, label):
-    while chunk := src.read(1 << 20):
-        budget.spend(len(chunk), label)
-        out.write(chunk)
+ARCHIVES = ("untracked.tar", "agent.tar", "exchange.tar")
+"""The parts that are archives: decompressed as they are received (:class:`Inflater`)."""
 
 
-def decompress(path, compression, budget, label):
-    """Return the path of the plain tar of a compressed archive, counted against ``budget``."""
-    plain = path + ".tar"
-    with open(path, "rb") as src, open(plain, "wb") as out:
+class Inflater:
+    """Decompress one archive part into the plain tar ``plain`` as its bytes are received
+    (``feed``), counted against ``budget``: zstd in a process of its own beside the receiving,
+    gzip here. What goes wrong (a bad archive, the cap) is kept, and the rest of the part is
+    read and dropped, so that :meth:`finish` only names it after the parts were vouched for."""
+
+    def __init__(self, plain, compression, budget, label):
+        self.budget, self.label = budget, label
+        self.failure = None
+        self.proc = self.drain = self.gz = None
+        self.out = open(plain, "wb")
         if compression == "zstd":
             if not shutil.which("zstd"):
-                raise Failure("restore_failed", "unpack", "zstd is not installed in this sandbox")
-            proc = subprocess.Popen(["zstd", "-q", "-d", "-c"], stdin=src, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE)  # fmt: skip
-            try:
-                copy_counted(proc.stdout, out, budget, label)
-            except BaseException:
-                proc.kill()
-                raise
-            finally:
-                proc.stdout.close()
-                err = proc.stderr.read()
-                proc.stderr.close()
-                code = proc.wait()
-            if code != 0:
-                raise Failure("restore_failed", "unpack", "zstd: %s" % err.decode().strip())
+                self.failure = Failure("restore_failed", "unpack",
+                                       "zstd is not installed in this sandbox")  # fmt: skip
+                return
+            import threading  # here: only a restore with a zstd archive needs it
+
+            self.proc = subprocess.Popen(["zstd", "-q", "-d", "-c"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+            self.drain = threading.Thread(target=self._drain, daemon=True)
+            self.drain.start()
         elif compression == "gzip":
-            import gzip
             import zlib
 
+            self.zlib = zlib
+            self.gz = zlib.decompressobj(16 + zlib.MAX_WBITS)
+
+    def feed(self, chunk):
+        if self.failure is not None:
+            return
+        if self.proc is not None:
             try:
-                with gzip.GzipFile(fileobj=src) as gz:
-                    copy_counted(gz, out, budget, label)
-            except (OSError, EOFError, zlib.error) as exc:
-                raise Failure("restore_failed", "unpack", "gzip: %s" % exc) from None
+                self.proc.stdin.write(chunk)
+            except (BrokenPipeError, ValueError):  # zstd stopped: _drain or finish says why
+                pass
+        elif self.gz is not None:
+            try:
+                while chunk:
+                    if self.gz.eof:  # a member ended before: the next one
+                        self.gz = self.zlib.decompressobj(16 + self.zlib.MAX_WBITS)
+                    self._put(self.gz.decompress(chunk, 1 << 20))
+                    chunk = self.gz.unused_data if self.gz.eof else self.gz.unconsumed_tail
+            except self.zlib.error as exc:
+                self._fail(Failure("restore_failed", "unpack", "gzip: %s" % exc))
+            except Failure as exc:
+                self._fail(exc)
         else:
-            copy_counted(src, out, budget, label)
-    return plain
+            try:
+                self._put(chunk)
+            except Failure as exc:
+                self._fail(exc)
+
+    def _put(self, data):
+        if data:
+            self.budget.spend(len(data), self.label)
+            self.out.write(data)
+
+    def _fail(self, failure):
+        if self.failure is None:
+            self.failure = failure
+        if self.proc is not None:
+            self.proc.kill()
+
+    def _drain(self):
+        try:
+            while chunk := self.proc.stdout.read(1 << 20):
+                self._put(chunk)
+        except Failure as exc:
+            self._fail(exc)
+        except OSError as exc:
+            self._fail(Failure("restore_failed", "unpack", "%s: %s" % (self.label, exc)))
+
+    def finish(self):
+        """End the part; returns what went wrong (a Failure) or None."""
+        if self.proc is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            self.drain.join()
+            err = self.proc.stderr.read()
+            self.proc.stdout.close()
+            self.proc.stderr.close()
+            if self.proc.wait() != 0 and self.failure is None:
+                self.failure = Failure("restore_failed", "unpack",
+                                       "zstd: %s" % err.decode(errors="replace").strip())  # fmt: skip
+        elif self.gz is not None and self.failure is None and not self.gz.eof:
+            self.failure = Failure("restore_failed", "unpack", "gzip: the archive ends early")
+        self.out.close()
+        return self.failure
+
+
+def receive(stream, part, path, budget):
+    """Read part ``part`` (exactly its size) from ``stream``: an archive into its plain tar at
+    ``path`` + ``.tar``, anything else to ``path``. Returns (the path written, what went wrong
+    decompressing it or None)."""
+    size = part["size"]
+    if not part["name"].startswith(ARCHIVES):
+        with open(path, "wb") as out:
+            read_exact(stream, size, out)
+        return path, None
+    plain = path + ".tar"
+    inflater = Inflater(plain, part.get("compression", "none"), budget, part["name"])
+    try:
+        read_exact(stream, size, inflater)
+    finally:
+        failure = inflater.finish()
+    return plain, failure
 
 
 def tree_size(r, head):
@@ -387,17 +463,20 @@ def restore(plan, staging, clock):
     warnings = []
     budget = Budget(plan.get("max_bytes"))
     paths = {}
+    failures = []
     for part in plan["parts"]:
         if "/" in part["name"] or part["name"] in ("", ".", ".."):
             raise Failure("restore_failed", "receive", "bad part name %r" % part["name"])
-        path = os.path.join(staging, part["name"])
-        with open(path, "wb") as out:
-            read_exact(sys.stdin.buffer, part["size"], out)
-        paths[part["name"]] = (path, part.get("compression", "none"))
+        path, failure = receive(sys.stdin.buffer, part, os.path.join(staging, part["name"]),
+                                budget)  # fmt: skip
+        paths[part["name"]] = path
+        failures += [failure] if failure else []
     if sys.stdin.buffer.readline(len(PARTS_VERIFIED)) != PARTS_VERIFIED:
         raise Failure("restore_failed", "receive", "the parts were not vouched for: their "
                       "stream ended before the control plane's closing line")  # fmt: skip
     clock.lap("receive")
+    if failures:  # only now: a part not vouched for is refused as such, whatever it holds
+        raise failures[0]
 
     conversation_dirs = [clean_name(d) for d in plan.get("conversation_dirs") or []]
     exchange = [d for d in [clean_name(plan.get("exchange_dir") or "")] if d]
@@ -408,8 +487,7 @@ def restore(plan, staging, clock):
     for kind, root in (("untracked", repo), ("agent", home), ("exchange", home)):
         found = [n for n in paths if n.startswith(kind + ".tar")]
         if found:
-            path, compression = paths[found[0]]
-            plain = decompress(path, compression, budget, found[0])
+            plain = paths[found[0]]
             archives.append((found[0], root, plain, check_members(plain, found[0], rules[kind])))
     clock.lap("check")
 
@@ -426,7 +504,7 @@ def restore(plan, staging, clock):
     clock.lap("reset")
     head = plan["head"]
     if "repo.bundle" in paths:
-        bundle = paths["repo.bundle"][0]
+        bundle = paths["repo.bundle"]
         # Not -q: with it, git says nothing about missing prerequisites.
         git(r, "bundle", "bundle", "verify", bundle)
         git(r, "fetch", "fetch", "-q", "--no-tags", bundle,
@@ -443,15 +521,15 @@ def restore(plan, staging, clock):
     # staged.patch is head -> index: applied to the index alone it stages exactly what was
     # staged, ignored files included. wip.patch (head -> working tree) then fills the tree.
     staged = paths.get("staged.patch")
-    if staged and os.path.getsize(staged[0]) > 0:
-        applied = r.run("apply", "--cached", "--binary", "--whitespace=nowarn", staged[0],
+    if staged and os.path.getsize(staged) > 0:
+        applied = r.run("apply", "--cached", "--binary", "--whitespace=nowarn", staged,
                         check=False)  # fmt: skip
         if applied.returncode != 0:  # what was staged is lost as staged, not as work
             warnings.append("what was staged could not be staged again (git apply: %s); the "
                             "changes are in the working tree, unstaged"
                             % applied.stderr.decode(errors="replace").strip()[:500])  # fmt: skip
-    if "wip.patch" in paths and os.path.getsize(paths["wip.patch"][0]) > 0:
-        git(r, "apply", "apply", "--binary", "--whitespace=nowarn", paths["wip.patch"][0])
+    if "wip.patch" in paths and os.path.getsize(paths["wip.patch"]) > 0:
+        git(r, "apply", "apply", "--binary", "--whitespace=nowarn", paths["wip.patch"])
     try:
         set_branch(r, plan.get("branch"), head, warnings)
         r.write_back_index()

@@ -341,6 +341,46 @@ def test_a_tree_called_fresh_that_is_not_is_reset_and_cleaned_when_git_refuses_t
         assert git(world.repo, *args) == git(work, *args), args
 
 
+def zstd(data: bytes) -> tuple[bytes, str]:
+    return subprocess.run(["zstd", "-q", "-c"], input=data, capture_output=True,
+                          check=True).stdout, "zstd"  # fmt: skip
+
+
+@pytest.mark.parametrize("compression", ["zstd", "gzip"])
+def test_an_archive_of_zeros_past_the_cap_stops_as_it_is_received_and_changes_nothing(
+    world: World, compression: str
+) -> None:
+    data = tar([file("zeros.bin", bytes(8 << 20))])
+    part = zstd(data) if compression == "zstd" else (gzip.compress(data), "gzip")
+    before = snapshot(world.repo, times=True)
+    answer = restore(world, {"untracked.tar." + ("zst" if compression == "zstd" else "gz"): part},
+                     max_bytes=1 << 20)  # fmt: skip
+    assert (answer["ok"], answer["code"], answer["step"]) == (False, "restore_failed", "unpack")
+    assert "past its cap" in str(answer["error"])
+    assert snapshot(world.repo, times=True) == before
+
+
+@pytest.mark.parametrize("compression", ["zstd", "gzip"])
+def test_a_corrupt_archive_is_named_at_unpack_but_only_once_the_parts_were_vouched_for(
+    world: World, compression: str
+) -> None:
+    data = tar([file("notes.txt", b"x" * 100_000)])
+    packed, kind = zstd(data) if compression == "zstd" else (gzip.compress(data), "gzip")
+    bad = packed[:40] + bytes(b ^ 0x5A for b in packed[40:80]) + packed[80:]
+    parts = {"untracked.tar." + ("zst" if kind == "zstd" else "gz"): (bad, kind)}
+    before = snapshot(world.repo, times=True)
+
+    vouched = restore(world, parts)
+    whole = plan_and_input(world, parts)
+    cut = subprocess.run(SCRIPT, input=whole[: -len(PARTS_VERIFIED)], capture_output=True,
+                         cwd=PROJECT, env=environment(world), timeout=120)  # fmt: skip
+
+    assert (vouched["ok"], vouched["code"], vouched["step"]) == (False, "restore_failed", "unpack")
+    assert str(vouched["error"]).startswith(compression)
+    assert answer_of(cut.stdout, cut.returncode)["step"] == "receive"
+    assert snapshot(world.repo, times=True) == before
+
+
 def test_a_zstd_untracked_archive_restores(world: World) -> None:
     data = tar([file("notes/todo.txt", b"zstd\n", mode=0o600)])
     packed = subprocess.run(["zstd", "-q", "-c"], input=data, capture_output=True, check=True)
