@@ -157,9 +157,10 @@ def report(name: str, samples: list[float], **extra: object) -> None:
 def report_breakdown(starts: list[float], clones: list[float], host_clones: list[float],
                      restore_only: list[float], steps: dict[str, list[float]]) -> None:
     """``restore_breakdown``: the median of each part of a resume, so a regression shows where it
-    is. ``unseal`` and ``exec`` are the control plane's (opening the parts; the restore's exec,
-    the in-sandbox steps and the interpreter's start included); ``clone_host`` is the same clone
-    on the host, the filesystem's floor for ``clone``."""
+    is. ``open``, ``unseal`` and ``exec`` are the control plane's (opening the parts; reading
+    and decrypting them, which overlaps the exec since the parts stream into it; the restore's
+    exec, the in-sandbox steps and the interpreter's start included); ``clone_host`` is the same
+    clone on the host, the filesystem's floor for ``clone``."""
     medians = {"start": statistics.median(starts), "clone": statistics.median(clones),
                "clone_host": statistics.median(host_clones),
                "restore": statistics.median(restore_only)}  # fmt: skip
