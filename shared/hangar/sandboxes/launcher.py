@@ -326,7 +326,9 @@ def start_bwrap(cfg, nsfd, life_w, deadline):
         try:
             # The init's shell says "r" on it: a shell takes one digit for a descriptor.
             ready = next(fd for fd in range(3, 10) if fd not in (nsfd, info_w, *hold))
-            os.dup2(ready_w, ready)  # inheritable
+            if ready != ready_w:
+                os.dup2(ready_w, ready)
+            os.set_inheritable(ready, True)  # dup2 onto itself would leave it close-on-exec
             # Every other descriptor of ours is close-on-exec: only these reach the sandbox.
             for fd in (nsfd, info_w, *hold):
                 os.set_inheritable(fd, True)
