@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from hangar.config import Settings
-from hangar.errors import InvalidInput, InvalidSettings, SandboxNotFound, SandboxUnavailable
+from hangar.errors import InvalidInput, InvalidSettings, SandboxCapabilityMissing
+from hangar.errors import SandboxNotFound, SandboxUnavailable
 from hangar.sandboxes import HOME, SandboxCapabilities, SandboxSpec, SandboxUser, layout
-from hangar.sandboxes import open_sandboxes
+from hangar.sandboxes import open_sandboxes, refuse_missing
 from hangar.sandboxes.local import HARNESS_MOUNT, LocalSandboxes
 from hangar.testing.sandboxes import SandboxesConformance, run
 from tests.unit.sandboxes.test_disk import until_no_loop_device_under
@@ -203,6 +204,18 @@ def test_the_parents_of_a_ro_path_stay_as_open_as_on_the_host(
 
 def test_local_sandboxes_declare_host_paths_and_ports_but_not_host_reads() -> None:
     assert LocalSandboxes.capabilities == SandboxCapabilities(ro_paths=True, host_ports=True)
+
+
+def test_a_spec_asking_for_capabilities_a_backend_lacks_is_refused_naming_each() -> None:
+    spec = SandboxSpec(ro_paths=["/srv/repo"], host_ports=[11434])
+    with pytest.raises(SandboxCapabilityMissing) as refused:
+        refuse_missing(SandboxCapabilities(), spec, "test")
+    assert refused.value.code == "sandbox_capability_missing" and refused.value.status == 400
+    assert refused.value.data == {"capability": "ro_paths", "missing": ["ro_paths", "host_ports"],
+                                  "backend": "test"}  # fmt: skip
+    assert "['/srv/repo']" in refused.value.message and "[11434]" in refused.value.message
+    refuse_missing(SandboxCapabilities(host_ports=True), SandboxSpec(host_ports=[1]), "test")
+    refuse_missing(SandboxCapabilities(), SandboxSpec(labels={"a": "b"}), "test")
 
 
 def test_ro_paths_that_would_show_the_sandboxes_are_refused(
