@@ -129,9 +129,9 @@ class Restorer:
         land outside its folder: refused before anything is unpacked, or mid-unpack if a
         process in the sandbox races the restore; never written outside the repo or HOME),
         RestoreFailed (past the restore cap too), or SandboxError (an agent process outlived
-        ten seconds). ``fresh``:
-        nothing has changed the repo's tree since its clone, so the restore skips its reset and
-        clean (a tree that was changed keeps what the clean would have removed)."""
+        ten seconds). ``fresh``: nothing has changed the repo's tree since its clone, so the
+        restore skips its reset and clean (a tree that was changed keeps what the clean would
+        have removed)."""
         return self._restore(checkpoint, sandbox_id, repo_dir, home=home, fresh=fresh)[0]
 
     def _restore(
