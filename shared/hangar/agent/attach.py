@@ -2,7 +2,8 @@
 cursor as it grows, and the exec's standard input forwarded to the run's supervisor. Standard
 library only; run as hangar's user (see :mod:`hangar.agent.run` for the run folder) as::
 
-    attach RUN_DIR stream FROM TIMEOUT LIMIT INPUT      (INPUT: 0, 1 or hang-up=SECONDS)
+    attach RUN_DIR stream FROM TIMEOUT LIMIT INPUT [status [WATCHED]]
+                                                    (INPUT: 0, 1 or hang-up=SECONDS)
     attach RUN_DIR send
     attach RUN_DIR forget
 
@@ -12,6 +13,14 @@ big-endian) + payload::
     o   log bytes, in order, from FROM on (none when FROM is -1)
     x   last: JSON {"exit": CODE or null, "cursor": N}: the run's status (every log byte
         was sent before a CODE) and the cursor after the bytes sent
+
+With ``status`` (a seventh argument) it also says, for the run watch::
+
+    q   JSON {"idle": SECONDS, "watched": STAMP}: how many whole seconds neither the log nor
+        the standard error has changed, by the sandbox's clock, and the size and time of the
+        WATCHED file (an eighth argument; null when none is given or it is missing): first,
+        every HEARTBEAT seconds while no output is sent, and as soon as that stamp changes
+    e   just before an ``x`` with a CODE: the last STDERR_TAIL bytes of the standard error
 
 It returns once the run has ended, TIMEOUT seconds have passed (-1: never) or LIMIT bytes were
 sent (0: no limit). With INPUT other than 0 it also forwards commands from its standard input
@@ -40,6 +49,8 @@ import time
 MAX_FRAME = 512  # well under PIPE_BUF: one write, never interleaved with another writer's
 MAX_PAYLOAD = MAX_FRAME - 3
 READ = 1 << 20
+HEARTBEAT = 5.0
+STDERR_TAIL = 8192
 QUICK, SLOW = 0.01, 0.05  # seconds between looks: within a second of output, and after
 
 
@@ -110,11 +121,45 @@ def out(kind, payload):
     sys.stdout.buffer.flush()
 
 
-def stream(run, cursor, timeout, limit):
-    """Send the log from ``cursor`` until the run ends, ``timeout`` passes or ``limit``."""
+def idle_seconds(run):
+    """Whole seconds since the log or the standard error last changed (0: neither exists)."""
+    times = []
+    for name in ("log", "stderr"):
+        try:
+            times.append(os.stat(os.path.join(run, name)).st_mtime)
+        except OSError:
+            pass
+    return int(time.time() - max(times)) if times else 0
+
+
+def stderr_tail(run):
+    try:
+        with open(os.path.join(run, "stderr"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - STDERR_TAIL))
+            return f.read()
+    except OSError:
+        return b""
+
+
+def stamp(path):
+    """The size and modification time of ``path`` (not followed if it is a link), or None."""
+    if path is None:
+        return None
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return "%d:%d" % (info.st_size, info.st_mtime_ns)
+
+
+def stream(run, cursor, timeout, limit, status=False, watched=None):
+    """Send the log from ``cursor`` until the run ends, ``timeout`` passes or ``limit``; with
+    ``status``, its quiet time now and then, the ``watched`` file's stamp as it changes, and
+    the end of its standard error."""
     deadline = None if timeout < 0 else time.monotonic() + timeout
     log = None if cursor < 0 else open(os.path.join(run, "log"), "rb")
-    sent, last = 0, time.monotonic()
+    sent, last, said, seen = 0, time.monotonic(), None, stamp(watched)
     if log is not None:
         log.seek(cursor)
     while True:
@@ -125,7 +170,7 @@ def stream(run, cursor, timeout, limit):
             data = log.read(want) if want > 0 else b""
             if data:
                 out(b"o", data)
-                last = time.monotonic()
+                last = said = time.monotonic()
                 sent += len(data)
                 cursor += len(data)
                 if not limit or sent < limit:
@@ -136,11 +181,18 @@ def stream(run, cursor, timeout, limit):
             break
         if code is not None:
             break
+        now_seen = stamp(watched) if status else None
+        if status and (said is None or time.monotonic() - said >= HEARTBEAT
+                       or now_seen != seen):
+            out(b"q", json.dumps({"idle": idle_seconds(run), "watched": now_seen}).encode())
+            said, seen = time.monotonic(), now_seen
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             break
         nap = QUICK if time.monotonic() - last < 1 else SLOW
         time.sleep(nap if left is None else min(nap, left))
+    if status and code is not None:
+        out(b"e", stderr_tail(run))
     out(b"x", json.dumps({"exit": code, "cursor": max(cursor, 0)}).encode())
 
 
@@ -159,6 +211,8 @@ def main():
         shutil.rmtree(run)
         return
     cursor, timeout, limit, take_input = sys.argv[3:7]
+    status = sys.argv[7:8] == ["status"]
+    watched = sys.argv[8] if status and len(sys.argv) > 8 else None
     hang_up = None
     grace = float(take_input[8:]) if take_input.startswith("hang-up=") else None
     if take_input != "0":
@@ -166,7 +220,7 @@ def main():
                                    args=(run, sys.stdin.buffer, grace), daemon=True)  # fmt: skip
         hang_up.start()
     try:
-        stream(run, int(cursor), float(timeout), int(limit))
+        stream(run, int(cursor), float(timeout), int(limit), status, watched)
     except BrokenPipeError:  # whoever followed went away: hang up if asked, as its input ends
         if hang_up is not None and grace is not None:
             hang_up.join()

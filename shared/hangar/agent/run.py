@@ -22,7 +22,7 @@ and, written here::
                 130 when the run was stopped (SIGTERM to the supervisor)
     supervisor.log  what went wrong here, if anything
     input       a FIFO (mode 0600: hangar's uid only, the agent can neither write nor forge
-                it) of commands to this supervisor, removed when the run ends. Each is one
+                it) of commands to this supervisor, read until the run ends. Each is one
                 frame, TYPE (1 byte) + LENGTH (2 bytes, big-endian) + payload, written in one
                 write of at most PIPE_BUF bytes (so writers never interleave), applied in order:
                 ``d`` input bytes, ``c`` close the input, ``r`` "ROWS COLS" resize, ``s``
@@ -412,7 +412,8 @@ def supervise(run, started_w):
     status = pump.run(child, wake_r)
     if tty is not None:
         os.close(log)
-    os.unlink(fifo)
+    # The FIFO stays (nothing reads it now: a writer is told so): removing it would hand the
+    # agent back an inode of a disk it may have filled on purpose.
     code = os.waitstatus_to_exitcode(status)
     code = 128 - code if code < 0 else code
     if stopped:

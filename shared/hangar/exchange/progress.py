@@ -34,6 +34,12 @@ class _Read(BaseModel):
     lines: list[str] = []
 
 
+def progress_file(session: Session) -> str:
+    """Where the session's progress lines are, inside its sandbox (the agent's file: its stamp
+    says when to read it again, :mod:`hangar.harnesses.following`)."""
+    return f"{io_path(session)}/out/progress.jsonl"
+
+
 def read_progress(
     sandboxes: Sandboxes, session: Session, cursor: int
 ) -> tuple[list[ProgressLine], int]:

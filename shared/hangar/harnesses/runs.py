@@ -16,25 +16,25 @@ so never in a checkpoint::
 
 :func:`start_run` returns as soon as the command runs, as the agent. :func:`read_run` reads the
 log from a byte cursor, so a caller that went away (a restarted control plane) catches up from
-where it stopped. The environment and the input (a turn's message) reach that command only,
-never a command line.
+where it stopped; :func:`follow_run` follows it in one exec as it grows, until it ends (what
+:mod:`hangar.harnesses.following` shares between every waiter of a process). The environment
+and the input (a turn's message) reach that command only, never a command line. A run is a
+process of :mod:`hangar.processes`, which starts and follows it.
 """
 
 from __future__ import annotations
 
-import json
-import re
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from hangar import agent
-from hangar.errors import InvalidInput, SandboxError
+from hangar import processes
+from hangar.errors import SandboxError
+from hangar.processes import Processes, Quiet
 from hangar.sandboxes import HANGAR_DIR, Sandboxes, SandboxUser
 
 RUNS_DIR = f"{HANGAR_DIR}/runs"
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 INTERRUPTED_EXIT = 130
 HANGAR = SandboxUser.HANGAR
 
@@ -50,6 +50,11 @@ class RunStatus:
     cursor: int
     exit_code: int | None
     idle_seconds: float | None = None
+    stderr: bytes | None = None
+    """Once it has ended and was followed (:func:`follow_run`): the end of its standard
+    error (None: not read)."""
+    watched: str | None = None
+    """When followed with ``watch``: the watched file's stamp (None: missing)."""
 
     @property
     def finished(self) -> bool:
@@ -57,9 +62,8 @@ class RunStatus:
 
 
 def run_dir(run_id: str) -> str:
-    if not _RUN_ID.match(run_id):
-        raise InvalidInput(f"invalid run id {run_id!r}", run_id=run_id)
-    return f"{RUNS_DIR}/{run_id}"
+    """The run's folder in the sandbox; InvalidInput for an id that is not a plain name."""
+    return processes.run_dir(run_id)
 
 
 def start_run(
@@ -74,27 +78,15 @@ def start_run(
 ) -> None:
     """Start ``argv`` detached in the sandbox, as the agent, with ``env`` (variables and
     secrets) for this run only and ``stdin`` as its standard input (else /dev/null). Returns
-    once it runs. SandboxError if it cannot be started (the env and input files are
-    removed)."""
-    folder = run_dir(run_id)
-    bad = [k for k in env if not _ENV_NAME.match(k)]
-    if bad:
-        raise InvalidInput(f"invalid environment variable names: {bad}", names=bad)
-    spec = {"argv": list(argv), "cwd": cwd}
-    sandboxes.put_file(sandbox_id, f"{folder}/env.json", json.dumps(dict(env)).encode(),
-                       mode=0o600, user=HANGAR)  # fmt: skip
-    if stdin is not None:
-        sandboxes.put_file(sandbox_id, f"{folder}/stdin", stdin, mode=0o600, user=HANGAR)
-    sandboxes.put_file(sandbox_id, f"{folder}/spec.json", json.dumps(spec).encode(), mode=0o600,
+    once it runs; one exec (:meth:`hangar.processes.Processes.start`). SandboxError if it
+    cannot be started (its files are removed, so it can be asked for again)."""
+    try:
+        Processes(sandboxes, sandbox_id).start(run_id, argv, cwd=cwd, env=env, stdin=stdin)
+    except SandboxError:
+        sandboxes.exec(sandbox_id, ["rm", "-f", *(f"{run_dir(run_id)}/{name}" for name in
+                                                  ("env.json", "stdin", "spec.json"))],
                        user=HANGAR)  # fmt: skip
-    started = agent.run_script(sandboxes, sandbox_id, "run", folder, user=HANGAR)
-    if not started.ok:
-        sandboxes.exec(sandbox_id, ["rm", "-f", f"{folder}/env.json", f"{folder}/stdin"],
-                       user=HANGAR)  # fmt: skip
-        raise SandboxError(
-            f"could not start run {run_id}: {started.stderr.decode(errors='replace').strip()}",
-            run_id=run_id,
-        )
+        raise
 
 
 def run_started(sandboxes: Sandboxes, sandbox_id: str, run_id: str) -> bool:
@@ -183,3 +175,47 @@ def wait_run(
         if time.monotonic() > deadline:
             raise SandboxError(f"run {run_id} did not end within {timeout:g} s", run_id=run_id)
         time.sleep(poll)
+
+
+def follow_run(
+    sandboxes: Sandboxes,
+    sandbox_id: str,
+    run_id: str,
+    cursor: int,
+    *,
+    window: float,
+    on_status: Callable[[RunStatus], None],
+    cancel: threading.Event | None = None,
+    watch: str | None = None,
+) -> RunStatus:
+    """Follow a run in one exec for up to ``window`` seconds
+    (:meth:`hangar.processes.Processes.attach`): ``on_status`` gets its log bytes from
+    ``cursor`` as they are written (``data``), its quiet time now and then (no data,
+    ``idle_seconds``), and its end (``exit_code``, with the end of its standard error). Returns
+    the last of those: finished if it ended within the window. With ``watch`` (a path in the
+    sandbox), the quiet-time statuses also carry that file's stamp (``watched``), and one comes
+    as soon as it changes. ``cancel`` set ends the follow early. SandboxError if there is no
+    such run or the follow broke off; SandboxNotFound if the sandbox is gone."""
+    at, watched = cursor, None
+
+    def output(data: bytes) -> None:
+        nonlocal at
+        at += len(data)
+        on_status(RunStatus(data, at, None, 0.0, watched=watched))
+
+    def quiet(said: Quiet) -> None:
+        nonlocal watched
+        watched = said.watched
+        on_status(RunStatus(b"", at, None, said.idle, watched=watched))
+
+    try:
+        end = Processes(sandboxes, sandbox_id).attach(run_id, output, cursor=cursor,
+                                                      timeout=window, cancel=cancel,
+                                                      on_quiet=quiet, watch=watch)  # fmt: skip
+    except SandboxError:
+        sandboxes.get(sandbox_id)  # SandboxNotFound when the sandbox went (the follow with it)
+        raise
+    last = RunStatus(b"", end.cursor, end.exit_code, None, stderr=end.stderr, watched=watched)
+    if last.finished:
+        on_status(last)
+    return last

@@ -74,9 +74,12 @@ def turn_result(
     run_id: str,
     log: bytes,
     exit_code: int,
+    stderr: bytes | None = None,
 ) -> TurnResult:
-    """The checked outcome of a finished run whose whole log is ``log``."""
-    stderr = read_stderr(sandboxes, sandbox_id, run_id)
+    """The checked outcome of a finished run whose whole log is ``log`` and the end of whose
+    standard error is ``stderr`` (None: read it from the sandbox)."""
+    if stderr is None:
+        stderr = read_stderr(sandboxes, sandbox_id, run_id)
     return harness.outcome(spec, exit_code, log, stderr)
 
 

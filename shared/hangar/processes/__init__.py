@@ -12,12 +12,12 @@ following is one exec that returns when the process ends or the timeout passes; 
 happens inside the sandbox. The environment and the initial input travel on the exec's standard
 input, never on a command line.
 
-Ids are those of :mod:`hangar.harnesses.runs` (same folder, same validation; :func:`run_dir` is
-a copy of its helper for now). Commands for the process (:func:`keys`, :func:`close_input`,
-:func:`resize`, :func:`send_signal`, :func:`kill`) are bytes to pass to :meth:`Processes.send`
-or, in order with keystrokes, in the ``commands`` stream of :meth:`Processes.attach`. Every
-method raises :class:`~hangar.errors.SandboxError` (``process_id`` in its data) when the
-sandbox cannot run it or there is no such process, and what the port's ``exec`` raises.
+A turn's run (:mod:`hangar.harnesses.runs`) is one of these processes: same folder, same ids.
+Commands for the process (:func:`keys`, :func:`close_input`, :func:`resize`, :func:`send_signal`,
+:func:`kill`) are bytes to pass to :meth:`Processes.send` or, in order with keystrokes, in the
+``commands`` stream of :meth:`Processes.attach`. Every method raises
+:class:`~hangar.errors.SandboxError` (``process_id`` in its data) when the sandbox cannot run it or
+there is no such process, and what the port's ``exec`` raises.
 """
 
 from __future__ import annotations
@@ -64,6 +64,16 @@ class Terminal:
 
 
 @dataclass(frozen=True)
+class Quiet:
+    """What a follow asked for it (``on_quiet``) says now and then: how many whole seconds the
+    process has been quiet (no output on either stream, by the sandbox's clock), and the stamp
+    (size and time) of the file it was asked to watch (None: none, or missing)."""
+
+    idle: float
+    watched: str | None = None
+
+
+@dataclass(frozen=True)
 class Output:
     """Output bytes from the cursor asked for, the cursor after them, and the exit status once
     the process has ended (then every byte before it was given)."""
@@ -71,6 +81,8 @@ class Output:
     data: bytes
     cursor: int
     exit_code: int | None
+    stderr: bytes | None = None
+    """The end of its standard error, once it has ended, when asked for (``on_quiet``)."""
 
     @property
     def finished(self) -> bool:
@@ -109,10 +121,14 @@ def clamp(n: int) -> int:
 
 class _Frames:
     """The attach script's standard output as a file: ``o`` payloads to ``out`` as they come,
-    the final ``x`` kept."""
+    ``q`` quiet times to ``on_quiet``, the end of standard error (``e``) and the final ``x``
+    kept."""
 
-    def __init__(self, out: Callable[[bytes], Any]) -> None:
+    def __init__(self, out: Callable[[bytes], Any],
+                 on_quiet: Callable[[Quiet], Any] | None = None) -> None:  # fmt: skip
         self.out, self.buffer, self.end = out, bytearray(), cast(dict[str, Any] | None, None)
+        self.on_quiet = on_quiet
+        self.stderr: bytes | None = None
         self.given = 0
 
     def write(self, data: bytes) -> int:
@@ -126,6 +142,14 @@ class _Frames:
             if kind == b"o":
                 self.given += len(payload)
                 self.out(payload)
+            elif kind == b"q" and self.on_quiet is not None:
+                said = json.loads(payload)
+                idle, watched = said.get("idle"), said.get("watched")
+                if isinstance(idle, int):
+                    self.on_quiet(Quiet(float(idle),
+                                        watched if isinstance(watched, str) else None))
+            elif kind == b"e":
+                self.stderr = payload
             elif kind == b"x":
                 self.end = json.loads(payload)
         return len(data)
@@ -176,6 +200,7 @@ class Processes:
         self, process_id: str, out: Callable[[bytes], Any], *, cursor: int = 0,
         commands: Iterable[bytes] | None = None, timeout: float | None = None,
         hang_up_after: float | None = None, cancel: threading.Event | None = None,
+        on_quiet: Callable[[Quiet], Any] | None = None, watch: str | None = None,
     ) -> Output:  # fmt: skip
         """Follow the process in one exec: ``out(bytes)`` for its output from ``cursor`` as it
         comes (none with a cursor of -1), while the ``commands`` (bytes of :func:`keys`,
@@ -183,12 +208,17 @@ class Processes:
         have passed or ``cancel`` is set (the process goes on), with the cursor after the last
         byte given and the exit status if it ended (``data`` empty). With ``hang_up_after``,
         once ``commands`` ends (or this control-plane process dies) the input is closed, and
-        the process killed if it has not ended that many seconds later."""
+        the process killed if it has not ended that many seconds later. With ``on_quiet``, it
+        gets a :class:`Quiet` first, every few seconds without output and whenever the stamp
+        of the file at ``watch`` changes, and the result carries the end of its standard error
+        once it has ended."""
         mode = ("0" if commands is None else "1" if hang_up_after is None
                 else f"hang-up={hang_up_after:g}")  # fmt: skip
         argv = ["stream", str(cursor), "-1" if timeout is None else f"{timeout:g}", "0", mode]
+        if on_quiet is not None:
+            argv += ["status", *([watch] if watch else [])]
         guard = None if timeout is None else timeout + _GUARD
-        return self._stream(process_id, argv, out, commands, guard, cancel)
+        return self._stream(process_id, argv, out, commands, guard, cancel, on_quiet)
 
     def read(self, process_id: str, cursor: int = 0, limit: int = 1 << 20) -> Output:
         """Up to ``limit`` output bytes from ``cursor`` there now, without waiting; one exec."""
@@ -232,8 +262,9 @@ class Processes:
     def _stream(
         self, process_id: str, args: list[str], out: Callable[[bytes], Any],
         commands: Iterable[bytes] | None, timeout: float | None, cancel: threading.Event | None,
+        on_quiet: Callable[[Quiet], Any] | None = None,
     ) -> Output:  # fmt: skip
-        frames = _Frames(out)
+        frames = _Frames(out, on_quiet)
         result = agent.run_script(
             self.sandboxes, self.sandbox_id, "attach", run_dir(process_id), *args,
             stdin=commands, stdout=cast(BinaryIO, frames), user=HANGAR, timeout=timeout,
@@ -246,7 +277,7 @@ class Processes:
             raise self._error(process_id, "could not follow", result)
         code = frames.end.get("exit")
         return Output(b"", int(frames.end.get("cursor", 0)),
-                      code if isinstance(code, int) else None)  # fmt: skip
+                      code if isinstance(code, int) else None, frames.stderr)  # fmt: skip
 
     def _error(self, process_id: str, doing: str, result: ExecResult) -> SandboxError:
         if result.exit_code == NO_RUN:

@@ -19,6 +19,7 @@ from hangar.errors import CheckpointError, SandboxCapabilityMissing, SandboxErro
 from hangar.errors import SandboxNotFound
 from hangar.exchange.layout import exchange_dir, install_helper
 from hangar.sessions.conversations import conversation_dirs
+from hangar.harnesses.following import RunFollowers
 from hangar.harnesses.runs import read_run, read_stderr, run_started, start_run, stop_run
 from hangar.models import Checkpoint, CheckpointReason, Environment, Session
 from hangar.sandboxes import HOME, WORKSPACE, SandboxInfo, Sandboxes, SandboxSpec, SandboxStatus
@@ -100,12 +101,13 @@ class Provisioner:
 
     def __init__(
         self, settings: Settings, sandboxes: SandboxPolicy, environments: Environments,
-        restorer: Restorer,
+        restorer: Restorer, followers: RunFollowers | None = None,
     ) -> None:  # fmt: skip
         self.settings = settings
         self.sandboxes = sandboxes
         self.environments = environments
         self.restorer = restorer
+        self.followers = followers or RunFollowers(sandboxes)
 
     def create(self, session: Session, env: Environment) -> SandboxInfo:
         """A new sandbox for the session, requested (it may still be pending: see
@@ -170,15 +172,23 @@ class Provisioner:
                   cwd=repo_dir_for(env.repo), env=self.environments.turn_env(env))  # fmt: skip
 
     def run_state(self, session: Session, run_id: str) -> RunState:
-        """Whether a start's run was started and how it ended (the tail of its stderr)."""
+        """Whether a start's run was started and how it ended (the tail of its stderr). Read
+        from this process's follower of the run (:mod:`hangar.harnesses.following`): the start
+        chain's polls of a long clone or setup make no call into the sandbox while one
+        follows it."""
         assert session.sandbox_id is not None
-        if not run_started(self.sandboxes, session.sandbox_id, run_id):
-            return RunState(started=False)
-        status = read_run(self.sandboxes, session.sandbox_id, run_id, 0, 0)
+        try:
+            status = self.followers.status(session.sandbox_id, run_id)
+        except SandboxError:  # no such run (never started), or the follow broke off
+            if not run_started(self.sandboxes, session.sandbox_id, run_id):
+                return RunState(started=False)
+            status = read_run(self.sandboxes, session.sandbox_id, run_id, 0, 0)
         if not status.finished:
             return RunState(started=True)
-        tail = read_stderr(self.sandboxes, session.sandbox_id, run_id, 1000)
-        return RunState(True, status.exit_code, tail.decode(errors="replace").strip())
+        tail = status.stderr
+        if tail is None:
+            tail = read_stderr(self.sandboxes, session.sandbox_id, run_id, 1000)
+        return RunState(True, status.exit_code, tail[-1000:].decode(errors="replace").strip())
 
     def stop(self, session: Session, run_id: str) -> None:
         if session.sandbox_id:

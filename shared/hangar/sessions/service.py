@@ -52,6 +52,7 @@ from hangar.exchange.uploads import Uploads
 from hangar.exchange.results import result_key, result_of
 from hangar.exchange.schemas import check_schema
 from hangar.harnesses import Invocation, get_harness
+from hangar.harnesses.following import RunFollowers
 from hangar.harnesses.runs import stop_run
 from hangar.keys import Keys
 from hangar.models import (
@@ -132,7 +133,11 @@ class SessionService:
         self._records = Records(db)
         self._transitions = Transitions(db, settings.claim_lease_seconds)
         self._schedule = Schedule(settings, ticks)
-        self._provisioner = Provisioner(settings, sandboxes, self.environments, self.restorer)
+        self.followers = RunFollowers(sandboxes)
+        """Who follows the runs in sandboxes for this process (a turn's, a start's clone and
+        setup): every wait, watch and poll reads what they saw instead of calling in."""
+        self._provisioner = Provisioner(settings, sandboxes, self.environments, self.restorer,
+                                        self.followers)  # fmt: skip
         self.handbacks = HandBacks(settings, db, blobs, keys, sandboxes)
         self.uploads = Uploads(settings, blobs, keys)
         self.context = ContextStore(settings, blobs, keys, self.uploads)
@@ -140,7 +145,7 @@ class SessionService:
         self._turns = Turns(
             settings, db, blobs, keys, sandboxes, self.environments, self.checkpointer,
             self._records, self._transitions, self._schedule, self.handbacks, self.context,
-            self.messages,
+            self.messages, self.followers,
         )  # fmt: skip
         self._startup = Startup(
             settings, db, sandboxes, self.environments, self._provisioner, self.restorer,
@@ -410,6 +415,7 @@ class SessionService:
         turn = self._turns.turn(session.id, None)
         if turn.finished_at is None:
             stop_run(self.sandboxes, session.sandbox_id, turn.active_run_id)
+            self._turns.seen_stopped(session, turn.active_run_id)
         return Started(self._turns.watch(self.db.get_session(session.id)), turn.n)
 
     def log(self, ref: str, n: int | None = None) -> bytes:

@@ -51,7 +51,9 @@ from hangar.errors import (
 )
 from hangar.exchange import intake, layout
 from hangar.exchange.context import ContextStore
+from hangar.exchange.progress import progress_file
 from hangar.harnesses import Harness, Invocation, TurnSpec, get_harness
+from hangar.harnesses.following import RunFollowers
 from hangar.harnesses.runs import INTERRUPTED_EXIT, RunStatus, read_run, run_started, stop_run
 from hangar.harnesses.turns import conversation_saved, start_turn, turn_result, write_home_files
 from hangar.keys import Keys
@@ -74,6 +76,10 @@ from hangar.sessions.workspace import repo_dir_for
 logger = logging.getLogger(__name__)
 
 MAX_LOG_BYTES = 50 << 20
+LOOK_SECONDS = 5.0
+"""Seconds a wait follows a running turn before it reads the turn's record again."""
+STOP_SEEN = 10.0
+"""Seconds the watch waits to see a run it stopped end (the stop itself waits up to 5)."""
 MAX_FINISH_TRIES = 3
 """Tries at a turn's finish (the first, then one per take-over) before it gives up."""
 
@@ -101,6 +107,7 @@ class Turns:
         handbacks: HandBacks,
         context: ContextStore,
         messages: MessageStore,
+        followers: RunFollowers | None = None,
     ) -> None:
         self.settings = settings
         self.handbacks = handbacks
@@ -115,6 +122,9 @@ class Turns:
         self.records = records
         self.transitions = transitions
         self.schedule = schedule
+        self.followers = followers or RunFollowers(sandboxes)
+        """Who follows the running turns' runs for this process: the watch, the waits and the
+        turn watch read what they saw instead of calling into the sandbox."""
 
     # -- asking for a turn ------------------------------------------------------------------
 
@@ -241,7 +251,8 @@ class Turns:
         turn = self.turn(session.id, None)
         if turn.finished_at is None:
             try:
-                status = read_run(self.sandboxes, session.sandbox_id, turn.active_run_id, 0, 0)
+                status = self.followers.status(session.sandbox_id, turn.active_run_id,
+                                               watch=progress_file(session))  # fmt: skip
                 why = None if status.finished else timeouts.overdue(
                     self.settings, turn, status.idle_seconds, utcnow())  # fmt: skip
                 if why is not None:
@@ -249,7 +260,8 @@ class Turns:
                 stopping = turn.stopped_for is not None or self._repair_overdue(turn)
                 if not status.finished and stopping:
                     stop_run(self.sandboxes, session.sandbox_id, turn.active_run_id)
-                    status = read_run(self.sandboxes, session.sandbox_id, turn.active_run_id, 0, 0)
+                    status = self.followers.wait_end(session.sandbox_id, turn.active_run_id,
+                                                     STOP_SEEN, watch=progress_file(session))
             except SandboxNotFound:
                 return self.lose_sandbox(session, "the sandbox was lost during the turn; the "
                                          "session resumes from its last checkpoint")  # fmt: skip
@@ -258,6 +270,17 @@ class Turns:
             if not status.finished:
                 return session
         return self.finish(session)
+
+    def seen_stopped(self, session: Session, run_id: str) -> None:
+        """Wait until this process's followers have seen a run of the session's that was just
+        stopped end (up to :data:`STOP_SEEN` seconds), so the watch after a stop finishes the
+        turn."""
+        assert session.sandbox_id is not None
+        try:
+            self.followers.wait_end(session.sandbox_id, run_id, STOP_SEEN,
+                                    watch=progress_file(session))  # fmt: skip
+        except (SandboxError, SandboxNotFound):
+            pass  # the watch sees to it
 
     def _stop_for(self, session: Session, turn: Turn, why: str) -> Turn:
         """The turn with ``why`` recorded as the reason its run is to be stopped. Recorded
@@ -396,9 +419,10 @@ class Turns:
         Each step is recorded before the next, so a finisher taking over goes on from there."""
         assert session.sandbox_id is not None
         if turn.exit_code is None:
-            status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, 0, MAX_LOG_BYTES)
+            status = self.followers.log(session.sandbox_id, turn.run_id, MAX_LOG_BYTES)
             assert status.exit_code is not None, "a finish is claimed once the run has ended"
-            turn = self._record_outcome(session, turn, status.data, status.exit_code)
+            turn = self._record_outcome(session, turn, status.data, status.exit_code,
+                                        status.stderr)  # fmt: skip
         if not turn.collected:
             turn = self.handbacks.read(session, turn)
         if turn.repair is not None and turn.repair.exit_code is None:
@@ -456,12 +480,13 @@ class Turns:
         repair = turn.repair.model_copy(update={"exit_code": status.exit_code})
         return self._update_turn(turn, repair=repair, repair_usage=result.usage, **changes)
 
-    def _record_outcome(self, session: Session, turn: Turn, log: bytes, exit_code: int) -> Turn:
+    def _record_outcome(self, session: Session, turn: Turn, log: bytes, exit_code: int,
+                        stderr: bytes | None = None) -> Turn:  # fmt: skip
         harness = get_harness(turn.harness or session.harness)
         assert session.sandbox_id is not None
         spec = self._spec(session, turn, harness, turn.message)
         result = turn_result(self.sandboxes, session.sandbox_id, harness, spec, turn.run_id, log,
-                             exit_code)  # fmt: skip
+                             exit_code, stderr)  # fmt: skip
         log_key = self._store_log(session.id, turn.n, log)
         outcome = TurnOutcome.EXITED if result.ok else TurnOutcome.FAILED
         error = result.error
@@ -541,20 +566,42 @@ class Turns:
             if latest and session.state is S.ACTIVE:
                 session = self.watch(session)
             turn = self.turn(session.id, turn.n)
-            following = on_output is not None and turn.started_at and not turn.finished_at
-            if following and session.sandbox_id:
-                try:
-                    status = read_run(self.sandboxes, session.sandbox_id, turn.run_id, cursor)
-                except (SandboxError, SandboxNotFound):
-                    status = None
-                if status is not None and status.data:
-                    cursor = status.cursor
-                    on_output(status.data)  # type: ignore[misc]
             settled = turn.finished_at is not None and not (
                 latest and session.state is S.ACTIVE)  # fmt: skip
-            if settled or time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if settled or left <= 0:
                 return turn
-            time.sleep(poll)
+            running = turn.started_at is not None and turn.finished_at is None
+            if running and session.sandbox_id and session.state is S.ACTIVE:
+                cursor = self._follow(session, turn, cursor, on_output, min(left, LOOK_SECONDS),
+                                      poll)  # fmt: skip
+            else:
+                time.sleep(min(poll, left))  # starting or finishing: the db's to say
+
+    def _follow(self, session: Session, turn: Turn, cursor: int,
+                on_output: Callable[[bytes], None] | None, timeout: float,
+                poll: float) -> int:  # fmt: skip
+        """Wait up to ``timeout`` seconds for the turn's run to say something (its log from
+        ``cursor``, fed to ``on_output``) or, without ``on_output`` or once its own run has
+        ended, for its active run to end; through this process's followers, so no wait calls
+        into the sandbox once per look. Returns the cursor after what was fed."""
+        assert session.sandbox_id is not None
+        watch = progress_file(session)
+        try:
+            if on_output is not None and turn.exit_code is None:
+                status = self.followers.wait(session.sandbox_id, turn.run_id, cursor, timeout,
+                                             watch=watch)  # fmt: skip
+                if status.data:
+                    on_output(status.data)
+                    return status.cursor
+            else:
+                status = self.followers.wait_end(session.sandbox_id, turn.active_run_id, timeout,
+                                                 watch=watch)  # fmt: skip
+        except (SandboxError, SandboxNotFound):
+            status = None  # the watch sees to a lost sandbox; look again a little later
+        if status is None or status.finished:
+            time.sleep(min(poll, timeout))  # ended: its finish is the db's to say
+        return cursor
 
     def turn(self, session_id: str, n: int | None) -> Turn:
         """Turn ``n`` of the session (None: the latest); NotFound when it has no turns,

@@ -17,14 +17,14 @@ import time
 from dataclasses import dataclass
 
 from hangar.errors import SandboxError, SandboxNotFound
-from hangar.exchange.progress import read_progress
+from hangar.exchange.progress import ProgressLine, progress_file, read_progress
 from hangar.harnesses.events import describe_event
-from hangar.harnesses.runs import read_run
 from hangar.models import Session, SessionState as S, Turn
 from hangar.sandboxes import Sandboxes
 from hangar.sessions.turns import Turns
 
 QUIET_SECONDS = 5.0
+_UNSEEN = object()  # the progress file's stamp before the first look
 MAX_LOG_READ = 256 << 10
 
 
@@ -57,6 +57,7 @@ class TurnWatch:
         self.quiet = quiet
         self._phase: tuple[str, str] | None = None
         self._progress = 0
+        self._watched: str | None | object = _UNSEEN
         self._log = 0
         self._last_note = time.monotonic()
         self._said: Note | None = None
@@ -93,9 +94,12 @@ class TurnWatch:
     def _agent_notes(self, session: Session, turn: Turn, *, events: bool = True) -> list[Note]:
         assert session.sandbox_id is not None
         try:
-            lines, self._progress = read_progress(self.sandboxes, session, self._progress)
-            status = read_run(self.sandboxes, session.sandbox_id, turn.active_run_id, self._log,
-                              MAX_LOG_READ)  # fmt: skip
+            status = self.turns.followers.wait(session.sandbox_id, turn.active_run_id,
+                                               self._log, 0, watch=progress_file(session))
+            lines: list[ProgressLine] = []
+            if not events or status.watched != self._watched:  # read only what changed
+                lines, self._progress = read_progress(self.sandboxes, session, self._progress)
+                self._watched = status.watched
         except (SandboxError, SandboxNotFound):
             return []  # the sandbox went away: the next look sees the turn's end
         self._log = status.cursor
@@ -103,5 +107,5 @@ class TurnWatch:
             return [Note(p.message, p.pct) for p in lines]
         if not events or time.monotonic() - self._last_note < self.quiet:
             return []
-        said = [e for e in map(describe_event, status.data.splitlines()) if e]
+        said = [e for e in map(describe_event, status.data[-MAX_LOG_READ:].splitlines()) if e]
         return [Note(said[-1])] if said else []
