@@ -1,6 +1,7 @@
 """``port_calls_followed_turn``: every call into the sandbox port while one turn runs for about
 :data:`TURN_SECONDS` seconds with one client following it (``hangar session send -w``), from
-the send to the end of the turn's checkpoint (issue 23: at most 10).
+the send to the end of the turn's checkpoint (issue 23: at most 10). ``BENCH_TURN_SECONDS`` makes
+the turn shorter for a quick look.
 
 A ``hangar serve`` runs in this process, on the embedded backends, with every backend's
 sandboxes wrapped by :class:`Counted` (``hangar.runtime.open_sandboxes`` is patched for the
@@ -17,10 +18,11 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +129,11 @@ def _serving(root: Path, harnesses: Path) -> Iterator[tuple[Counted, dict[str, s
         runtime.close()
 
 
-def measure(hangar: str, standin_harnesses: Callable[[Path], Path]) -> dict[str, Any]:
+def measure() -> dict[str, Any]:
     """One measure: the calls of a followed turn of TURN_SECONDS, and what they were."""
+    from tests.e2e.conftest import standin_harnesses
+
+    hangar = str(Path(sys.executable).with_name("hangar"))
     with tempfile.TemporaryDirectory(prefix="hangar-bench-calls-") as tmp:
         root = Path(tmp)
         root.chmod(0o755)  # the sandbox (its own uids) reaches the harness folder inside
@@ -155,12 +160,7 @@ def measure(hangar: str, standin_harnesses: Callable[[Path], Path]) -> dict[str,
 
 
 def main() -> int:
-    import sys
-
-    from tests.e2e.conftest import standin_harnesses
-
-    hangar = str(Path(sys.executable).with_name("hangar"))
-    print(json.dumps(measure(hangar, standin_harnesses)), flush=True)
+    print(json.dumps(measure()), flush=True)
     return 0
 
 
