@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 SANDBOX_PYTHON = "/usr/bin/python3"
 LIB = "/hangar/lib"
+BIN = "/hangar/bin"
+"""Where the install puts ``hangar-agent`` (the agent's command): first on the agent's PATH."""
+AGENT_COMMAND = "hangar-agent"
 
 USES: dict[str, tuple[str, ...]] = {
     "attach": (),
@@ -78,20 +81,25 @@ sys.modules["hangar.agent." + name].main()
 '''
 
 INSTALLER = """set -eu
-lib=$1 digest=$2
-mkdir -p "$lib"
+lib=$1 digest=$2 bin=$3
+mkdir -p "$lib" "$bin"
 chmod 711 "$lib"
-[ -d "$lib/$digest" ] && exit 0
-new=$(mktemp -d "$lib/.$digest.XXXXXX")
-trap 'rm -rf -- "$new"' EXIT
-tar -x -o -f - -C "$new"
-chmod 755 "$new"
-mv -T "$new" "$lib/$digest" 2>/dev/null || [ -d "$lib/$digest" ]
+if [ ! -d "$lib/$digest" ]; then
+  new=$(mktemp -d "$lib/.$digest.XXXXXX")
+  trap 'rm -rf -- "$new"' EXIT
+  tar -x -o -f - -C "$new"
+  chmod 755 "$new"
+  mv -T "$new" "$lib/$digest" 2>/dev/null || [ -d "$lib/$digest" ]
+fi
+cp "$lib/$digest/hangar-agent" "$bin/.hangar-agent.$$"
+chmod 755 "$bin/.hangar-agent.$$"
+mv -f "$bin/.hangar-agent.$$" "$bin/hangar-agent"
 """
-"""Reads :func:`archive` on standard input and puts it at ``LIB/DIGEST`` (its two arguments),
-whole or not at all; does nothing but fix the folder's mode (an older hangar made it 0700) when
-that digest is there already. Idempotent; two at once are fine (the second rename fails and
-finds the first's)."""
+"""Reads :func:`archive` on standard input and puts it at ``LIB/DIGEST`` (its first two
+arguments), whole or not at all, unless that digest is there already (then it only fixes the
+folder's mode: an older hangar made it 0700); then puts its ``hangar-agent`` at ``BIN`` (the
+third), replacing whatever an older hangar put there, by a rename. Idempotent; two at once are
+fine (the second rename fails and finds the first's)."""
 
 
 @functools.cache
@@ -104,7 +112,8 @@ def source(name: str) -> str:
 def _files() -> dict[str, str]:
     modules = sorted({m for script, uses in USES.items() for m in (script, *uses)})
     files = {"launch": _LAUNCH % (SANDBOX_PYTHON, tuple(sorted(USES))),
-             "hangar/__init__.py": "", "hangar/agent/__init__.py": ""}  # fmt: skip
+             "hangar/__init__.py": "", "hangar/agent/__init__.py": "",
+             AGENT_COMMAND: f"#!{SANDBOX_PYTHON} -IS\n" + source("hangar_agent")}  # fmt: skip
     files.update({f"hangar/agent/{m}.py": source(m) for m in modules})
     return files
 
@@ -135,7 +144,7 @@ def archive() -> bytes:
             data = text.encode()
             info = tarfile.TarInfo(path)
             info.size, info.mtime = len(data), 1 << 30
-            info.mode = 0o755 if path == "launch" else 0o644
+            info.mode = 0o755 if path in ("launch", AGENT_COMMAND) else 0o644
             tar.addfile(info, io.BytesIO(data))
     return out.getvalue()
 
@@ -154,12 +163,13 @@ def command(name: str, *args: str, lib: str = LIB) -> list[str]:
 
 def installer(lib: str = LIB) -> list[str]:
     """The argv that installs :func:`archive`, given on its standard input, under ``lib``."""
-    return ["/bin/sh", "-c", INSTALLER, "sh", lib, digest()]
+    return ["/bin/sh", "-c", INSTALLER, "sh", lib, digest(), BIN]
 
 
 def install(sandboxes: Sandboxes, sandbox_id: str) -> None:
-    """Install this hangar's scripts in the sandbox (one exec, as hangar); a no-op but for the
-    folder's mode when they are there. SandboxError if it fails."""
+    """Install this hangar's scripts in the sandbox, and its ``hangar-agent`` at :data:`BIN`
+    (one exec, as hangar); the scripts are left as they are when this digest is there already.
+    SandboxError if it fails."""
     from hangar.errors import SandboxError
     from hangar.sandboxes import SandboxUser
 

@@ -12,8 +12,9 @@
 Before each turn :func:`prepare` clears ``out/`` (but ``out/artifacts/``) and ``RESULT.md``, as
 the agent: the folder is the agent's, so nothing hangar does there runs with more rights than
 the agent has. The folder is checkpointed as a part of its own (``exchange_dir``), so it
-survives suspend and resume. The ``hangar-agent`` helper is installed into hangar's own bin
-folder, which comes first on PATH for everything the agent runs.
+survives suspend and resume. The ``hangar-agent`` helper is installed with hangar's scripts
+(:func:`hangar.agent.install`) into hangar's own bin folder, which comes first on PATH for
+everything the agent runs.
 """
 
 from __future__ import annotations
@@ -21,15 +22,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from hangar import agent
 from hangar.errors import SandboxError
 from hangar.models import Session
-from hangar.sandboxes import HOME, Sandboxes, SandboxUser
+from hangar.sandboxes import HOME, Sandboxes
 
-BIN_DIR = "/hangar/bin"
-"""hangar's bin folder in a sandbox: first on PATH for turns, setup runs, shells and terminals."""
-HELPER = f"{BIN_DIR}/hangar-agent"
-_SHEBANG = f"#!{agent.SANDBOX_PYTHON} -IS\n"
 
 
 def exchange_dir(session: Session) -> str:
@@ -45,16 +41,6 @@ def io_path(session: Session) -> str:
 def turn_env(session: Session) -> dict[str, str]:
     """What every turn's environment gets from the exchange (after the environment's own)."""
     return {"HANGAR_IO": io_path(session)}
-
-
-def helper_source() -> bytes:
-    """The ``hangar-agent`` command as installed: the script behind an isolated interpreter."""
-    return (_SHEBANG + agent.source("hangar_agent")).encode()
-
-
-def install_helper(sandboxes: Sandboxes, sandbox_id: str) -> None:
-    """Put ``hangar-agent`` in hangar's bin folder (hangar's, so the agent cannot replace it)."""
-    sandboxes.put_file(sandbox_id, HELPER, helper_source(), mode=0o755, user=SandboxUser.HANGAR)
 
 
 _PREPARE = """

@@ -17,7 +17,7 @@ from hangar import agent
 from hangar.config import Settings
 from hangar.errors import CheckpointError, SandboxCapabilityMissing, SandboxError
 from hangar.errors import SandboxNotFound
-from hangar.exchange.layout import exchange_dir, install_helper
+from hangar.exchange.layout import exchange_dir
 from hangar.sessions.conversations import conversation_dirs
 from hangar.harnesses.following import RunFollowers
 from hangar.harnesses.runs import read_run, read_stderr, run_started, start_run, stop_run
@@ -130,9 +130,8 @@ class Provisioner:
         return self.sandboxes.status(sandbox_id)
 
     def prepare(self, sandbox_id: str) -> None:
-        """Install ``hangar-agent``, hangar's scripts and the exchange helper in a ready
-        sandbox (:func:`hangar.agent.install`)."""
-        install_helper(self.sandboxes, sandbox_id)
+        """Install hangar's scripts and its ``hangar-agent`` command in a ready sandbox (one
+        exec, :func:`hangar.agent.install`)."""
         agent.install(self.sandboxes, sandbox_id)
 
     def _check_capabilities(self, env: Environment, ro_paths: list[str]) -> None:

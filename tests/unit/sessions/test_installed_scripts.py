@@ -71,9 +71,10 @@ def recorded(
 
 
 def remove_scripts(rec: Recording, sandbox_id: str) -> None:
-    """What a sandbox made by an older hangar lacks: this hangar's digest."""
+    """What a sandbox made by an older hangar has: another digest, and its ``hangar-agent``."""
     folder = f"{agent.LIB}/{agent.digest()}"
-    script = f'rm -rf -- "{folder}" && ! test -e "{folder}"'
+    script = (f'rm -rf -- "{folder}" && ! test -e "{folder}" && '
+              f'echo "an older hangar-agent" > {agent.BIN}/hangar-agent')  # fmt: skip
     gone = rec.inner.exec(sandbox_id, ["sh", "-c", script], user=SandboxUser.HANGAR)
     assert gone.ok, gone.stderr
 
@@ -112,6 +113,9 @@ def test_a_sandbox_without_this_hangars_scripts_runs_them_after_one_install(
     assert rec.scripts() == ["checkpoint", "checkpoint"]  # tried, then run once installed
     assert world.service.checkpointer.take(target, CheckpointReason.MANUAL) is not None
     assert rec.installs() == 1 and rec.scripts().count("checkpoint") == 3
+    # The install brought this hangar's hangar-agent too, which the agent runs.
+    helper = world.sandboxes.exec(sandbox_id, ["hangar-agent", "--help"])
+    assert helper.ok and b"HANGAR_IO" in helper.stdout, helper
     # The agent runs the installed scripts but can change none of them.
     script = f"touch {agent.launcher()} || touch {agent.LIB}/{agent.digest()}/x"
     denied = world.sandboxes.exec(sandbox_id, ["sh", "-c", script])
