@@ -1,5 +1,6 @@
-"""Following runs without polling: one follow exec streams a run's log, quiet time and end,
-and a process's followers share it between every waiter."""
+"""Following runs without polling: one exec streams a run's log, quiet time, progress file's
+stamp and end, and a process's followers share it between every waiter (and every look of a
+turn watch); a run an older supervisor started is followed as well."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from typing import Any
 import pytest
 
 from hangar.errors import SandboxError, SandboxNotFound
+from hangar.exchange.progress import progress_file
 from hangar.harnesses.following import RunFollowers
 from hangar.harnesses.runs import RunStatus, follow_run, start_run
-from hangar.sandboxes import SandboxSpec
+from hangar.models import Session, SessionState, Turn, utcnow
+from hangar.processes import Processes, keys
+from hangar.sandboxes import SandboxSpec, SandboxUser
 from hangar.sandboxes.local import LocalSandboxes
+from hangar.sessions.watching import TurnWatch
 
 pytestmark = pytest.mark.sandbox
 
@@ -146,10 +151,6 @@ def test_a_watched_file_is_stamped_and_a_change_is_said_at_once(sandboxes: Local
 def test_a_turn_watch_reads_progress_only_when_its_file_changed(
     sandboxes: LocalSandboxes,
 ) -> None:
-    from hangar.exchange.progress import progress_file
-    from hangar.models import Session, SessionState, Turn, utcnow
-    from hangar.sessions.watching import TurnWatch
-
     sandbox = sandboxes.create(SandboxSpec()).id
     session = Session(name="s", environment="app", harness="claude", sandbox_id=sandbox,
                       state=SessionState.ACTIVE)  # fmt: skip
@@ -188,3 +189,26 @@ def test_a_turn_watch_reads_progress_only_when_its_file_changed(
     assert notes == ["half"]
     assert len([a for a in counted.execs if "progress" in a]) == 2
     assert len([a for a in counted.execs if "attach" in a]) == 1
+
+
+OLDER_SUPERVISOR = """
+run=/hangar/runs/older; mkdir -p "$run"
+setsid sh -c 'sh -c "echo before; while [ ! -e /tmp/go ]; do sleep 0.02; done; echo after" \\
+  > "$1/log" 2> "$1/stderr"; echo $? > "$1/exit.tmp"; mv "$1/exit.tmp" "$1/exit"' sh "$run" \\
+  < /dev/null > /dev/null 2>&1 &
+echo "$! $!" > "$run/pid"
+"""
+"""A run as the supervisor of an older hangar left it: its files, and no command FIFO."""
+
+
+def test_a_run_of_an_older_supervisor_is_followed_to_its_end(sandboxes: LocalSandboxes) -> None:
+    sandbox = sandboxes.create(SandboxSpec()).id
+    started = sandboxes.exec(sandbox, ["sh", "-c", OLDER_SUPERVISOR], user=SandboxUser.HANGAR)
+    assert started.ok, started
+    followers = RunFollowers(sandboxes)
+    assert followers.wait(sandbox, "older", 0, 30).data == b"before\n"
+    with pytest.raises(SandboxError, match="takes no commands"):
+        Processes(sandboxes, sandbox).send("older", keys(b"x"))
+    sandboxes.exec(sandbox, ["touch", "/tmp/go"])
+    assert followers.wait_end(sandbox, "older", 30).exit_code == 0
+    assert followers.log(sandbox, "older", 1 << 20).data == b"before\nafter\n"
