@@ -30,18 +30,6 @@ pytestmark = pytest.mark.sandbox
 CONVERSATION = ".claude/projects/-workspace-app/conv.jsonl"
 
 
-@pytest.fixture
-def engine(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
-    remote: Path,
-) -> Engine:
-    return make_engine(settings, db, blobs, keys, sandboxes, remote)
-
-
 EngineWith = Callable[..., Engine]
 
 

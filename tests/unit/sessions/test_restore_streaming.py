@@ -4,21 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hangar.blobs.local import LocalBlobs
 from hangar.config import Settings
-from hangar.db.sqlite import SqliteDb
 from hangar.errors import DecryptionFailed
 from hangar.keys.local import LocalKeys
 from hangar.models import Checkpoint
 from hangar.sandboxes.local import LocalSandboxes
 from hangar.sessions.parts import CheckpointParts
 from hangar.sessions.restore import Restorer
-from tests.rig import Engine, make_engine
+from tests.rig import Engine
 
 pytestmark = pytest.mark.sandbox
 
@@ -34,18 +31,6 @@ WORK = (
     "data/blob.bin; mkdir -p ~/.claude/projects/-workspace-app; "
     "echo '{\"role\": \"user\"}' > ~/.claude/projects/-workspace-app/conv.jsonl"
 )
-
-
-@pytest.fixture
-def engine(
-    settings: Settings,
-    db: SqliteDb,
-    blobs: LocalBlobs,
-    keys: LocalKeys,
-    sandboxes: LocalSandboxes,
-    remote: Path,
-) -> Engine:
-    return make_engine(settings, db, blobs, keys, sandboxes, remote)
 
 
 def restored_parts(checkpoint: Checkpoint) -> list[str]:
