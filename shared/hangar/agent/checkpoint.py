@@ -222,7 +222,10 @@ class TreeFacts:
     def keep(self, refused, size):
         if not self.path or (self.refused, self.size) == (refused, size):
             return
-        tmp = "%s.%s" % (self.path, os.urandom(4).hex())
+        # One name for the copy being written: a checkpoint killed while it wrote leaves one
+        # file at most, which the next one writes over (two at once may spoil it: then it
+        # is unreadable, and found again).
+        tmp = self.path + ".tmp"
         try:
             with open(tmp, "w") as f:
                 json.dump({"head": self.head, "refused": refused, "size": size}, f)

@@ -381,13 +381,16 @@ def test_what_a_checkpoint_learns_of_a_head_is_kept_out_of_the_agents_reach_unti
     engine.sh(sandbox, "echo more >> README.md")
     again = [w for w in engine.take(sandbox, workspace).warnings if "refuses" in w]
     assert again and "planted/by/test" in again[0], again
-    # A new head (committed from the index, which never held .GIT): found again from its tree.
+    # A new head (committed from the index, which never held .GIT): found again from its tree,
+    # written over what a checkpoint killed while it wrote the facts left.
+    hangar_sh(f"echo half > {facts_file}.tmp")
     engine.sh(sandbox, "git commit -qam more")
     moved = [w for w in engine.take(sandbox, workspace).warnings if "refuses" in w]
     assert moved == []
     facts = json.loads(hangar_sh(f"cat {facts_file}"))
     assert facts["head"] == engine.sh(sandbox, "git rev-parse HEAD").strip()
     assert facts["refused"] == []
+    assert hangar_sh(f"ls {HANGAR_TMP} | grep tree-facts") == "tree-facts.json\n"
 
 
 def test_a_repository_git_added_whole_is_named_as_left_out(engine: Engine) -> None:
