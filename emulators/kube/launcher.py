@@ -1,0 +1,126 @@
+"""The launcher: :class:`KubeStandIn`, a context manager serving the stand-in from a thread."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any, Self
+
+import yaml
+
+from emulators.processes import ThreadedStandIn
+
+from . import kinds
+from .controller import Controller, PodHook
+from .pods import Knobs
+from .server import KubeServer
+from .store import Store
+
+
+class KubeStandIn(ThreadedStandIn):
+    """The stand-in on ``host:port`` (port 0 picks a free one).
+
+    - ``token`` is the bearer token every request must carry (made at random when not given);
+      ``kubeconfig`` is a file, written by :meth:`start` and removed by :meth:`stop`, naming
+      the server, the token and the context ``context`` (namespace ``default``, which exists).
+    - ``knobs`` (:class:`Knobs`) steer how pods start; change them with :meth:`set_knobs`
+      (or ``PUT /_stand-in/knobs``), which takes effect at once.
+    - ``history`` is how many events watches can resume from; older resourceVersions are
+      410 Gone. ``store`` and ``controller`` are exposed for tests and for the exec helper.
+    - ``on_pod_created`` / ``on_pod_deleted`` are called with each pod record as it is added
+      to or deleted from the store.
+    """
+
+    label = "kube stand-in"
+    context = "hangar-stand-in"
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, verbose: bool = False,
+                 token: str | None = None, knobs: Knobs | None = None, history: int = 1000,
+                 on_pod_created: PodHook | None = None,
+                 on_pod_deleted: PodHook | None = None) -> None:  # fmt: skip
+        super().__init__(host, port, verbose=verbose)
+        self.token = token or secrets.token_urlsafe(24)
+        self.store = Store(history)
+        self.controller = Controller(self.store, knobs, on_pod_created=on_pod_created,
+                                     on_pod_deleted=on_pod_deleted)  # fmt: skip
+        self.kubeconfig = ""
+        self._kube_server: KubeServer | None = None
+        self.store.create(kinds.NAMESPACES.resource, "", {"metadata": {"name": "default"},
+                          "apiVersion": "v1", "kind": "Namespace",
+                          "status": {"phase": "Active"}})  # fmt: skip
+
+    @property
+    def knobs(self) -> Knobs:
+        return self.controller.knobs
+
+    def set_knobs(self, **change: Any) -> dict[str, Any]:
+        """Change knobs by name (ValueError on an unknown one); returns them all."""
+        self.knobs.update(change)
+        self.controller.poke()
+        return self.knobs.as_dict()
+
+    @property
+    def server(self) -> KubeServer:
+        """The bound HTTP server (its ``exec_handler`` and ``requests`` count)."""
+        if self._kube_server is None:
+            raise RuntimeError("the kube stand-in is not started")
+        return self._kube_server
+
+    def make_server(self) -> KubeServer:
+        self._kube_server = KubeServer((self.host, self.port), self.store, self.token,
+                                       knobs=self._knobs_endpoint, verbose=self.verbose)  # fmt: skip
+        return self._kube_server
+
+    def _knobs_endpoint(self, change: dict[str, Any] | None) -> dict[str, Any]:
+        from .store import StoreError
+
+        if change is None:
+            return self.knobs.as_dict()
+        if not isinstance(change, dict):
+            raise StoreError(400, "BadRequest", "knobs must be a JSON object")
+        try:
+            return self.set_knobs(**change)
+        except ValueError as exc:
+            raise StoreError(400, "BadRequest", str(exc)) from exc
+
+    def bind(self) -> None:
+        super().bind()
+        if not self.kubeconfig:
+            fd, path = tempfile.mkstemp(prefix="kube-stand-in-", suffix=".yaml")
+            with os.fdopen(fd, "w") as out:
+                yaml.safe_dump(self.kubeconfig_doc(), out)
+            self.kubeconfig = path
+
+    def start(self) -> Self:
+        super().start()
+        self.controller.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.bind()
+        self.controller.start()
+        super().serve_forever()
+
+    def stop(self) -> None:
+        self.controller.stop()
+        super().stop()
+        self._kube_server = None
+        if self.kubeconfig:
+            Path(self.kubeconfig).unlink(missing_ok=True)
+            self.kubeconfig = ""
+
+    def kubeconfig_doc(self) -> dict[str, Any]:
+        """The kubeconfig naming this server, its token and :attr:`context`."""
+        name = self.context
+        return {"apiVersion": "v1", "kind": "Config", "current-context": name,
+                "clusters": [{"name": name, "cluster": {"server": self.url}}],
+                "users": [{"name": name, "user": {"token": self.token}}],
+                "contexts": [{"name": name, "context": {"cluster": name, "user": name,
+                                                        "namespace": "default"}}],
+                "preferences": {}}  # fmt: skip
+
+    def environment(self) -> dict[str, str]:
+        """``KUBECONFIG`` (the file) and ``HANGAR_KUBE_CONTEXT`` (its context)."""
+        return {"KUBECONFIG": self.kubeconfig, "HANGAR_KUBE_CONTEXT": self.context}
