@@ -1,7 +1,12 @@
 """pods/exec over a websocket, served the way the Kubernetes API serves it, for the stand-in.
 
-Contract (what the official client and kubectl rely on, checked by
-``tests/emulators/test_kube_exec.py`` with the official Python client):
+Two fronts over one core (:class:`ExecSession`): :func:`exec_handler` for the stand-in's
+``http.server`` front (its ``KubeServer.exec_handler`` hook: the handshake answered and the
+frames carried on the request's own socket, framed by the ``websockets`` library's sans-I/O
+protocol), and :func:`exec_endpoint` /
+:func:`exec_route` for a Starlette app. Both keep one contract (what the official client
+and kubectl rely on; ``tests/emulators/test_kube_exec.py`` checks it on both fronts with the
+official Python client):
 
 - ``GET /api/v1/namespaces/{namespace}/pods/{name}/exec`` upgraded to a websocket. The client's
   ``connect_post_…`` variant is the same handshake (a websocket upgrade is always a GET), so one
@@ -15,7 +20,9 @@ Contract (what the official client and kubectl rely on, checked by
   stdout, 2 stderr, 3 error (server to client), 4 resize (ignored). With v5, the message
   ``[255, 0]`` closes stdin: the command sees end of file. stdin also ends when the websocket
   closes. stdin frames are fed to the command as they come, with backpressure (a bounded
-  queue: a slow reader slows the client's writes, nothing piles up unbounded).
+  queue: a slow reader slows the client's writes, nothing piles up unbounded). A message may
+  hold up to :data:`MAX_MESSAGE` bytes (uvicorn's default limit; the client sends each
+  ``write_stdin`` as one message).
 - stdout and stderr go out as frames as the command writes them (when asked for; otherwise
   they are dropped). When it exits, one channel-3 message carries a ``Status`` as the kubelet
   writes it: ``{"status": "Success"}`` for exit 0, else ``status: Failure``, ``reason:
@@ -44,14 +51,20 @@ import asyncio
 import json
 import queue
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
+from websockets.frames import Frame, Opcode
+from websockets.protocol import State
+from websockets.server import ServerProtocol
+from websockets.utils import accept_key
 
 from hangar.errors import HangarError, NotFound
 from hangar.sandboxes import ExecResult, Sandboxes, SandboxUser
@@ -62,11 +75,14 @@ V4 = "v4.channel.k8s.io"
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 STDIN_FRAMES = 64
 """stdin messages held between the websocket and the command before the client is slowed."""
+MAX_MESSAGE = 16 << 20
 
 Resolve = Callable[[str, str], tuple[Sandboxes, str]]
 """(namespace, pod name) -> the pod's sandbox backend and sandbox id; raises
 :class:`~hangar.errors.NotFound` (or a subclass) for a pod that is not there."""
 Endpoint = Callable[[WebSocket], Awaitable[None]]
+Handler = Callable[[BaseHTTPRequestHandler, str, str], None]
+Query = Sequence[tuple[str, str]]
 
 
 def status(exit_code: int) -> dict[str, Any]:
@@ -84,111 +100,64 @@ def failure(code: int, reason: str, message: str) -> dict[str, Any]:
             "message": message, "reason": reason, "code": code}  # fmt: skip
 
 
-def exec_route(resolve: Resolve, user: SandboxUser = SandboxUser.HANGAR) -> WebSocketRoute:
-    """pods/exec at :data:`EXEC_PATH`, for the stand-in's list of routes."""
-    return WebSocketRoute(EXEC_PATH, exec_endpoint(resolve, user))
+def _flag(query: Query, name: str) -> bool:
+    return any(k == name and v.lower() in ("true", "1") for k, v in query)
 
 
-def add_exec_route(
-    app: Starlette, resolve: Resolve, user: SandboxUser = SandboxUser.HANGAR
-) -> None:
-    """Serve pods/exec on an app already made (:func:`exec_route` appended to its routes)."""
-    app.router.routes.append(exec_route(resolve, user))
+def negotiate(offered: str) -> str | None:
+    """The subprotocol to answer a ``Sec-WebSocket-Protocol`` offer with: v5, else v4."""
+    protocols = [p.strip() for p in offered.split(",")]
+    return next((p for p in (V5, V4) if p in protocols), None)
 
 
-def exec_endpoint(resolve: Resolve, user: SandboxUser = SandboxUser.HANGAR) -> Endpoint:
-    """The websocket handler of pods/exec (the module's contract), running each command through
-    the sandbox that ``resolve`` finds for the pod, as ``user``."""
-
-    async def endpoint(websocket: WebSocket) -> None:
-        refusal = _refusal(websocket)
-        if refusal is None:
-            namespace, name = websocket.path_params["namespace"], websocket.path_params["name"]
-            try:
-                sandboxes, sandbox_id = await anyio.to_thread.run_sync(resolve, namespace, name)
-            except NotFound:
-                refusal = failure(404, "NotFound", f'pods "{name}" not found')
-        if refusal is not None:
-            await _deny(websocket, refusal)
-            return
-        protocol = _protocol(websocket)
-        await websocket.accept(subprotocol=protocol)
-        await _Exec(websocket, protocol, sandboxes, sandbox_id, user).run()
-
-    return endpoint
-
-
-def _flag(websocket: WebSocket, name: str) -> bool:
-    return websocket.query_params.get(name, "").lower() in ("true", "1")
-
-
-def _protocol(websocket: WebSocket) -> str | None:
-    offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",")]
-    return next((p for p in (V5, V4) if p in offered), None)
-
-
-def _refusal(websocket: WebSocket) -> dict[str, Any] | None:
+def refusal(query: Query, offered: str) -> dict[str, Any] | None:
     """The 400 ``Status`` for a request the stand-in does not serve, else None."""
-    if _protocol(websocket) is None:
+    if negotiate(offered) is None:
         return failure(400, "BadRequest", f"the exec websocket needs subprotocol {V5} or {V4}")
-    if not websocket.query_params.getlist("command"):
-        return failure(400, "BadRequest", "you must specify at least one command for the container")
-    if not any(_flag(websocket, s) for s in ("stdin", "stdout", "stderr")):
+    if not [v for k, v in query if k == "command"]:
+        return failure(400, "BadRequest", "you must specify at least one command")
+    if not any(_flag(query, s) for s in ("stdin", "stdout", "stderr")):
         return failure(400, "BadRequest", "you must specify at least 1 of stdin, stdout, stderr")
-    if _flag(websocket, "tty"):
+    if _flag(query, "tty"):
         return failure(400, "BadRequest", "the stand-in's exec has no terminal (tty=true)")
     return None
 
 
-async def _deny(websocket: WebSocket, body: dict[str, Any]) -> None:
-    """Answer the handshake with plain HTTP (``body['code']`` and the Status) where the server
-    can, else refuse the upgrade (uvicorn's 403)."""
-    if "websocket.http.response" in websocket.scope.get("extensions", {}):
-        await websocket.send_denial_response(JSONResponse(body, status_code=body["code"]))
-    else:
-        await websocket.close(code=1008)
+class ExecSession:
+    """One exec, whatever carries its frames: ``send`` puts one message on the websocket
+    (blocking until it is sent; raising once it cannot be), the front calls :meth:`offer` with
+    each message from the client and :meth:`client_gone` when the client is gone, and
+    :meth:`run` (in a thread of its own) runs the command and returns the channel-3 Status."""
 
-
-class _Exec:
-    """One exec: the websocket on the event loop, the sandbox's blocking ``exec`` in a thread,
-    stdin through a bounded queue, output back through the loop."""
-
-    def __init__(
-        self, websocket: WebSocket, protocol: str | None, sandboxes: Sandboxes, sandbox_id: str,
-        user: SandboxUser,
-    ) -> None:  # fmt: skip
-        self.websocket, self.protocol, self.user = websocket, protocol, user
-        self.sandboxes, self.sandbox_id = sandboxes, sandbox_id
-        self.argv = websocket.query_params.getlist("command")
-        self.wants = {ch: _flag(websocket, n) for ch, n in ((STDOUT, "stdout"), (STDERR, "stderr"))}
+    def __init__(self, query: Query, protocol: str, sandboxes: Sandboxes, sandbox_id: str,
+                 user: SandboxUser, send: Callable[[bytes], None]) -> None:  # fmt: skip
+        self.protocol, self.sandboxes, self.sandbox_id, self.user = (
+            protocol, sandboxes, sandbox_id, user)  # fmt: skip
+        self.argv = [v for k, v in query if k == "command"]
+        self.wants = {STDOUT: _flag(query, "stdout"), STDERR: _flag(query, "stderr")}
         self.stdin: queue.Queue[bytes | None] | None = (
-            queue.Queue(STDIN_FRAMES) if _flag(websocket, "stdin") else None
+            queue.Queue(STDIN_FRAMES) if _flag(query, "stdin") else None
         )
         self.stdin_open = self.stdin is not None
+        self.send_lock = threading.Lock()
+        self._send = send
+        self.connected = True
         self.cancel = threading.Event()  # the client went away: kill the command
         self.finished = threading.Event()  # the command ended: stop feeding it
-        self.connected = True
-        self.lock = asyncio.Lock()
-        self.loop = asyncio.get_running_loop()
 
-    async def run(self) -> None:
-        receiver = asyncio.create_task(self._receive())
+    def run(self) -> dict[str, Any]:
+        """Run the command to its end; the Status for channel 3."""
         try:
-            try:
-                result = await anyio.to_thread.run_sync(self._exec)
-                end = status(result.exit_code)
-            except HangarError as exc:
-                message = f"error executing command in container: {exc}"
-                end = failure(500, "InternalError", message)
-                end["details"] = {"causes": [{"message": message}]}
-            finally:
-                self.finished.set()
-            await self._send(ERROR, json.dumps(end).encode())
-            if self.connected:
-                self.connected = False
-                await self.websocket.close(code=1000)
+            result = self._exec()
+            return status(result.exit_code)
+        except HangarError as exc:
+            message = f"error executing command in container: {exc}"
+            end = failure(500, "InternalError", message)
+            end["details"] = {"causes": [{"message": message}]}
+            return end
         finally:
-            receiver.cancel()
+            self.finished.set()
+            self._end_stdin()
 
     def _exec(self) -> ExecResult:
         return self.sandboxes.exec(
@@ -202,44 +171,34 @@ class _Exec:
         while (chunk := self.stdin.get()) is not None:
             yield chunk
 
-    async def _receive(self) -> None:
-        try:
-            while True:
-                message = await self.websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-                data = message.get("bytes") or (message.get("text") or "").encode()
-                if data[:1] == bytes([STDIN]) and len(data) > 1:
-                    await self._feed(data[1:])
-                elif data == bytes([CLOSE, STDIN]) and self.protocol == V5:
-                    await self._feed(None)
-                # resize (4) and anything else: a stand-in exec has no terminal
-        except WebSocketDisconnect:
-            pass
-        finally:
-            if self.connected:  # the client left before the command ended
-                self.connected = False
-                self.cancel.set()
-            self._end_stdin()
+    def offer(self, message: bytes, block: bool = True) -> bool:
+        """Take one message from the client: stdin data, v5's close of stdin, or something
+        ignored (resize). False, with nothing taken, when ``block`` is false and the command
+        has not caught up with its stdin (offer it again, blocking, from a thread)."""
+        if message[:1] == bytes([STDIN]) and len(message) > 1:
+            return self._feed(message[1:], block)
+        if message == bytes([CLOSE, STDIN]) and self.protocol == V5:
+            return self._feed(None, block)
+        return True
 
-    async def _feed(self, chunk: bytes | None) -> None:
-        """Hand ``chunk`` (None: end of file) to the command; wait while the queue is full."""
+    def _feed(self, chunk: bytes | None, block: bool) -> bool:
         if self.stdin is None or not self.stdin_open:
-            return
-        self.stdin_open = chunk is not None
-        try:
-            self.stdin.put_nowait(chunk)
-        except queue.Full:
-            await anyio.to_thread.run_sync(self._put_blocking, chunk)
-
-    def _put_blocking(self, chunk: bytes | None) -> None:
-        assert self.stdin is not None
+            return True
         while not self.finished.is_set():
             try:
-                self.stdin.put(chunk, timeout=0.1)
-                return
+                self.stdin.put(chunk, block=block, timeout=0.1 if block else None)
+                break
             except queue.Full:
-                continue
+                if not block:
+                    return False
+        self.stdin_open = chunk is not None
+        return True
+
+    def client_gone(self) -> None:
+        """The client closed the websocket or the connection dropped: end the command."""
+        self.connected = False
+        self.cancel.set()
+        self._end_stdin()
 
     def _end_stdin(self) -> None:
         """End of file for the command, whatever the queue holds (it may have stopped
@@ -257,27 +216,27 @@ class _Exec:
                 except queue.Empty:
                     pass
 
-    async def _send(self, channel: int, data: bytes) -> None:
-        async with self.lock:
+    def send(self, channel: int, data: bytes) -> None:
+        """One frame on ``channel``; a client gone makes it (and every later one) a no-op."""
+        with self.send_lock:
             if not self.connected:
                 return
             try:
-                await self.websocket.send_bytes(bytes([channel]) + data)
-            except (WebSocketDisconnect, RuntimeError, OSError):
-                self.connected = False
-                self.cancel.set()
+                self._send(bytes([channel]) + data)
+            except Exception:  # noqa: BLE001 - any failure to send is the client gone
+                self.client_gone()
 
     def write(self, channel: int, data: bytes) -> int:
-        """From the exec's thread: send one frame, waiting until it is sent (backpressure)."""
-        if data and self.wants[channel] and self.connected:
-            asyncio.run_coroutine_threadsafe(self._send(channel, bytes(data)), self.loop).result()
+        """From the exec's thread: one frame of output, if the client asked for it."""
+        if data and self.wants[channel]:
+            self.send(channel, bytes(data))
         return len(data)
 
 
 class _Frames:
     """The binary file ``exec`` writes one stream to: each write a frame on ``channel``."""
 
-    def __init__(self, owner: _Exec, channel: int) -> None:
+    def __init__(self, owner: ExecSession, channel: int) -> None:
         self.owner, self.channel = owner, channel
 
     def write(self, data: bytes) -> int:
@@ -285,3 +244,176 @@ class _Frames:
 
     def flush(self) -> None:
         pass
+
+
+# -- the http.server front ----------------------------------------------------------------
+
+
+def exec_handler(resolve: Resolve, user: SandboxUser = SandboxUser.HANGAR) -> Handler:
+    """The stand-in server's pods/exec hook (``KubeServer.exec_handler``): called on the
+    request's thread with the request parsed, it answers the handshake on the request's socket
+    and serves the exec to its end (the module's contract), running the command through the
+    sandbox ``resolve`` finds for the pod, as ``user``."""
+
+    def handle(request: BaseHTTPRequestHandler, namespace: str, name: str) -> None:
+        request.close_connection = True
+        query = parse_qsl(urlsplit(request.path).query, keep_blank_values=True)
+        offered = request.headers.get("Sec-WebSocket-Protocol", "")
+        refused = refusal(query, offered)
+        if refused is None:
+            try:
+                sandboxes, sandbox_id = resolve(namespace, name)
+            except NotFound:
+                refused = failure(404, "NotFound", f'pods "{name}" not found')
+        if refused is not None:
+            _answer(request, refused)
+            return
+        protocol = negotiate(offered)
+        assert protocol is not None
+        key = request.headers.get("Sec-WebSocket-Key", "")
+        if "websocket" not in request.headers.get("Upgrade", "").lower() or not key:
+            _answer(request, failure(400, "BadRequest", "pods/exec is served over a websocket"))
+            return
+        request.send_response(101)
+        request.send_header("Upgrade", "websocket")
+        request.send_header("Connection", "Upgrade")
+        request.send_header("Sec-WebSocket-Accept", accept_key(key))
+        request.send_header("Sec-WebSocket-Protocol", protocol)
+        request.end_headers()
+        ws = ServerProtocol(state=State.OPEN, max_size=MAX_MESSAGE)  # framing only, from here
+        lock = threading.Lock()
+
+        def flush() -> None:
+            for data in ws.data_to_send():
+                request.wfile.write(data)
+            request.wfile.flush()
+
+        def send(message: bytes) -> None:
+            with lock:
+                ws.send_binary(message)
+                flush()
+
+        with lock:
+            flush()
+        session = ExecSession(query, protocol, sandboxes, sandbox_id, user, send)
+        reader = threading.Thread(target=_read, args=(request, ws, lock, flush, session),
+                                  daemon=True)  # fmt: skip
+        reader.start()
+        session.send(ERROR, json.dumps(session.run()).encode())
+        if session.connected:
+            with lock:
+                ws.send_close(1000)
+                flush()
+        reader.join(5.0)  # the client answers the close; a silent one is dropped
+
+    return handle
+
+
+def _answer(request: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    data = json.dumps(body).encode()
+    request.send_response(body["code"])
+    request.send_header("Content-Type", "application/json")
+    request.send_header("Content-Length", str(len(data)))
+    request.end_headers()
+    request.wfile.write(data)
+
+
+def _read(request: BaseHTTPRequestHandler, ws: ServerProtocol, lock: threading.Lock,
+          flush: Callable[[], None], session: ExecSession) -> None:  # fmt: skip
+    """The client's side of the socket, until it closes: messages to ``session``."""
+    parts: list[bytes] = []
+    try:
+        while data := request.rfile.read1(1 << 16):
+            with lock:
+                ws.receive_data(data)
+                events = ws.events_received()
+                flush()  # pongs, the close's answer
+            for event in events:
+                assert isinstance(event, Frame)
+                if event.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
+                    parts.append(bytes(event.data))
+                    if event.fin:
+                        session.offer(b"".join(parts))
+                        parts.clear()
+                elif event.opcode is Opcode.CLOSE:
+                    return
+    except OSError:
+        pass
+    finally:
+        if not session.finished.is_set():
+            session.client_gone()
+
+
+# -- the Starlette front ------------------------------------------------------------------
+
+
+def exec_route(resolve: Resolve, user: SandboxUser = SandboxUser.HANGAR) -> WebSocketRoute:
+    """pods/exec at :data:`EXEC_PATH`, for a Starlette app's list of routes."""
+    return WebSocketRoute(EXEC_PATH, exec_endpoint(resolve, user))
+
+
+def add_exec_route(
+    app: Starlette, resolve: Resolve, user: SandboxUser = SandboxUser.HANGAR
+) -> None:
+    """Serve pods/exec on an app already made (:func:`exec_route` appended to its routes)."""
+    app.router.routes.append(exec_route(resolve, user))
+
+
+def exec_endpoint(resolve: Resolve, user: SandboxUser = SandboxUser.HANGAR) -> Endpoint:
+    """The Starlette websocket handler of pods/exec (the module's contract), running each
+    command through the sandbox ``resolve`` finds for the pod, as ``user``."""
+
+    async def endpoint(websocket: WebSocket) -> None:
+        query = websocket.query_params.multi_items()
+        offered = websocket.headers.get("sec-websocket-protocol", "")
+        refused = refusal(query, offered)
+        if refused is None:
+            namespace, name = websocket.path_params["namespace"], websocket.path_params["name"]
+            try:
+                sandboxes, sandbox_id = await anyio.to_thread.run_sync(resolve, namespace, name)
+            except NotFound:
+                refused = failure(404, "NotFound", f'pods "{name}" not found')
+        if refused is not None:
+            if "websocket.http.response" in websocket.scope.get("extensions", {}):
+                response = JSONResponse(refused, status_code=refused["code"])
+                await websocket.send_denial_response(response)
+            else:
+                await websocket.close(code=1008)
+            return
+        protocol = negotiate(offered)
+        assert protocol is not None
+        await websocket.accept(subprotocol=protocol)
+        loop = asyncio.get_running_loop()
+
+        def send(message: bytes) -> None:
+            asyncio.run_coroutine_threadsafe(websocket.send_bytes(message), loop).result()
+
+        session = ExecSession(query, protocol, sandboxes, sandbox_id, user, send)
+        receiver = asyncio.create_task(_receive(websocket, session))
+        try:
+            end = await anyio.to_thread.run_sync(session.run)
+            await anyio.to_thread.run_sync(session.send, ERROR, json.dumps(end).encode())
+            if session.connected:
+                session.connected = False
+                await websocket.close(code=1000)
+        finally:
+            receiver.cancel()
+
+    return endpoint
+
+
+async def _receive(websocket: WebSocket, session: ExecSession) -> None:
+    """The client's messages to ``session``, until it leaves."""
+    try:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            data = message.get("bytes") or (message.get("text") or "").encode()
+            if not session.offer(data, block=False):
+                await anyio.to_thread.run_sync(session.offer, data)
+    except WebSocketDisconnect:
+        pass
+    finally:
+        if session.connected and not session.finished.is_set():
+            session.client_gone()

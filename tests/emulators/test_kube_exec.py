@@ -1,14 +1,18 @@
 """pods/exec of the Kubernetes stand-in, driven by the official client's websocket (``WSClient``)
-over a real local sandbox: what the GKE backend will rely on."""
+over a real local sandbox, on both fronts (the stand-in's ``http.server`` hook and Starlette):
+what the GKE backend will rely on."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import queue
+import re
 import socket
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import pytest
@@ -19,11 +23,12 @@ from kubernetes.stream import stream
 from kubernetes.stream.ws_client import V4_CHANNEL_PROTOCOL, V5_CHANNEL_PROTOCOL, WSClient
 from starlette.applications import Starlette
 
-from emulators.kube.exec import add_exec_route
+from emulators.kube.exec import add_exec_route, exec_handler
 from hangar.errors import SandboxNotFound
 from hangar.sandboxes import ExecResult, Sandboxes, SandboxSpec, SandboxUser
 from hangar.sandboxes.local import LocalSandboxes
 
+EXEC = re.compile(r"^/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/exec$")
 WAIT = 120.0  # the bound on every wait; a healthy run takes a fraction of it
 
 
@@ -41,23 +46,59 @@ class Recording:
 
 
 class Pod:
-    """One stand-in pod (``ns/pod``) served by uvicorn on 127.0.0.1 in a thread."""
+    """One stand-in pod (``ns/pod``) served on 127.0.0.1 in a thread, by ``front``: the
+    ``http.server`` hook the stand-in's server calls, or a Starlette app under uvicorn."""
 
-    def __init__(self, sandboxes: LocalSandboxes) -> None:
+    def __init__(self, sandboxes: LocalSandboxes, front: str) -> None:
         self.sandboxes = sandboxes
         self.sandbox_id = sandboxes.create(SandboxSpec()).id
         self.recording = Recording(sandboxes)
-        app = Starlette()
-        add_exec_route(app, self.resolve)
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)  # connections wait in the backlog until uvicorn accepts them
-        config = uvicorn.Config(app, log_level="warning", lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, args=([self.sock],), daemon=True)
-        self.thread.start()
+        self.sock.listen(64)  # connections wait in the backlog until the server accepts them
+        self.stop = self.serve_http() if front == "http.server" else self.serve_starlette()
         host, port = self.sock.getsockname()
         self.api = CoreV1Api(ApiClient(Configuration(host=f"http://{host}:{port}")))
+
+    def serve_starlette(self) -> Callable[[], None]:
+        app = Starlette()
+        add_exec_route(app, self.resolve)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        thread = threading.Thread(target=server.run, args=([self.sock],), daemon=True)
+        thread.start()
+
+        def stop() -> None:
+            server.should_exit = True
+            thread.join(WAIT)
+
+        return stop
+
+    def serve_http(self) -> Callable[[], None]:
+        handle = exec_handler(self.resolve)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                found = EXEC.match(self.path.partition("?")[0])
+                if found is None:
+                    self.send_error(404)
+                    return
+                handle(self, found["namespace"], found["name"])
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(self.sock.getsockname(), Handler, bind_and_activate=False)
+        server.socket.close()
+        server.socket = self.sock
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+
+        def stop() -> None:
+            server.shutdown()
+            thread.join(WAIT)
+
+        return stop
 
     def resolve(self, namespace: str, name: str) -> tuple[Sandboxes, str]:
         if (namespace, name) != ("ns", "pod"):
@@ -66,14 +107,14 @@ class Pod:
 
     def open(
         self, argv: list[str], *, stdin: bool = False, post: bool = False,
-        protocol: str | None = None, name: str = "pod",
+        protocol: str | None = None, name: str = "pod", tty: bool = False,
     ) -> WSClient:  # fmt: skip
         """The client's exec websocket, as the GKE backend will open it."""
         method = self.api.connect_post_namespaced_pod_exec if post else (
             self.api.connect_get_namespaced_pod_exec)  # fmt: skip
         headers = {"_headers": {"sec-websocket-protocol": protocol}} if protocol else {}
         return cast(WSClient, stream(
-            method, name, "ns", command=argv, stdin=stdin, stdout=True, stderr=True, tty=False,
+            method, name, "ns", command=argv, stdin=stdin, stdout=True, stderr=True, tty=tty,
             binary=True, _preload_content=False, **headers,
         ))  # fmt: skip
 
@@ -91,14 +132,13 @@ class Pod:
         return client
 
     def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(WAIT)
+        self.stop()
         self.sock.close()
 
 
-@pytest.fixture
-def pod(sandboxes: LocalSandboxes) -> Iterator[Pod]:
-    served = Pod(sandboxes)
+@pytest.fixture(params=["http.server", "starlette"])
+def pod(sandboxes: LocalSandboxes, request: pytest.FixtureRequest) -> Iterator[Pod]:
+    served = Pod(sandboxes, request.param)
     yield served
     served.close()
 
@@ -185,3 +225,17 @@ def test_a_pod_that_is_not_there_is_refused_with_404(pod: Pod) -> None:
     with pytest.raises(ApiException) as refused:
         pod.open(["true"], name="missing")
     assert "404" in str(refused.value)
+
+
+def test_a_terminal_is_refused_before_the_upgrade_with_400(pod: Pod) -> None:
+    with pytest.raises(ApiException) as refused:
+        pod.open(["sh"], stdin=True, tty=True)
+    assert "400" in str(refused.value)
+
+
+def test_a_sandbox_gone_under_the_pod_is_an_internal_error_on_the_error_channel(pod: Pod) -> None:
+    pod.sandboxes.destroy(pod.sandbox_id)
+    client = pod.run(["true"])
+    end = json.loads(client.read_channel(3))
+    assert (end["status"], end["reason"], end["code"]) == ("Failure", "InternalError", 500)
+    assert pod.sandbox_id in end["message"]
