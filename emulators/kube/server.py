@@ -66,6 +66,8 @@ class KubeServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: KubeServer
+    protocol_version = "HTTP/1.1"  # keep-alive, and chunked watch streams the client reads line by line
+    _raw = b""
 
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.verbose:
@@ -82,12 +84,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        if not raw:
+        if not self._raw:
             return None
         try:
-            return json.loads(raw)
+            return json.loads(self._raw)
         except ValueError as exc:
             raise StoreError(400, "BadRequest", f"the request body is not JSON: {exc}") from exc
 
@@ -109,6 +109,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        self._raw = self.rfile.read(length) if length > 0 else b""  # always drained: keep-alive
         try:
             sent = self.headers.get("Authorization", "")
             if not hmac.compare_digest(sent.encode(), f"Bearer {self.server.token}".encode()):
@@ -208,6 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
         deadline = time.monotonic() + timeout
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
@@ -230,6 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             bad = status_doc(400, "BadRequest", f"invalid resourceVersion {start!r}")
             self._line({"type": "ERROR", "object": bad})
+        self.wfile.write(b"0\r\n\r\n")
 
     def _event(self, type_: str, kind: Kind, obj: Obj) -> None:
         obj.setdefault("apiVersion", kind.api_version)
@@ -237,7 +241,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._line({"type": type_, "object": obj})
 
     def _line(self, doc: dict[str, Any]) -> None:
-        self.wfile.write(json.dumps(doc).encode() + b"\n")
+        """One watch event as one chunk of the chunked response."""
+        data = json.dumps(doc).encode() + b"\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
     def _create(self, kind: Kind, ns: str, body: Any) -> Obj:
