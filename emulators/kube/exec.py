@@ -19,7 +19,8 @@ official Python client):
 - Every binary (or text) message starts with a channel byte: 0 stdin (client to server), 1
   stdout, 2 stderr, 3 error (server to client), 4 resize (ignored). With v5, the message
   ``[255, 0]`` closes stdin: the command sees end of file. stdin also ends when the websocket
-  closes. stdin frames are fed to the command as they come, with backpressure (a bounded
+  closes (a client that asks for stdin should close it: a command that exits with stdin still
+  open waits for the local backend's one-second join of its stdin feeder). stdin frames are fed to the command as they come, with backpressure (a bounded
   queue: a slow reader slows the client's writes, nothing piles up unbounded). A message may
   hold up to :data:`MAX_MESSAGE` bytes (uvicorn's default limit; the client sends each
   ``write_stdin`` as one message).
@@ -39,7 +40,7 @@ split itself, wrapping what the agent runs in ``setpriv --reuid=1000 --regid=100
 (uid 0 inside, those capabilities and no others), and the agent's uid inside is 1000, so the
 stand-in runs every exec as ``HANGAR`` and the backend's own ``setpriv`` really drops to the
 agent's uid inside the stand-in's pod: no convention the real cluster would not see, no header.
-(``exec_endpoint(…, user=SandboxUser.AGENT)`` gives a stand-in where a bare exec is the agent.)
+(``user=SandboxUser.AGENT`` on either front gives a stand-in where a bare exec is the agent.)
 The environment and cwd are those of a hangar exec on the local backend (``HOME=/hangar``,
 cwd ``/hangar``), not the image's: the backend should set both (``env -C DIR VAR=…``) rather than
 rely on the image's defaults.
@@ -61,6 +62,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
+from websockets.exceptions import WebSocketException
 from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.server import ServerProtocol
@@ -76,6 +78,7 @@ STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 STDIN_FRAMES = 64
 """stdin messages held between the websocket and the command before the client is slowed."""
 MAX_MESSAGE = 16 << 20
+"""The largest message a client may send (uvicorn's default limit, kept on both fronts)."""
 
 Resolve = Callable[[str, str], tuple[Sandboxes, str]]
 """(namespace, pod name) -> the pod's sandbox backend and sandbox id; raises
@@ -223,8 +226,8 @@ class ExecSession:
                 return
             try:
                 self._send(bytes([channel]) + data)
-            except Exception:  # noqa: BLE001 - any failure to send is the client gone
-                self.client_gone()
+            except (OSError, RuntimeError, WebSocketDisconnect, WebSocketException):
+                self.client_gone()  # the socket is gone or closing: so is the client
 
     def write(self, channel: int, data: bytes) -> int:
         """From the exec's thread: one frame of output, if the client asked for it."""
