@@ -498,7 +498,8 @@ class SessionDetail(Session):
 
 
 class Environment(Record):
-    """Where a session's sandbox comes from: a repo, a branch, setup, vars and sealed secrets."""
+    """Where a session's sandbox comes from: a repo, a branch, setup, vars and sealed secrets,
+    and optionally the container image it runs."""
 
     name: str
     repo: str
@@ -515,6 +516,9 @@ class Environment(Record):
     turn_timeout_minutes: float | None = Field(
         default=None, description="its sessions' turns' time limit (None: "
         "HANGAR_TURN_TIMEOUT_MINUTES); a send may give its own")
+    image: str | None = Field(
+        default=None, description="the container image its sandboxes run, on a backend that "
+        "runs images (None, as in a record made before the field: the backend's own system)")
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 

@@ -34,11 +34,14 @@ backend (checked, all of it, by :mod:`hangar.testing.sandboxes`):
   :class:`~hangar.errors.SandboxNotFound`.
 - Optional capabilities (:class:`SandboxCapabilities`) are declared by each backend: a spec's
   ``ro_paths`` need :attr:`~SandboxCapabilities.ro_paths`, its ``host_ports``
-  :attr:`~SandboxCapabilities.host_ports`. A backend asked at ``create`` for one it lacks
+  :attr:`~SandboxCapabilities.host_ports`, its ``image`` :attr:`~SandboxCapabilities.images`.
+  A backend asked at ``create`` for one it lacks
   refuses with :class:`~hangar.errors.SandboxCapabilityMissing` (:func:`refuse_missing`)
   and makes nothing. Where declared: ``ro_paths`` are host paths shown read-only at the same
   path inside; ``host_ports`` are host loopback ports the sandbox reaches at its own
-  ``127.0.0.1:PORT``, and no other host loopback port is reachable.
+  ``127.0.0.1:PORT``, and no other host loopback port is reachable; ``image`` is the container
+  image the sandbox runs (the contract above holds in it: ``python3``, ``git`` and ``tar``
+  are the image's to provide).
 """
 
 from __future__ import annotations
@@ -107,6 +110,8 @@ class SandboxCapabilities:
 
     ``ro_paths``: host paths shown read-only inside (:attr:`SandboxSpec.ro_paths`).
     ``host_ports``: host loopback ports reachable from inside (:attr:`SandboxSpec.host_ports`).
+    ``images``: a sandbox runs the container image it is given (:attr:`SandboxSpec.image`);
+    a backend without it runs its own system.
     ``host_reads``: hangar reads a sandbox's files from the host, with no exec (no call of the
     port uses it yet; the layer that follows a run's output will).
     """
@@ -114,6 +119,7 @@ class SandboxCapabilities:
     ro_paths: bool = False
     host_ports: bool = False
     host_reads: bool = False
+    images: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,15 +128,18 @@ class SandboxSpec:
 
     ``ro_paths`` are host paths shown read-only at the same path inside (a local-path repo, so
     that it can be cloned). ``env`` is the base environment of every exec as the agent.
-    ``host_ports`` are host loopback ports the sandbox may reach (a local model server). Both
-    are optional capabilities (:class:`SandboxCapabilities`): a backend without one refuses a
-    spec that sets it.
+    ``host_ports`` are host loopback ports the sandbox may reach (a local model server).
+    ``image`` is the container image it runs (a reference, checked by
+    :func:`hangar.sessions.images.check_image` before it gets here; None: the backend's own
+    system). All three are optional capabilities (:class:`SandboxCapabilities`): a backend
+    without one refuses a spec that sets it.
     """
 
     labels: Mapping[str, str] = field(default_factory=dict)
     ro_paths: Sequence[str] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     host_ports: Sequence[int] = ()
+    image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +167,8 @@ class ExecResult:
 def refuse_missing(capabilities: SandboxCapabilities, spec: SandboxSpec, backend: str) -> None:
     """What every backend's ``create`` calls first: SandboxCapabilityMissing when ``spec``
     asks for a capability ``backend`` lacks (each named, with what asked for it)."""
-    wanted = {"ro_paths": list(spec.ro_paths), "host_ports": list(spec.host_ports)}
+    wanted: dict[str, object] = {"ro_paths": list(spec.ro_paths),
+                                 "host_ports": list(spec.host_ports), "images": spec.image}
     missing = [name for name, value in wanted.items() if value and not getattr(capabilities, name)]
     if missing:
         asked = ", ".join(f"{name} {wanted[name]}" for name in missing)

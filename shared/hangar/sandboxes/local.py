@@ -196,9 +196,10 @@ class LocalSandboxes:
 
     # -- the port ---------------------------------------------------------------------------
 
-    capabilities = SandboxCapabilities(ro_paths=True, host_ports=True)
+    capabilities = SandboxCapabilities(ro_paths=True, host_ports=True, images=False)
     """Host paths read-only and host ports, both; no host reads yet (the sandbox's files are
-    on a volume mounted in its own mount namespace)."""
+    on a volume mounted in its own mount namespace); no images (a sandbox runs the host's own
+    system, seen through bubblewrap)."""
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
         """Start a sandbox; returns once it accepts exec and its network is up (synchronous:

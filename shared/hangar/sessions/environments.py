@@ -25,6 +25,7 @@ from hangar.errors import (
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal_bytes, unseal_bytes
 from hangar.models import NAME_PATTERN, Environment, utcnow
+from hangar.sessions.images import check_image
 from hangar.sessions.timeouts import check_minutes
 
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -42,8 +43,9 @@ class EnvironmentChange(BaseModel):
     """A change to an environment: only the fields set (``model_fields_set``) change. Variables
     and secrets given are added or replaced; ``unset`` removes variables or secrets by name;
     ``host_ports`` replaces the list; ``branch`` None is the remote's HEAD, ``setup`` None or
-    empty is none; ``turn_timeout_minutes`` None is HANGAR_TURN_TIMEOUT_MINUTES. The repo cannot
-    change: sessions' checkpoints are commits of it."""
+    empty is none; ``turn_timeout_minutes`` None is HANGAR_TURN_TIMEOUT_MINUTES; ``image`` None
+    is none (the backend's own system). The repo cannot change: sessions' checkpoints are
+    commits of it."""
 
     branch: str | None = None
     setup: str | None = None
@@ -52,6 +54,7 @@ class EnvironmentChange(BaseModel):
     unset: list[str] = Field(default_factory=list)
     host_ports: list[int] | None = None
     turn_timeout_minutes: float | None = None
+    image: str | None = None
 
 
 def _aad(env_name: str, secret: str) -> bytes:
@@ -125,20 +128,25 @@ class Environments:
         secrets: dict[str, str] | None = None,
         host_ports: list[int] | None = None,
         turn_timeout_minutes: float | None = None,
+        image: str | None = None,
     ) -> Environment:
         """Check everything, including that the repo (and branch) can be reached with
         ``git ls-remote``, then create the environment. Creates nothing on any error.
-        ``turn_timeout_minutes``: its sessions' turns' time limit (None: the setting's)."""
+        ``turn_timeout_minutes``: its sessions' turns' time limit (None: the setting's);
+        ``image``: the container image its sandboxes run (:func:`check_image`; whether the
+        backend runs images is checked above, where it is known, and again at each start)."""
         check_name("environment", name)
         check_vars(vars or {})
         check_vars(secrets or {})
         ports = check_ports(host_ports or [])
         limit = check_minutes(turn_timeout_minutes, "turn_timeout_minutes")
+        if image is not None:
+            check_image(image)
         self._check_reachable(repo, branch)
         sealed = {k: self._seal(name, k, v) for k, v in (secrets or {}).items()}
         env = Environment(name=name, repo=repo, branch=branch, setup=setup, vars=vars or {},
                           secrets=sealed, host_ports=ports,
-                          turn_timeout_minutes=limit)  # fmt: skip
+                          turn_timeout_minutes=limit, image=image)  # fmt: skip
         return self.db.create_environment(env)
 
     def _check_reachable(self, repo: str, branch: str | None) -> None:
@@ -185,13 +193,15 @@ class Environments:
     def update(self, name: str, change: EnvironmentChange) -> Environment:
         """Apply ``change`` (see :class:`EnvironmentChange`) after checking all of it (a new
         branch must answer ``git ls-remote``); nothing changes on any error. Variables and
-        secrets, and the turns' time limit, reach the next turn; branch, setup and host ports the
-        next sandbox."""
+        secrets, and the turns' time limit, reach the next turn; branch, setup, host ports and
+        image the next sandbox."""
         given = change.model_fields_set
         check_vars(change.vars)
         check_vars(change.secrets)
         ports = check_ports(change.host_ports or []) if "host_ports" in given else None
         limit = check_minutes(change.turn_timeout_minutes, "turn_timeout_minutes")
+        if change.image is not None:
+            check_image(change.image)
         both = sorted(set(change.unset) & (set(change.vars) | set(change.secrets)))
         if both:
             raise InvalidInput(f"cannot both set and unset {', '.join(both)}", names=both)
@@ -213,6 +223,7 @@ class Environments:
                 "host_ports": env.host_ports if ports is None else ports,
                 "turn_timeout_minutes": (limit if "turn_timeout_minutes" in given
                                          else env.turn_timeout_minutes),
+                "image": change.image if "image" in given else env.image,
                 "updated_at": utcnow(),
             })  # fmt: skip
             try:

@@ -27,6 +27,7 @@ from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.capacity import admit
 from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
 from hangar.sessions.environments import Environments
+from hangar.sessions.images import image_refused
 from hangar.sessions.records import Records
 from hangar.sessions.restore import Restorer, RestoreReport
 from hangar.sessions.workspace import clone_argv, repo_dir_for
@@ -113,14 +114,16 @@ class Provisioner:
         """A new sandbox for the session, requested (it may still be pending: see
         :meth:`status`); any other sandbox labelled with it (left by a start that died before
         recording it) is destroyed first. SandboxCapabilityMissing, with nothing made, when
-        the environment needs what the backend cannot give (a host path repo, host ports).
+        the environment needs what the backend cannot give (a host path repo, host ports, an
+        image). The spec carries the environment's image, if it names one.
         CapacityExhausted, with no sandbox left, when it would pass ``HANGAR_MAX_SANDBOXES``
         (:func:`~hangar.sessions.capacity.admit`)."""
         ro_paths = [env.repo] if env.repo.startswith("/") else []
         self._check_capabilities(env, ro_paths)
         self.destroy_all(session.id)
         info = self.sandboxes.create(SandboxSpec(labels={SESSION_LABEL: session.id},
-                                                 ro_paths=ro_paths, host_ports=env.host_ports))
+                                                 ro_paths=ro_paths, host_ports=env.host_ports,
+                                                 image=env.image))  # fmt: skip
         admit(self.settings, self.sandboxes, info)  # CapacityExhausted: it is gone again
         return info
 
@@ -150,6 +153,9 @@ class Provisioner:
                 "environment", capability="host_ports", missing=["host_ports"],
                 environment=env.name,
             )  # fmt: skip
+        if env.image and not can.images:
+            raise image_refused(self.settings.sandboxes, f"environment {env.name} names image "
+                                f"{env.image}", environment=env.name)  # fmt: skip
 
     def destroy_all(self, session_id: str, keep: str | None = None) -> list[str]:
         """Destroy, without hooks, every sandbox labelled with the session but ``keep``."""

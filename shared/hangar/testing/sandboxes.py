@@ -4,7 +4,9 @@ Subclass :class:`SandboxesConformance` in a test module and give it two function
 fixtures: ``sandboxes``, a fresh backend instance (the bare port, no policy above it) that
 destroys every sandbox it made at teardown, and ``sandboxes_settings``, settings whose
 ``sandboxes`` URL opens that same backend (the suite opens it afresh, in this process and in a
-new one, to find its sandboxes again). The suite only uses the port, so it runs unchanged
+new one, to find its sandboxes again). A backend that declares ``images`` gives a third,
+``sandboxes_image``: a container image reference it can run that holds ``python3``, ``git``
+and ``tar``. The suite only uses the port, so it runs unchanged
 against any backend; each test labels its sandboxes with a unique ``conformance`` value, so a
 shared backend is fine. Every sandbox is awaited until ``status`` says ready before it is used;
 optional capabilities are tried where the backend declares them and must be refused where it
@@ -23,6 +25,7 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -76,8 +79,7 @@ def make(sandboxes: Sandboxes, spec: SandboxSpec | None = None, **labels: str) -
     label, and wait until it is ready."""
     spec = spec or SandboxSpec()
     labelled = {**spec.labels, "conformance": uuid.uuid4().hex, **labels}
-    info = sandboxes.create(SandboxSpec(labels=labelled, ro_paths=spec.ro_paths, env=spec.env,
-                                        host_ports=spec.host_ports))  # fmt: skip
+    info = sandboxes.create(replace(spec, labels=labelled))
     until_ready(sandboxes, info.id)
     return info
 
@@ -510,11 +512,21 @@ class SandboxesConformance:
             allowed.close()
             other.close()
 
+    def test_a_sandbox_made_from_an_image_keeps_the_contract_or_the_image_is_refused_at_create(
+        self, sandboxes: Sandboxes, request: pytest.FixtureRequest
+    ) -> None:
+        if not sandboxes.capabilities.images:
+            self._refused(sandboxes, SandboxSpec(image="hangar-conformance/agent:1"), "images")
+            return
+        image = str(request.getfixturevalue("sandboxes_image"))
+        info = make(sandboxes, SandboxSpec(image=image))
+        tools = "python3 --version && git --version && tar --version | head -1"
+        assert sandboxes.exec(info.id, ["sh", "-c", tools]).ok
+
     @staticmethod
     def _refused(sandboxes: Sandboxes, spec: SandboxSpec, capability: str) -> None:
         label = uuid.uuid4().hex
-        asked = SandboxSpec(labels={"conformance": label}, ro_paths=spec.ro_paths,
-                            host_ports=spec.host_ports)  # fmt: skip
+        asked = replace(spec, labels={"conformance": label})
         with pytest.raises(SandboxCapabilityMissing) as refused:
             sandboxes.create(asked)
         assert refused.value.code == "sandbox_capability_missing"

@@ -202,19 +202,23 @@ def test_the_parents_of_a_ro_path_stay_as_open_as_on_the_host(
         assert run(sandboxes, info.id, f"stat -c %a {parent}").strip() == "755"
 
 
-def test_local_sandboxes_declare_host_paths_and_ports_but_not_host_reads() -> None:
-    assert LocalSandboxes.capabilities == SandboxCapabilities(ro_paths=True, host_ports=True)
+def test_local_sandboxes_declare_host_paths_and_ports_but_not_host_reads_or_images() -> None:
+    assert LocalSandboxes.capabilities == SandboxCapabilities(ro_paths=True, host_ports=True,
+                                                              host_reads=False, images=False)
 
 
 def test_a_spec_asking_for_capabilities_a_backend_lacks_is_refused_naming_each() -> None:
-    spec = SandboxSpec(ro_paths=["/srv/repo"], host_ports=[11434])
+    spec = SandboxSpec(ro_paths=["/srv/repo"], host_ports=[11434], image="team/agent:1")
     with pytest.raises(SandboxCapabilityMissing) as refused:
         refuse_missing(SandboxCapabilities(), spec, "test")
     assert refused.value.code == "sandbox_capability_missing" and refused.value.status == 400
-    assert refused.value.data == {"capability": "ro_paths", "missing": ["ro_paths", "host_ports"],
+    assert refused.value.data == {"capability": "ro_paths",
+                                  "missing": ["ro_paths", "host_ports", "images"],
                                   "backend": "test"}  # fmt: skip
     assert "['/srv/repo']" in refused.value.message and "[11434]" in refused.value.message
+    assert "team/agent:1" in refused.value.message
     refuse_missing(SandboxCapabilities(host_ports=True), SandboxSpec(host_ports=[1]), "test")
+    refuse_missing(SandboxCapabilities(images=True), SandboxSpec(image="team/agent:1"), "test")
     refuse_missing(SandboxCapabilities(), SandboxSpec(labels={"a": "b"}), "test")
 
 
