@@ -65,7 +65,8 @@ class Controller:
     """Reconciles the store in a daemon thread between :meth:`start` and :meth:`stop`."""
 
     def __init__(self, store: Store, knobs: Knobs | None = None, *, tick: float = 1.0,
-                 on_pod_created: PodHook | None = None, on_pod_deleted: PodHook | None = None) -> None:  # fmt: skip
+                 on_pod_created: PodHook | None = None,
+                 on_pod_deleted: PodHook | None = None) -> None:  # fmt: skip
         self.store = store
         self.knobs = knobs or Knobs()
         self.tick = tick
@@ -140,8 +141,8 @@ class Controller:
         template = self.store.find(TPL, ns, template_name)
         if template is not None:
             for _ in range(want - len(owned)):
-                sandbox = self._sandbox_doc(template, {"generateName": f"{name}-",
-                                            "labels": {POOL_LABEL: name}}, _owner(kinds.WARM_POOLS, pool))  # fmt: skip
+                meta = {"generateName": f"{name}-", "labels": {POOL_LABEL: name}}
+                sandbox = self._sandbox_doc(template, meta, _owner(kinds.WARM_POOLS, pool))
                 owned.append(self.store.create(SB, ns, sandbox))
         extra = sorted(owned, key=lambda s: (ready(s), s["metadata"]["creationTimestamp"]))
         for sandbox in extra[: max(len(owned) - want, 0)]:
@@ -294,17 +295,19 @@ class Controller:
                                 key=lambda s: int(s["metadata"]["resourceVersion"]))  # fmt: skip
             if candidates:
                 return self._adopt(claim, candidates[0], extra)
-        sandbox = self._sandbox_doc(template, {"name": meta["name"]}, _owner(kinds.CLAIMS, claim), claim)
+        name: str = meta["name"]
+        sandbox = self._sandbox_doc(template, {"name": name}, _owner(kinds.CLAIMS, claim), claim)
         pod_meta = sandbox["spec"]["podTemplate"].setdefault("metadata", {})
         for key in ("labels", "annotations"):
             pod_meta[key] = {**(pod_meta.get(key) or {}), **(extra.get(key) or {})}
-        if self.store.find(SB, ns, meta["name"]) is None:
+        if self.store.find(SB, ns, name) is None:
             self.store.create(SB, ns, sandbox)
-        self._claim_status(claim, meta["name"], ("False", "SandboxNotReady", "Sandbox is not ready"))
-        return meta["name"]
+        self._claim_status(claim, name, ("False", "SandboxNotReady", "Sandbox is not ready"))
+        return name
 
     def _adopt(self, claim: Obj, sandbox: Obj, extra: Obj) -> str:
-        ns, name = sandbox["metadata"]["namespace"], sandbox["metadata"]["name"]
+        ns: str = sandbox["metadata"]["namespace"]
+        name: str = sandbox["metadata"]["name"]
 
         def take(s: Obj) -> Obj:
             s["metadata"]["ownerReferences"] = [_owner(kinds.CLAIMS, claim)]

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import tempfile
 from pathlib import Path
 from typing import Any, Self
-
-import yaml
 
 from emulators.processes import ThreadedStandIn
 
@@ -90,7 +89,7 @@ class KubeStandIn(ThreadedStandIn):
         if not self.kubeconfig:
             fd, path = tempfile.mkstemp(prefix="kube-stand-in-", suffix=".yaml")
             with os.fdopen(fd, "w") as out:
-                yaml.safe_dump(self.kubeconfig_doc(), out)
+                json.dump(self.kubeconfig_doc(), out)  # JSON is YAML
             self.kubeconfig = path
 
     def start(self) -> Self:

@@ -91,7 +91,8 @@ def pod_status(pod: Obj, knobs: Knobs, age: float, ip: str) -> Obj:
         return status
     conds: list[Obj] = list(status.get("conditions") or [])
     containers = [c.get("name", "main") for c in pod.get("spec", {}).get("containers") or []]
-    image = next(iter(pod.get("spec", {}).get("containers") or []), {}).get("image", "")
+    first: Obj = next(iter(pod.get("spec", {}).get("containers") or []), {})
+    image = str(first.get("image", ""))
     status["phase"] = "Pending"
     if knobs.node_scale_up:
         conds = condition(conds, "PodScheduled", "False", "Unschedulable", SCALE_UP_MESSAGE)

@@ -290,7 +290,8 @@ def _checked(kind: Kind, body: Any, ns: str, name: str | None = None) -> Obj:
     with the path, every field known (400) and valid (422)."""
     if not isinstance(body, dict):
         raise StoreError(400, "BadRequest", "the request body must be a JSON object")
-    if body.get("apiVersion", kind.api_version) != kind.api_version or body.get("kind", kind.kind) != kind.kind:
+    sent = (body.get("apiVersion", kind.api_version), body.get("kind", kind.kind))
+    if sent != (kind.api_version, kind.kind):
         raise StoreError(400, "BadRequest",
                          f"the object is not a {kind.api_version} {kind.kind}")  # fmt: skip
     schema = {"apiVersion": kinds.STR, "kind": kinds.STR, "metadata": kinds.OBJECT_META, **kind.schema}
@@ -303,7 +304,8 @@ def _checked(kind: Kind, body: Any, ns: str, name: str | None = None) -> Obj:
     if name is not None and meta.get("name") not in (None, name):
         invalid.append("metadata.name: Invalid value: does not match the name in the URL")
     if invalid:
-        raise StoreError(422, "Invalid", f'{kind.kind} "{meta.get("name", "")}" is invalid: ' + "; ".join(invalid))
+        what = f'{kind.kind} "{meta.get("name", "")}" is invalid: '
+        raise StoreError(422, "Invalid", what + "; ".join(invalid))
     out = dict(body, apiVersion=kind.api_version, kind=kind.kind)
     out["metadata"] = dict(meta)
     if name is not None:
@@ -331,6 +333,13 @@ def _field_selector(text: str | None) -> Callable[[Obj], bool]:
         m = re.match(r"^\s*metadata\.(name|namespace)\s*(==|=|!=)\s*(\S*)\s*$", term)
         if m is None:
             raise StoreError(400, "BadRequest", f"field label not supported: {term}")
-        field, equal, value = m[1], m[2] != "!=", m[3]
-        tests.append(lambda meta, f=field, e=equal, v=value: (meta.get(f) == v) == e)
-    return lambda meta: all(test(meta) for test in tests)
+        tests.append(_field_test(m[1], m[2] != "!=", m[3]))
+
+    def match(meta: Obj) -> bool:
+        return all(test(meta) for test in tests)
+
+    return match
+
+
+def _field_test(field: str, equal: bool, value: str) -> Callable[[Obj], bool]:
+    return lambda meta: (meta.get(field) == value) == equal

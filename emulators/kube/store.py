@@ -17,6 +17,7 @@ Contracts:
 
 from __future__ import annotations
 
+import builtins
 import copy
 import threading
 import uuid
@@ -117,7 +118,7 @@ class Store:
         self.changed.notify_all()
         return event
 
-    def _publish(self, events: list[Event]) -> None:
+    def _publish(self, events: builtins.list[Event]) -> None:
         for event in events:
             for listener in list(self._listeners):
                 listener(event)
@@ -141,7 +142,7 @@ class Store:
 
     def list(
         self, resource: str, namespace: str | None, match: Callable[[Obj], bool] | None = None
-    ) -> tuple[list[Obj], int]:
+    ) -> tuple[builtins.list[Obj], int]:
         """The objects of ``resource`` (in ``namespace``, or all when None) that ``match``
         accepts, sorted by namespace and name, and the resourceVersion they were read at."""
         with self.changed:
@@ -223,12 +224,12 @@ class Store:
             if key not in self._objects:
                 plural = resource.rsplit("/", 1)[-1]
                 raise StoreError(404, "NotFound", f'{plural} "{name}" not found')
-            events: list[Event] = []
+            events: builtins.list[Event] = []
             out = self._delete_locked(key, events)
         self._publish(events)
         return out
 
-    def _delete_locked(self, key: Key, events: list[Event]) -> Obj:
+    def _delete_locked(self, key: Key, events: builtins.list[Event]) -> Obj:
         obj = self._objects.pop(key)
         uid = obj["metadata"]["uid"]
         for dep_key, dep in list(self._objects.items()):
@@ -241,18 +242,18 @@ class Store:
 
     # -- watches --------------------------------------------------------------------------
 
-    def events_after(self, rv: int) -> list[Event]:
+    def events_after(self, rv: int) -> builtins.list[Event]:
         """Events with resourceVersion greater than ``rv``, oldest first; raises Expired when
         some of them have been dropped from the history."""
         with self.changed:
             return self._events_after_locked(rv)
 
-    def _events_after_locked(self, rv: int) -> list[Event]:
+    def _events_after_locked(self, rv: int) -> builtins.list[Event]:
         if rv < self._dropped_up_to:
             raise Expired(rv, self._dropped_up_to + 1)
         return [e for e in self._events if e.rv > rv]
 
-    def wait_events(self, rv: int, timeout: float) -> list[Event]:
+    def wait_events(self, rv: int, timeout: float) -> builtins.list[Event]:
         """Events after ``rv``, waiting up to ``timeout`` seconds for at least one (an empty
         list when none came). Raises Expired as :meth:`events_after`."""
         with self.changed:

@@ -22,7 +22,9 @@ from .store import StoreError
 Labels = dict[str, str]
 
 
-def status_doc(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+def status_doc(
+    code: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A failure ``Status`` document."""
     doc: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
                            "status": "Failure", "message": message, "reason": reason,
@@ -61,18 +63,25 @@ def selector(text: str | None) -> Callable[[Labels], bool]:
         m = _TERM.match(term)
         if m is None or (m["neg"] and (m["op"] or m["setop"])):
             raise StoreError(400, "BadRequest", f"unable to parse requirement: {term.strip()!r}")
-        key, neg = m["key"], bool(m["neg"])
-        if m["op"]:
-            value, equal = m["value"], m["op"] != "!="
-            tests.append(lambda lb, k=key, v=value, e=equal: (lb.get(k) == v) == e)
-        elif m["setop"]:
-            values = {v.strip() for v in m["values"].split(",") if v.strip()}
-            inside = m["setop"] == "in"
-            tests.append(lambda lb, k=key, vs=values, i=inside:
-                         (k in lb and lb[k] in vs) if i else lb.get(k) not in vs)  # fmt: skip
-        else:
-            tests.append(lambda lb, k=key, n=neg: (k in lb) != n)
-    return lambda labels: all(test(labels) for test in tests)
+        tests.append(_requirement(m))
+
+    def match(labels: Labels) -> bool:
+        return all(test(labels) for test in tests)
+
+    return match
+
+
+def _requirement(m: re.Match[str]) -> Callable[[Labels], bool]:
+    key, neg = m["key"], bool(m["neg"])
+    if m["op"]:
+        value, equal = m["value"], m["op"] != "!="
+        return lambda lb: (lb.get(key) == value) == equal
+    if m["setop"]:
+        values = {v.strip() for v in m["values"].split(",") if v.strip()}
+        if m["setop"] == "in":
+            return lambda lb: key in lb and lb[key] in values
+        return lambda lb: lb.get(key) not in values
+    return lambda lb: (key in lb) != neg
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -130,7 +139,8 @@ def json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
             elif name not in ("test",):
                 raise StoreError(422, "Invalid", f"unsupported JSON patch op {name!r}")
         except (KeyError, IndexError, ValueError, TypeError) as exc:
-            raise StoreError(422, "Invalid", f"JSON patch op cannot apply at {op.get('path')}: {exc}") from exc
+            where = op.get("path")
+            raise StoreError(422, "Invalid", f"JSON patch op cannot apply at {where}: {exc}") from exc
     return doc
 
 
@@ -145,4 +155,7 @@ def apply_patch(content_type: str, doc: Any, patch: Any) -> Any:
         if not isinstance(patch, dict):
             raise StoreError(400, "BadRequest", "a merge patch must be an object")
         return merge_patch(doc, patch)
-    raise StoreError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json")
+    raise StoreError(415, "UnsupportedMediaType",
+                     "the body of the request was in an unknown format - accepted media types include: "
+                     "application/json-patch+json, application/merge-patch+json, "
+                     "application/strategic-merge-patch+json")  # fmt: skip

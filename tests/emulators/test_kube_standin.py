@@ -402,3 +402,35 @@ def test_a_request_without_the_token_is_refused_with_401(stand_in: KubeStandIn) 
     with pytest.raises(urllib.error.HTTPError) as raw:
         urllib.request.urlopen(f"{stand_in.url}/api/v1/namespaces", timeout=10)
     assert raw.value.code == 401 and b'"kind": "Status"' in raw.value.read()
+
+
+def test_status_is_written_only_through_the_status_subresource(api: client.ApiClient, ns: str) -> None:
+    co = custom(api)
+    create(api, ns, "sandboxclaims", claim("st", "absent"))
+    wait_for(api, ns, "sandboxclaims", named("st", lambda c: bool(ready_condition(c))))
+    co.patch_namespaced_custom_object(EXT, V, ns, "sandboxclaims", "st", {"status": {"sandbox": {"name": "x"}}})
+    assert "name" not in co.get_namespaced_custom_object(EXT, V, ns, "sandboxclaims", "st")["status"].get("sandbox", {})
+    patched = co.patch_namespaced_custom_object_status(
+        EXT, V, ns, "sandboxclaims", "st", {"status": {"sandbox": {"name": "x"}}}
+    )
+    assert patched["status"]["sandbox"]["name"] == "x"
+    assert ready_condition(patched)["reason"] == "WarmPoolNotFound"
+
+
+def test_a_json_patch_applies_its_operations_in_order(api: client.ApiClient, ns: str) -> None:
+    create(api, ns, "sandboxwarmpools", pool(replicas=0))
+    ops = [{"op": "add", "path": "/metadata/labels", "value": {"a": "1"}},
+           {"op": "replace", "path": "/spec/replicas", "value": 0},
+           {"op": "add", "path": "/spec/updateStrategy", "value": {"type": "Recreate"}}]  # fmt: skip
+    json_patch = "application/json-patch+json"  # custom objects default to merge patches
+    patched = custom(api).patch_namespaced_custom_object(
+        EXT, V, ns, "sandboxwarmpools", "pool", ops, _content_type=json_patch
+    )
+    assert patched["metadata"]["labels"] == {"a": "1"}
+    assert patched["spec"]["updateStrategy"] == {"type": "Recreate"}
+    bad = [{"op": "add", "path": "/spec/replica", "value": 2}]
+    with pytest.raises(client.ApiException) as exc:
+        custom(api).patch_namespaced_custom_object(
+            EXT, V, ns, "sandboxwarmpools", "pool", bad, _content_type=json_patch
+        )
+    assert exc.value.status == 400 and "spec.replica" in message(exc.value)
