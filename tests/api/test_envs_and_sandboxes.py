@@ -1,14 +1,19 @@
-"""Environments never show secret values; sandboxes can be listed and destroyed by hand, and a
-destroyed sandbox's session is checkpointed first and suspended."""
+"""Environments never show secret values, and name an image only where the sandbox backend runs
+images; sandboxes can be listed and destroyed by hand, and a destroyed sandbox's session is
+checkpointed first and suspended."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
+from hangar.runtime import Runtime
+from hangar.sandboxes import Sandboxes
 from tests.api.conftest import add_env, new_session, wait_turn
 
 pytestmark = pytest.mark.sandbox
@@ -51,3 +56,59 @@ def test_destroying_a_sandbox_by_hand_checkpoints_and_suspends_its_session(
 
     missing = api.delete(f"/api/sandboxes/{sandbox}")
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "sandbox_not_found")
+
+
+IMAGE = "registry.example:5000/team/agent:1.2"
+
+
+class RunsImages:
+    """The local backend as one that runs images would be: it declares the capability and
+    passes every other call through (no sandbox is made by these tests)."""
+
+    def __init__(self, backend: Sandboxes) -> None:
+        self.backend = backend
+        self.capabilities = replace(backend.capabilities, images=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+
+def test_an_image_on_the_local_backend_is_refused_at_once_and_nothing_is_made_or_changed(
+    api: TestClient, runtime: Runtime, remote: Path
+) -> None:
+    body = {"name": "app", "repo": str(remote), "image": IMAGE}
+    refused = api.post("/api/envs", json=body)
+    error = refused.json()["error"]
+    assert (refused.status_code, error["code"]) == (400, "sandbox_capability_missing")
+    assert error["capability"] == "images" and error["backend"] == "local"
+    assert f"environment app would name image {IMAGE}" in error["message"]
+    assert api.get("/api/envs").json() == [] and runtime.db.list_environments() == []
+
+    before = add_env(api, remote)
+    assert before["image"] is None
+    patched = api.patch("/api/envs/app", json={"image": IMAGE, "setup": "make"})
+    assert patched.json()["error"]["code"] == "sandbox_capability_missing"
+    bad = api.patch("/api/envs/app", json={"image": "Team/Agent"})
+    assert bad.json()["error"]["code"] == "invalid_input"
+    assert bad.json()["error"]["field"] == "image" and "lowercase" in bad.text
+    assert api.get("/api/envs/app").json() == before
+
+
+def test_on_a_backend_that_runs_images_the_view_shows_the_image_set_changed_and_cleared(
+    api: TestClient, runtime: Runtime, remote: Path
+) -> None:
+    runtime.sandboxes.backend = RunsImages(runtime.sandboxes.backend)
+    bad = api.post("/api/envs", json={"name": "app", "repo": str(remote), "image": "a//b"})
+    assert bad.json()["error"]["code"] == "invalid_input" and api.get("/api/envs").json() == []
+
+    assert add_env(api, remote, image=IMAGE)["image"] == IMAGE
+    assert [e["image"] for e in api.get("/api/envs").json()] == [IMAGE]
+    digest = "team/agent@sha256:" + "ab" * 32
+    assert api.patch("/api/envs/app", json={"image": digest}).json()["image"] == digest
+    assert api.patch("/api/envs/app", json={"setup": "make"}).json()["image"] == digest
+    assert api.patch("/api/envs/app", json={"image": None}).json()["image"] is None
+    assert api.get("/api/envs/app").json()["image"] is None
+    schema = api.get("/api/openapi.json").json()["components"]["schemas"]
+    assert {"NewEnvironment", "EnvironmentPatch", "EnvironmentView"} <= set(schema)
+    assert all("image" in schema[name]["properties"]
+               for name in ("NewEnvironment", "EnvironmentPatch", "EnvironmentView"))

@@ -79,3 +79,26 @@ def test_an_environment_in_use_is_deleted_only_by_force_and_its_changes_reach_th
     assert env_json(cli, "app")["name"] == "app"
     assert cli("session", "delete", "user")[0] == 0
     assert cli("env", "delete", "app") == (0, "deleted environment app\n", "")
+
+
+def test_env_add_and_update_with_an_image_are_refused_on_the_local_backend_changing_nothing(
+    server: Server, cli: Cli, remote: Path
+) -> None:
+    image = "registry.example:5000/team/agent:1.2"
+    code, _, err = cli("env", "add", "app", "--repo", str(remote), "--image", image)
+    line = one_error_line(err, "sandbox_capability_missing")
+    assert code == 1 and f"environment app would name image {image}" in line
+    assert "runs no container images" in line
+    assert cli("env", "list")[1] == "no environments\n"
+
+    assert cli("env", "add", "app", "--repo", str(remote), "--var", "MODE=slow")[0] == 0
+    before = env_json(cli, "app")
+    assert before["image"] is None and "image:      (none)" in cli("env", "get", "app")[1]
+    code, _, err = cli("env", "update", "app", "--image", image, "--var", "MODE=fast")
+    assert code == 1 and image in one_error_line(err, "sandbox_capability_missing")
+    code, _, err = cli("env", "update", "app", "--image", "Team/Agent")
+    assert code == 1 and "must be lowercase" in one_error_line(err, "invalid_input")
+    code, _, err = cli("env", "update", "app", "--image", image, "--no-image")
+    assert code == 2 and "not allowed with" in err
+    assert cli("env", "update", "app", "--no-image")[0] == 0
+    assert env_json(cli, "app") == before

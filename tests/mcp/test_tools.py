@@ -72,8 +72,8 @@ def test_an_agent_over_mcp_lists_environments_interrupts_archives_and_deletes(
     standin_server.ok("env", "add", "app", "--repo", str(remote), *IDENTITY,
                       "--secret", "API_TOKEN=very-secret-value")  # fmt: skip
     envs = mcp.ok("list_environments")["environments"]
-    assert [(e["name"], e["repo"], e["secrets"]) for e in envs] == [
-        ("app", str(remote), ["API_TOKEN"])]  # fmt: skip
+    assert [(e["name"], e["repo"], e["secrets"], e["image"]) for e in envs] == [
+        ("app", str(remote), ["API_TOKEN"], None)]  # fmt: skip
     assert "very-secret-value" not in json.dumps(envs)
 
     mcp.ok("new_session", name="ex", message="wait-for: /tmp/never\nstuck", env="app",

@@ -92,6 +92,10 @@ TURN_TIMEOUT_HELP = ("stop the turn after MIN minutes (it ends timed_out; defaul
                      "environment's, else HANGAR_TURN_TIMEOUT_MINUTES, 120)")
 
 
+IMAGE_HELP = ("the container image its sandboxes run, such as registry.example/team/img:1.2 "
+              "(needs a sandbox backend that runs images: gke://)")
+
+
 def _turn_timeout(p: argparse.ArgumentParser, help_: str) -> None:
     p.add_argument("--turn-timeout", type=float, metavar="MIN", help=help_)
 
@@ -129,13 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
                      "its sandboxes reach at their own 127.0.0.1:PORT")  # fmt: skip
     _turn_timeout(add, "stop a turn of its sessions after MIN minutes (it ends timed_out; "
                   "default HANGAR_TURN_TIMEOUT_MINUTES, 120)")
+    add.add_argument("--image", help=IMAGE_HELP)
     _json(add)
     _json(env_cmd.add_parser("list", help="list environments (never secret values)"))
     get_env = env_cmd.add_parser("get", help="show an environment (never secret values)")
     get_env.add_argument("name")
     _json(get_env)
     upd = env_cmd.add_parser("update", help="change the fields given: vars and secrets reach "
-                             "the next turn, branch, setup and host ports the next sandbox")  # fmt: skip
+                             "the next turn, branch, setup, host ports and image the next "
+                             "sandbox")  # fmt: skip
     upd.add_argument("name")
     upd.add_argument("--branch", help="'' for the remote's HEAD")
     upd.add_argument("--setup", metavar="CMD", help="'' for none")
@@ -149,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="replaces the list; repeatable")  # fmt: skip
     ports.add_argument("--no-host-ports", action="store_true", help="allow no host port")
     _turn_timeout(upd, "its turns' time limit (0: HANGAR_TURN_TIMEOUT_MINUTES)")
+    image = upd.add_mutually_exclusive_group()
+    image.add_argument("--image", help=IMAGE_HELP)
+    image.add_argument("--no-image", action="store_true", help="run no image (the sandbox "
+                       "backend's own system)")  # fmt: skip
     _json(upd)
     delete_env = env_cmd.add_parser("delete", help="delete an environment no session uses")
     delete_env.add_argument("name")

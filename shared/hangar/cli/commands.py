@@ -105,7 +105,7 @@ def _env(api: Client, args: argparse.Namespace) -> int:
         body = {"name": args.name, "repo": args.repo, "branch": args.branch,
                 "setup": args.setup, "vars": _pairs(args.var, "--var"),
                 "secrets": _pairs(args.secret, "--secret"), "host_ports": args.host_port,
-                "turn_timeout_minutes": args.turn_timeout}  # fmt: skip
+                "turn_timeout_minutes": args.turn_timeout, "image": args.image}  # fmt: skip
         env = api.call("POST", "/api/envs", body)
         if args.json:
             print_json(env)
@@ -147,9 +147,11 @@ def _env_change(args: argparse.Namespace) -> dict[str, Any]:
         body["host_ports"] = args.host_port or []
     if args.turn_timeout is not None:
         body["turn_timeout_minutes"] = args.turn_timeout or None
+    if args.image is not None or args.no_image:
+        body["image"] = args.image
     if not body:
         raise UsageError("env update: nothing to change (give --branch, --setup, --var, "
-                         "--secret, --unset, --host-port or --turn-timeout)")  # fmt: skip
+                         "--secret, --unset, --host-port, --turn-timeout or --image)")  # fmt: skip
     return body
 
 

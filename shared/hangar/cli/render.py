@@ -168,6 +168,7 @@ def print_envs(envs: list[dict[str, Any]]) -> None:
         extra += [f"secrets: {', '.join(e['secrets'])}"] if e["secrets"] else []
         ports = e.get("host_ports") or []
         extra += [f"host ports: {', '.join(str(p) for p in ports)}"] if ports else []
+        extra += [f"image: {e['image']}"] if e.get("image") else []
         branch = f" @ {e['branch']}" if e["branch"] else ""
         say(f"{e['name']}: {e['repo']}{branch}{'  (' + '; '.join(extra) + ')' if extra else ''}")
 
@@ -182,6 +183,7 @@ def print_env(e: dict[str, Any]) -> None:
     say(f"  host ports: {', '.join(str(p) for p in e.get('host_ports') or []) or '(none)'}")
     limit = e.get("turn_timeout_minutes")
     say(f"  turn limit: {f'{limit:g} minutes' if limit else '(HANGAR_TURN_TIMEOUT_MINUTES)'}")
+    say(f"  image:      {e.get('image') or '(none)'}")
 
 
 def print_sandboxes(boxes: list[dict[str, Any]]) -> None:

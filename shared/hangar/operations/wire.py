@@ -56,6 +56,8 @@ TURN_LIMIT_DOC = ("the turn's time limit in minutes (fractions allowed, at most 
                   "HANGAR_TURN_TIMEOUT_MINUTES (120)")
 ENV_LIMIT_DOC = ("its sessions' turns' time limit in minutes (null: HANGAR_TURN_TIMEOUT_MINUTES, "
                  "120); a send may give its own")
+IMAGE_DOC = ("the container image its sandboxes run ([HOST[:PORT]/]PATH[:TAG][@sha256:HEX]), "
+             "on a sandbox backend that runs images (null: none, the backend's own system)")
 CONTEXT_DOC = ("what comes with the message: files for $HANGAR_IO/in/<turn>/, links, a patch "
                "applied as uncommitted changes, a bundle of commits (see docs/exchange.md)")
 
@@ -137,6 +139,7 @@ class NewEnvironment(Body):
                                   "127.0.0.1:PORT; no other host port is reachable")  # fmt: skip
     turn_timeout_minutes: float | None = Field(None, gt=0, le=MAX_TURN_MINUTES,
                                                allow_inf_nan=False, description=ENV_LIMIT_DOC)
+    image: str | None = Field(None, description=IMAGE_DOC)
 
 
 class EnvironmentPatch(Body):
@@ -151,6 +154,7 @@ class EnvironmentPatch(Body):
     host_ports: list[int] | None = Field(None, description="replaces the list")
     turn_timeout_minutes: float | None = Field(None, gt=0, le=MAX_TURN_MINUTES,
                                                allow_inf_nan=False, description=ENV_LIMIT_DOC)
+    image: str | None = Field(None, description=f"{IMAGE_DOC}; null: none")
 
 
 class TurnArtifactView(BaseModel):
@@ -448,6 +452,7 @@ class EnvironmentView(BaseModel):
     secrets: list[str] = Field(description="secret names; values are never shown")
     host_ports: list[int] = Field(description="host loopback ports its sandboxes reach")
     turn_timeout_minutes: float | None = Field(description=ENV_LIMIT_DOC)
+    image: str | None = Field(description=IMAGE_DOC)
     warnings: list[str] = Field(description="what would keep its sandboxes from working, such "
                                 "as a variable naming a loopback port they cannot reach")
     created_at: datetime
@@ -456,7 +461,7 @@ class EnvironmentView(BaseModel):
     def of(cls, e: Environment) -> EnvironmentView:
         return cls(name=e.name, repo=e.repo, branch=e.branch, setup=e.setup,
                    vars=sorted(e.vars), secrets=sorted(e.secrets), host_ports=e.host_ports,
-                   turn_timeout_minutes=e.turn_timeout_minutes,
+                   turn_timeout_minutes=e.turn_timeout_minutes, image=e.image,
                    warnings=loopback_warnings(e), created_at=e.created_at)  # fmt: skip
 
 
