@@ -197,7 +197,8 @@ class Controller:
                 cond = ("True", "DependenciesReady", "Pod is Ready")
             else:
                 cond = ("False", "DependenciesNotReady", not_ready_reason(pod) or "Pod is not Ready")
-                wait = min(wait, max(self.knobs.ready_delay - age, 0.01))
+                if age < self.knobs.ready_delay:  # else only a knob change (a poke) moves it
+                    wait = min(wait, self.knobs.ready_delay - age)
         ips = [p["ip"] for p in (pod or {}).get("status", {}).get("podIPs") or []]
 
         def change(s: Obj) -> Obj:

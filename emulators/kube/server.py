@@ -57,7 +57,9 @@ class KubeServer(ThreadingHTTPServer):
         self.verbose = verbose
         self.exec_handler: ExecHandler | None = None
         self.stopping = threading.Event()
-        self.requests = 0  # every authenticated API request, for request-count benches
+        self.requests = 0
+        """How many authenticated requests have been served (benches count API requests)."""
+        self.count_lock = threading.Lock()
 
     def shutdown(self) -> None:
         self.stopping.set()
@@ -115,7 +117,8 @@ class _Handler(BaseHTTPRequestHandler):
             sent = self.headers.get("Authorization", "")
             if not hmac.compare_digest(sent.encode(), f"Bearer {self.server.token}".encode()):
                 raise StoreError(401, "Unauthorized", "Unauthorized")
-            self.server.requests += 1
+            with self.server.count_lock:
+                self.server.requests += 1
             self._route(method, url.path.rstrip("/") or "/", query)
         except StoreError as exc:
             self._send(exc.code, status_doc(exc.code, exc.reason, exc.message))

@@ -4,12 +4,15 @@ would: a kubeconfig from the launcher, CoreV1Api and CustomObjectsApi, watches."
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +24,7 @@ EXT = "extensions.agents.x-k8s.io"
 AGENTS = "agents.x-k8s.io"
 V = "v1beta1"
 Obj = dict[str, Any]
+ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture
@@ -434,3 +438,45 @@ def test_a_json_patch_applies_its_operations_in_order(api: client.ApiClient, ns:
             EXT, V, ns, "sandboxwarmpools", "pool", bad, _content_type=json_patch
         )
     assert exc.value.status == 400 and "spec.replica" in message(exc.value)
+
+
+def test_a_pod_stays_pending_until_the_ready_delay_passes(stand_in: KubeStandIn, api: client.ApiClient, ns: str) -> None:
+    stand_in.set_knobs(ready_delay=1.5)
+    ready_pool(api, ns, replicas=0)
+    create(api, ns, "sandboxclaims", claim("slow"))
+    pending = wait_for(api, ns, "sandboxclaims", named("slow", lambda c: bool(ready_condition(c))))
+    assert ready_condition(pending)["status"] == "False"
+    pod = client.CoreV1Api(api).read_namespaced_pod("slow", ns)
+    assert pod.status.phase == "Pending"
+    assert pod.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
+    assert is_ready(wait_for(api, ns, "sandboxclaims", named("slow", is_ready)))
+
+
+def test_exec_answers_a_not_implemented_status_until_a_handler_is_set(
+    stand_in: KubeStandIn, api: client.ApiClient, ns: str
+) -> None:
+    ready_pool(api, ns, replicas=1)
+    pod = client.CoreV1Api(api).list_namespaced_pod(ns).items[0].metadata.name
+    request = urllib.request.Request(f"{stand_in.url}/api/v1/namespaces/{ns}/pods/{pod}/exec?command=ls",
+                                     headers={"Authorization": f"Bearer {stand_in.token}"})  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(request, timeout=10)
+    body = json.loads(exc.value.read())
+    assert (exc.value.code, body["kind"], body["code"]) == (501, "Status", 501)
+    assert stand_in.server.requests > 0
+
+
+def test_the_module_serves_until_terminated_and_prints_its_kubeconfig() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "emulators.kube", "--port", "0"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        kubeconfig = proc.stderr.readline().strip().removeprefix("KUBECONFIG=")
+        assert proc.stdout.readline().startswith("kube stand-in listening on http://127.0.0.1:")
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg, persist_config=False)
+        names = [n.metadata.name for n in client.CoreV1Api(client.ApiClient(cfg)).list_namespace().items]
+        assert names == ["default"]
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
