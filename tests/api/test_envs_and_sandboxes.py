@@ -88,6 +88,8 @@ def test_an_image_on_the_local_backend_is_refused_at_once_and_nothing_is_made_or
     assert before["image"] is None
     patched = api.patch("/api/envs/app", json={"image": IMAGE, "setup": "make"})
     assert patched.json()["error"]["code"] == "sandbox_capability_missing"
+    unknown = api.patch("/api/envs/nope", json={"image": IMAGE})
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "environment_not_found"
     bad = api.patch("/api/envs/app", json={"image": "Team/Agent"})
     assert bad.json()["error"]["code"] == "invalid_input"
     assert bad.json()["error"]["field"] == "image" and "lowercase" in bad.text

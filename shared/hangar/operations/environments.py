@@ -48,7 +48,9 @@ def get(runtime: Runtime, name: str) -> w.EnvironmentView:
 
 def update(runtime: Runtime, name: str, a: w.EnvironmentPatch) -> w.EnvironmentView:
     """Change the fields ``a`` sets (and only those); a new image is refused, with nothing
-    changed, as on :func:`add`."""
+    changed, as on :func:`add`; EnvironmentNotFound first for an unknown name."""
+    if a.image is not None:
+        runtime.sessions.environments.require(name)
     _refuse_image(runtime, name, a.image)
     change = EnvironmentChange.model_validate(a.model_dump(exclude_unset=True))
     return w.EnvironmentView.of(runtime.sessions.environments.update(name, change))
