@@ -125,6 +125,7 @@ class Controller:
     def reconcile(self) -> float:
         """One pass over everything; returns seconds until the next known deadline."""
         wait = self.tick
+        self.store.collect_garbage()
         for pool in self.store.list(POOL, None)[0]:
             self._pool(pool)
         for claim in self.store.list(CLAIM, None)[0]:

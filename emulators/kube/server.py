@@ -5,6 +5,7 @@
   ``/apis/GROUP/VERSION[/namespaces/NS]/PLURAL[/NAME[/SUB]]`` with GET (get, list, watch),
   POST (create), PUT (replace), PATCH (merge, strategic-as-merge, JSON patch), DELETE; the
   ``status`` subresource and the warm pool's ``scale`` (``autoscaling/v1`` Scale).
+  Deleting a namespace deletes everything in it first.
 - Every request needs ``Authorization: Bearer TOKEN`` (else 401); every error is a
   Kubernetes ``Status`` so the client raises ``ApiException`` with its code.
 - Writes are checked strictly (:mod:`.kinds`): an unknown field is 400 BadRequest
@@ -159,7 +160,8 @@ class _Handler(BaseHTTPRequestHandler):
         if method in ("PUT", "PATCH"):
             return self._send(200, self._write(kind, ns, name, sub, method, self._body()))
         if method == "DELETE":
-            self._body()
+            if kind is kinds.NAMESPACES:
+                _empty_namespace(self.server.store, name)
             return self._send(200, self.server.store.delete(kind.resource, ns, name))
         raise StoreError(405, "MethodNotAllowed", f"{method} is not allowed")
 
@@ -314,6 +316,17 @@ def _checked(kind: Kind, body: Any, ns: str, name: str | None = None) -> Obj:
     if name is not None:
         out["metadata"]["name"] = name
     return out
+
+
+def _empty_namespace(store: Store, ns: str) -> None:
+    """Delete every object in namespace ``ns`` (dependents go with their owners)."""
+    # owners first, so the controller has nothing left to refill
+    for kind in (kinds.CLAIMS, kinds.WARM_POOLS, kinds.TEMPLATES, kinds.SANDBOXES, kinds.PODS):
+        for obj in store.list(kind.resource, ns)[0]:
+            try:
+                store.delete(kind.resource, ns, obj["metadata"]["name"])
+            except StoreError:  # already gone with its owner
+                pass
 
 
 def _scale(kind: Kind, obj: Obj) -> Obj:

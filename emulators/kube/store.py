@@ -9,7 +9,8 @@ Contracts:
   oldest retained event (that is, events were dropped after it) is *expired*
   (:class:`Expired`), as etcd compaction makes it on a real cluster.
 - Deleting an object deletes, in the same call, every object whose ``ownerReferences`` names
-  its uid (background cascade, depth first), each with its own DELETED event.
+  its uid (background cascade, depth first), each with its own DELETED event;
+  :meth:`Store.collect_garbage` deletes objects created for an owner already gone.
 - Objects are JSON-shaped dicts; the store hands out deep copies, never its own.
 - Listeners (``subscribe``) are called after each mutation, outside the lock, in event order
   per calling thread; they may call back into the store.
@@ -228,6 +229,24 @@ class Store:
             out = self._delete_locked(key, events)
         self._publish(events)
         return out
+
+    def collect_garbage(self) -> int:
+        """Delete every object whose owners (all of its ``ownerReferences``) are gone, as the
+        garbage collector does for an owner deleted while its dependent was being made;
+        returns how many were deleted."""
+        with self.changed:
+            uids = {o["metadata"]["uid"] for o in self._objects.values()}
+            orphans = [
+                key for key, obj in self._objects.items()
+                if (refs := obj["metadata"].get("ownerReferences"))
+                and not any(r.get("uid") in uids for r in refs)
+            ]  # fmt: skip
+            events: builtins.list[Event] = []
+            for key in orphans:
+                if key in self._objects:
+                    self._delete_locked(key, events)
+        self._publish(events)
+        return len(orphans)
 
     def _delete_locked(self, key: Key, events: builtins.list[Event]) -> Obj:
         obj = self._objects.pop(key)

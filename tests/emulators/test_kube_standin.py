@@ -480,3 +480,40 @@ def test_the_module_serves_until_terminated_and_prints_its_kubeconfig() -> None:
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+
+
+def test_deleting_a_namespace_deletes_everything_in_it(api: client.ApiClient, ns: str) -> None:
+    ready_pool(api, ns, replicas=2)
+    core = client.CoreV1Api(api)
+    assert len(core.list_namespaced_pod(ns).items) == 2
+    core.delete_namespace(ns)
+    assert core.list_namespaced_pod(ns).items == []
+    assert custom(api).list_namespaced_custom_object(AGENTS, V, ns, "sandboxes")["items"] == []
+    with pytest.raises(client.ApiException) as exc:
+        core.read_namespace(ns)
+    assert exc.value.status == 404
+
+
+def test_a_sandbox_annotated_with_a_pod_name_gets_a_pod_of_that_name(api: client.ApiClient, ns: str) -> None:
+    body = {"apiVersion": f"{AGENTS}/{V}", "kind": "Sandbox",
+            "metadata": {"name": "sb", "annotations": {"agents.x-k8s.io/pod-name": "runner"}},
+            "spec": {"podTemplate": {"spec": {"containers": [{"name": "m", "image": "i"}]}}}}  # fmt: skip
+    create(api, ns, "sandboxes", body)
+    assert is_ready(wait_for(api, ns, "sandboxes", named("sb", is_ready)))
+    pod = client.CoreV1Api(api).read_namespaced_pod("runner", ns)
+    assert pod.metadata.owner_references[0].name == "sb"
+    assert pod.metadata.labels["agents.x-k8s.io/launch-type"] == "cold"
+
+
+def test_a_pod_whose_owner_is_gone_is_collected(stand_in: KubeStandIn, api: client.ApiClient, ns: str) -> None:
+    owner = {"apiVersion": f"{AGENTS}/{V}", "kind": "Sandbox", "name": "gone",
+             "uid": str(uuid.uuid4()), "controller": True}  # fmt: skip
+    pod = {"metadata": {"name": "orphan", "ownerReferences": [owner]},
+           "spec": {"containers": [{"name": "m", "image": "i"}]}}  # fmt: skip
+    core = client.CoreV1Api(api)
+    rv = core.create_namespaced_pod(ns, pod).metadata.resource_version
+    w = watch.Watch()
+    for event in w.stream(core.list_namespaced_pod, ns, resource_version=rv, timeout_seconds=10):
+        if event["type"] == "DELETED":
+            w.stop()
+    assert (event["type"], event["object"].metadata.name) == ("DELETED", "orphan")
