@@ -9,13 +9,17 @@ import tempfile
 from pathlib import Path
 from typing import Any, Self
 
+from hangar.sandboxes import Sandboxes
+
 from emulators.processes import ThreadedStandIn
 
 from . import kinds
+from .backing import PodSandboxes
 from .controller import Controller, PodHook
+from .exec import exec_handler
 from .pods import Knobs
 from .server import KubeServer
-from .store import Store
+from .store import Obj, Store
 
 
 class KubeStandIn(ThreadedStandIn):
@@ -30,6 +34,15 @@ class KubeStandIn(ThreadedStandIn):
       410 Gone. ``store`` and ``controller`` are exposed for tests and for the exec helper.
     - ``on_pod_created`` / ``on_pod_deleted`` are called with each pod record as it is added
       to or deleted from the store.
+    - ``sandboxes`` (a backend such as ``LocalSandboxes``) makes each pod a real sandbox
+      (:mod:`.backing`): one is made when the pod is (labels ``kube.namespace``,
+      ``kube.pod``, ``kube.uid``; no ``ro_paths``, no ``host_ports``) and the pod turns Ready
+      only after it exists; deleting the pod destroys it; :meth:`sandbox_id` names a pod's
+      sandbox; ``server.exec_handler`` runs pods/exec in it as the sandbox's hangar user (uid 0
+      inside, as a root pod); :meth:`stop` destroys every sandbox made (the backend itself
+      stays the caller's). Without it pods are records and exec is 501 until
+      ``server.exec_handler`` is set. ``on_pod_created`` runs after the sandbox is made,
+      ``on_pod_deleted`` after it is destroyed.
     """
 
     label = "kube stand-in"
@@ -38,10 +51,15 @@ class KubeStandIn(ThreadedStandIn):
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, verbose: bool = False,
                  token: str | None = None, knobs: Knobs | None = None, history: int = 1000,
                  on_pod_created: PodHook | None = None,
-                 on_pod_deleted: PodHook | None = None) -> None:  # fmt: skip
+                 on_pod_deleted: PodHook | None = None,
+                 sandboxes: Sandboxes | None = None) -> None:  # fmt: skip
         super().__init__(host, port, verbose=verbose)
         self.token = token or secrets.token_urlsafe(24)
         self.store = Store(history)
+        self.pod_sandboxes = None if sandboxes is None else PodSandboxes(sandboxes, self.store)
+        if self.pod_sandboxes is not None:
+            on_pod_created = _chain(self.pod_sandboxes.created, on_pod_created)
+            on_pod_deleted = _chain(self.pod_sandboxes.deleted, on_pod_deleted)
         self.controller = Controller(self.store, knobs, on_pod_created=on_pod_created,
                                      on_pod_deleted=on_pod_deleted)  # fmt: skip
         self.kubeconfig = ""
@@ -67,9 +85,16 @@ class KubeStandIn(ThreadedStandIn):
             raise RuntimeError("the kube stand-in is not started")
         return self._kube_server
 
+    def sandbox_id(self, namespace: str, pod: str) -> str | None:
+        """The id of pod ``namespace/pod``'s sandbox; None for a pod not there, one without a
+        sandbox, or a stand-in without ``sandboxes``."""
+        return None if self.pod_sandboxes is None else self.pod_sandboxes.sandbox_id(namespace, pod)
+
     def make_server(self) -> KubeServer:
         self._kube_server = KubeServer((self.host, self.port), self.store, self.token,
                                        knobs=self._knobs_endpoint, verbose=self.verbose)  # fmt: skip
+        if self.pod_sandboxes is not None:
+            self._kube_server.exec_handler = exec_handler(self.pod_sandboxes.resolve)
         return self._kube_server
 
     def _knobs_endpoint(self, change: dict[str, Any] | None) -> dict[str, Any]:
@@ -105,6 +130,8 @@ class KubeStandIn(ThreadedStandIn):
     def stop(self) -> None:
         self.controller.stop()
         super().stop()
+        if self.pod_sandboxes is not None:
+            self.pod_sandboxes.close()
         self._kube_server = None
         if self.kubeconfig:
             Path(self.kubeconfig).unlink(missing_ok=True)
@@ -123,3 +150,14 @@ class KubeStandIn(ThreadedStandIn):
     def environment(self) -> dict[str, str]:
         """``KUBECONFIG`` (the file) and ``HANGAR_KUBE_CONTEXT`` (its context)."""
         return {"KUBECONFIG": self.kubeconfig, "HANGAR_KUBE_CONTEXT": self.context}
+
+
+def _chain(first: PodHook, then: PodHook | None) -> PodHook:
+    """``first(pod)`` then ``then(pod)`` (when given)."""
+
+    def hook(pod: Obj) -> None:
+        first(pod)
+        if then is not None:
+            then(pod)
+
+    return hook
