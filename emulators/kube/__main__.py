@@ -2,13 +2,17 @@
 
 Prints ``kube stand-in listening on http://HOST:PORT`` (flushed) once bound, then
 ``KUBECONFIG=PATH`` (the kubeconfig holding the server and its token). SIGTERM and Ctrl-C end
-it with status 0; a port that cannot be bound exits with 2.
+it with status 0; a port that cannot be bound exits with 2. ``--sandboxes DIR`` backs each pod
+with a real local sandbox under ``DIR`` (pods/exec runs in it); they are destroyed on exit.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from hangar.sandboxes.local import LocalSandboxes
 
 from emulators.processes import serve_main
 
@@ -22,10 +26,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port (0 picks a free one)")
     parser.add_argument("--ready-delay", type=float, default=0.0, help="seconds before a pod is Ready")
+    parser.add_argument("--sandboxes", metavar="DIR", type=Path,
+                        help="back each pod with a local sandbox under DIR (absolute)")  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="log each HTTP request to stderr")
     args = parser.parse_args(argv)
     stand_in = KubeStandIn(args.host, args.port, verbose=args.verbose,
-                           knobs=Knobs(ready_delay=args.ready_delay))  # fmt: skip
+                           knobs=Knobs(ready_delay=args.ready_delay),
+                           sandboxes=LocalSandboxes(args.sandboxes.resolve()) if args.sandboxes else None)  # fmt: skip
     stand_in.bind()
     print(f"KUBECONFIG={stand_in.kubeconfig}", file=sys.stderr, flush=True)
     try:
