@@ -5,18 +5,22 @@ lives exactly as long as the pod (and the stand-in)."""
 from __future__ import annotations
 
 import queue
+import threading
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
 import pytest
+from hangar.sandboxes import Sandboxes, SandboxInfo, SandboxSpec
 from hangar.sandboxes.local import LocalSandboxes
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
-from emulators.kube import KubeStandIn
-from emulators.kube.backing import NAMESPACE, POD
+from emulators.kube import KubeStandIn, kinds
+from emulators.kube.backing import NAMESPACE, POD, PodSandboxes
+from emulators.kube.store import Store
 from tests.emulators.test_kube_standin import claim, create, pool, template, wait_for
 
 WAIT = 120  # the bound on every wait; a healthy run takes a fraction of it
@@ -112,3 +116,38 @@ def test_stopping_the_stand_in_leaves_no_sandbox(backed: Backed) -> None:
     assert backed.live()  # the claimed pod's and the refilled pool's
     backed.kube.stop()
     assert backed.live() == set()
+
+
+class Gated:
+    """A backend whose ``create`` waits for ``gate``, telling ``entered`` it has begun."""
+
+    def __init__(self) -> None:
+        self.entered, self.gate = threading.Event(), threading.Event()
+        self.destroyed: list[str] = []
+
+    def create(self, spec: SandboxSpec) -> SandboxInfo:
+        self.entered.set()
+        assert self.gate.wait(WAIT)
+        return SandboxInfo(id="sbx-gated", labels=dict(spec.labels), created_at=datetime.now(UTC))
+
+    def destroy(self, sandbox_id: str) -> None:
+        self.destroyed.append(sandbox_id)
+
+
+@pytest.mark.parametrize("ending", ["pod deleted", "stand-in closed"])
+def test_a_sandbox_finished_after_its_pod_is_gone_is_destroyed(ending: str) -> None:
+    backend, store = Gated(), Store()
+    pods = PodSandboxes(cast(Sandboxes, backend), store)
+    pod = store.create(kinds.PODS.resource, "default", {"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": "p"}, "spec": {}})  # fmt: skip
+    making = threading.Thread(target=pods.created, args=(pod,))
+    making.start()
+    assert backend.entered.wait(WAIT)
+    if ending == "pod deleted":
+        pods.deleted(store.delete(kinds.PODS.resource, "default", "p"))
+    else:
+        pods.close()
+    backend.gate.set()
+    making.join(WAIT)
+    assert backend.destroyed == ["sbx-gated"]
+    assert pods.sandbox_id("default", "p") is None
