@@ -71,6 +71,12 @@ class Settings(BaseModel):
     tasks_invoker: str | None = Field(
         None, description="Service account whose OIDC token Cloud Tasks sends with each tick"
     )
+    gke_endpoint: str | None = Field(
+        None, description="GKE API server URL for gke:// (Cloud Run); unset: the kubeconfig's"
+    )
+    gke_ca: Path | None = Field(
+        None, description="CA file of HANGAR_GKE_ENDPOINT's certificate (with gke_endpoint)"
+    )
     run_endpoint: str | None = Field(
         None, description="Cloud Run Admin REST endpoint (the stand-in); unset: the real service"
     )

@@ -299,7 +299,14 @@ class OnFirstUse:
         self._opened().destroy(sandbox_id)
 
 
-_BACKENDS: dict[str, Callable[[str, Settings], Sandboxes]] = {"local": _open_local}
+def _open_gke(url: str, settings: Settings) -> Sandboxes:
+    from hangar.sandboxes.gke import GkeSandboxes
+
+    return GkeSandboxes.from_url(url, settings)
+
+
+_BACKENDS: dict[str, Callable[[str, Settings], Sandboxes]] = {"local": _open_local,
+                                                              "gke": _open_gke}
 
 
 def open_sandboxes(url: str, settings: Settings, *, on_first_use: bool = False) -> Sandboxes:

@@ -1,0 +1,671 @@
+"""GKE sandboxes: the Kubernetes Agent Sandbox, driven through the official ``kubernetes`` client.
+
+``gke://CONTEXT/NAMESPACE`` (optionally ``?image=REF&runtime_class=NAME``): a kubeconfig
+context (``KUBECONFIG`` or the default file) and the namespace the sandboxes live in; with
+``HANGAR_GKE_ENDPOINT`` (and ``HANGAR_GKE_CA``) set, as on Cloud Run, the API server is that
+endpoint and the token is Google's default credentials', and the URL's context is ignored.
+
+- One ``SandboxTemplate`` and one ``SandboxWarmPool`` per image and pod settings, named by a
+  hash of both and created if missing at ``create`` (:mod:`hangar.sandboxes.agentsandbox`).
+  ``image`` is required: the spec's, else the URL's ``image`` (InvalidInput without either).
+- A sandbox is a ``SandboxClaim`` named ``hangar-<8 hex>`` (its id) on its image's pool;
+  ``create`` returns once the claim exists, ``status`` reads its ``Ready`` condition, ``destroy``
+  deletes it.
+- Every command runs through ``pods/exec`` on the v5 channel as :data:`BOOT`, a fixed
+  bootstrap: argv, environment, cwd, user and deadline travel as one header on stdin, never on
+  the exec's URL (which API audit logs keep). The bootstrap runs as the pod's root (with only
+  :data:`~hangar.sandboxes.agentsandbox.AGENT_CAPABILITIES`), becomes the agent (uid 1000,
+  no groups, ``no_new_privs``) or stays hangar, and kills the command's process group at its
+  deadline or when it is told to stop. The rest of stdin is the command's.
+- Every exception the client and its transports raise is turned into hangar's by one table
+  (:data:`TABLE`) inside this module.
+
+Nothing imports ``kubernetes`` until a ``gke://`` backend is opened.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import io
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, BinaryIO, NoReturn, cast
+from urllib.parse import parse_qs, unquote
+
+from hangar.config import Settings
+from hangar.errors import (
+    ExecTimeout,
+    HangarError,
+    InvalidInput,
+    InvalidSettings,
+    SandboxError,
+    SandboxNotFound,
+    SandboxUnavailable,
+)
+from hangar.sandboxes import (
+    HANGAR_BIN,
+    HANGAR_DIR,
+    HANGAR_TMP,
+    HOME,
+    ExecResult,
+    SandboxCapabilities,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxStatus,
+    SandboxUser,
+    Stdin,
+    refuse_missing,
+)
+from hangar.sandboxes import agentsandbox as objects
+from hangar.sandboxes.agentsandbox import PodSettings
+
+__all__ = ["BOOT", "TABLE", "GkeSandboxes", "parse_url", "translate"]
+
+AGENT_PATH = (f"{HANGAR_BIN}:{HANGAR_DIR}/harnesses/bin:{HANGAR_DIR}/harnesses/node_modules/.bin:"
+              "/usr/local/bin:/usr/bin:/bin")  # fmt: skip
+HANGAR_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_TIMEOUT_GRACE = 10.0  # seconds past a deadline before hangar stops waiting for the pod's kill
+_CHUNK = 1 << 20  # stdin bytes per websocket message
+_READ_POLL = 0.1  # seconds between looks at cancel and the deadline while output is awaited
+
+BOOT = r"""
+import json, os, signal, sys
+def need(n):
+    got = b""
+    while len(got) < n:
+        part = os.read(0, n - len(got))
+        if not part:
+            os._exit(125)
+        got += part
+    return got
+h = json.loads(need(int(need(8))))
+for path, mode, uid in (("/hangar", 0o711, 0), ("/hangar/bin", 0o755, 0),
+                        ("/hangar/tmp", 0o700, 0), ("/workspace", 0o755, 1000)):
+    try:
+        os.mkdir(path, mode)
+        os.chown(path, uid, uid)
+        os.chmod(path, mode)
+    except OSError:
+        pass
+try:
+    if os.stat("/root").st_uid != 1000:
+        os.chown("/root", 1000, 1000)
+        os.chmod("/root", 0o700)
+    with open("/etc/passwd") as f:
+        known = any(line.split(":")[2:3] == ["1000"] for line in f)
+    if not known:
+        with open("/etc/passwd", "a") as f:
+            f.write("agent:x:1000:1000:agent:/root:/bin/sh\n")
+except OSError:
+    pass
+env = dict(h["env"])
+if h["agent"]:
+    try:
+        with open("/hangar/env.json") as f:
+            env.update(json.load(f))
+    except (OSError, ValueError):
+        pass
+env.update(h["call"])
+if h["agent"]:
+    path = [p for p in env.get("PATH", "").split(":") if p and p != "/hangar/bin"]
+    env["PATH"] = ":".join(["/hangar/bin"] + path)
+argv = h["argv"]
+pid = os.fork()
+if pid == 0:
+    try:
+        os.setpgid(0, 0)
+        for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_DFL)
+        if h["agent"]:
+            import ctypes
+            os.setgroups([])
+            os.setresgid(1000, 1000, 1000)
+            os.setresuid(1000, 1000, 1000)
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(38, 1, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS)")
+        try:
+            os.chdir(h["cwd"])
+        except OSError as e:
+            os.write(2, ("cannot enter %s: %s\n" % (h["cwd"], e.strerror)).encode())
+            os._exit(125)
+        os.execvpe(argv[0], argv, env)
+    except FileNotFoundError:
+        os.write(2, ("%s: command not found\n" % argv[0]).encode())
+        os._exit(127)
+    except BaseException as e:
+        os.write(2, ("%s: %s\n" % (argv[0], e)).encode())
+        os._exit(126)
+try:
+    os.setpgid(pid, pid)
+except OSError:
+    pass
+def stop(*_):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGALRM):
+    signal.signal(s, stop)
+if h["timeout"] is not None:
+    signal.setitimer(signal.ITIMER_REAL, max(h["timeout"], 0.001))
+status = os.waitpid(pid, 0)[1]
+code = os.waitstatus_to_exitcode(status)
+os._exit(128 - code if code < 0 else code)
+"""
+"""The exec's only command line (``python3 -I -S -c BOOT``). It reads an 8-digit length,
+then that many bytes of JSON (``argv``, ``env``, ``call``, ``cwd``, ``agent``, ``timeout``);
+the command's environment is ``env``, then (as the agent) the spec's from :data:`ENV_FILE`,
+then ``call``, with HANGAR_BIN first on the agent's PATH. It makes
+hangar's folders and the agent's passwd entry if the image lacks them, and runs ``argv`` in a
+process group of its own, as the agent or as hangar, with the rest of stdin as its stdin. It
+kills that group at ``timeout`` seconds and on SIGTERM or SIGHUP (the runtime ending the
+exec), and exits as the command did (128 + N for signal N)."""
+
+_BOOT_ARGV = ["python3", "-I", "-S", "-c", BOOT]
+ENV_FILE = f"{HANGAR_DIR}/env.json"
+"""The spec's env inside the pod (hangar's, 0600), written by the first exec of the process
+that made the sandbox: never on the claim, whose env would make every start a cold one."""
+
+
+def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
+    """``gke://CONTEXT/NAMESPACE[?image=REF&runtime_class=NAME]`` -> (context, namespace,
+    options). InvalidSettings naming HANGAR_SANDBOXES otherwise."""
+    rest, _, query = url.partition("?")
+    head, _, namespace = rest.removeprefix("gke://").rpartition("/")
+    options = {k: v[-1] for k, v in parse_qs(query).items()}
+    unknown = set(options) - {"image", "runtime_class"}
+    if not url.startswith("gke://") or not head or not namespace or unknown:
+        raise InvalidSettings(
+            f"HANGAR_SANDBOXES: expected gke://CONTEXT/NAMESPACE[?image=REF], got {url!r}"
+            + (f" (unknown options: {', '.join(sorted(unknown))})" if unknown else ""),
+            setting="HANGAR_SANDBOXES",
+        )
+    return unquote(head), unquote(namespace), options
+
+
+def configuration(context: str, settings: Settings) -> Any:
+    """The client's Configuration: HANGAR_GKE_ENDPOINT with HANGAR_GKE_CA and a token of
+    Google's default credentials (refreshed before it expires) when set, else the kubeconfig's
+    ``context``. InvalidSettings when neither can be loaded."""
+    from kubernetes import client, config
+
+    cfg: Any = client.Configuration()
+    if settings.gke_endpoint:
+        cfg.host = settings.gke_endpoint
+        cfg.ssl_ca_cert = str(settings.gke_ca) if settings.gke_ca else None
+        cfg.api_key_prefix = {"authorization": "Bearer"}
+        cfg.refresh_api_key_hook = _google_token
+        return cfg
+    try:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            context=context, client_configuration=cfg, persist_config=False)
+    except (config.ConfigException, OSError, ValueError) as exc:
+        raise InvalidSettings(f"HANGAR_SANDBOXES: cannot load kubeconfig context {context!r}: "
+                              f"{exc}", setting="HANGAR_SANDBOXES") from exc  # fmt: skip
+    return cfg
+
+
+def _google_token(cfg: Any) -> None:
+    """Configuration.refresh_api_key_hook: a fresh access token of the default credentials."""
+    import google.auth
+    import google.auth.transport.requests
+
+    creds = getattr(cfg, "_hangar_credentials", None)
+    if creds is None:
+        creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        cfg._hangar_credentials = creds
+    if not creds.valid:
+        creds.refresh(google.auth.transport.requests.Request())
+    cfg.api_key = {"authorization": creds.token}
+
+
+class GkeSandboxes:
+    """The ``gke://`` backend of :class:`hangar.sandboxes.Sandboxes` (the module's docstring).
+
+    ``image`` is the default image of a spec without one; ``pod`` the pod settings of every
+    template made. Thread-safe: each exec has a client of its own (the client's websocket
+    helper swaps a method of the client it is given while it runs).
+    """
+
+    capabilities = SandboxCapabilities(images=True)
+    """Images, yes; no host paths, host ports or host reads (the pod is on another machine)."""
+
+    def __init__(self, cfg: Any, namespace: str, *, image: str | None = None,
+                 pod: PodSettings | None = None) -> None:  # fmt: skip
+        from kubernetes import client
+
+        self.cfg = cfg
+        self.namespace = namespace
+        self.image = image
+        self.pod = pod or PodSettings()
+        self._api = client.ApiClient(cfg)
+        self._objects = client.CustomObjectsApi(self._api)
+        self._pools: set[str] = set()
+        self._pods: dict[str, str] = {}  # sandbox name -> pod name (stable for a sandbox)
+        self._pending_env: dict[str, dict[str, str]] = {}  # spec env not yet in its pod
+
+    @classmethod
+    def from_url(cls, url: str, settings: Settings) -> GkeSandboxes:
+        """Open the backend ``url`` names (:func:`parse_url`, :func:`configuration`)."""
+        context, namespace, options = parse_url(url)
+        pod = PodSettings(memory_mb=settings.sandbox_memory_mb,
+                          runtime_class=options.get("runtime_class"))  # fmt: skip
+        return cls(configuration(context, settings), namespace, image=options.get("image"),
+                   pod=pod)  # fmt: skip
+
+    # -- the port ---------------------------------------------------------------------------
+
+    def create(self, spec: SandboxSpec) -> SandboxInfo:
+        """Make (if missing) the image's template and pool, then claim a sandbox of it;
+        returns once the claim exists. InvalidInput without an image; SandboxCapabilityMissing
+        for ro_paths or host_ports."""
+        refuse_missing(self.capabilities, spec, "gke")
+        image = spec.image or self.image
+        if not image:
+            raise InvalidInput("a gke sandbox needs an image: set the environment's image "
+                               "(hangar env update --image IMAGE)", field="image")  # fmt: skip
+        spec_env = _check_env(spec.env)
+        pool = self._ensure_pool(image)
+        sandbox_id = f"hangar-{secrets.token_hex(4)}"
+        now = datetime.now(UTC)
+        body = objects.claim(sandbox_id, pool, spec.labels, now)
+        made = self._call(lambda: self._objects.create_namespaced_custom_object(
+            objects.EXTENSIONS_GROUP, objects.VERSION, self.namespace, objects.CLAIMS, body))
+        if spec_env:
+            self._pending_env[sandbox_id] = spec_env
+        return _info(made)
+
+    def status(self, sandbox_id: str) -> SandboxStatus:
+        """The claim's Ready condition read (:func:`~.agentsandbox.claim_status`);
+        SandboxNotFound once the claim is gone."""
+        return objects.claim_status(self._claim(sandbox_id))
+
+    def get(self, sandbox_id: str) -> SandboxInfo:
+        return _info(self._claim(sandbox_id))
+
+    def list(self, labels: Mapping[str, str] | None = None) -> list[SandboxInfo]:
+        """Claims hangar made whose labels include every given pair, oldest first."""
+        wanted = {**(labels or {}), objects.MANAGED_BY: "hangar"}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(wanted.items()))
+        found = self._call(lambda: self._objects.list_namespaced_custom_object(
+            objects.EXTENSIONS_GROUP, objects.VERSION, self.namespace, objects.CLAIMS,
+            label_selector=selector))  # fmt: skip
+        claims = [c for c in found.get("items") or [] if _live(c)]
+        infos = [_info(c) for c in claims]
+        return sorted(infos, key=lambda i: (i.created_at, i.id))
+
+    def destroy(self, sandbox_id: str) -> None:
+        """Delete the claim (the controller deletes its sandbox and pod); a missing one is
+        nothing to do. No hook runs."""
+        if not _is_ours(sandbox_id):
+            return
+        try:
+            self._call(lambda: self._objects.delete_namespaced_custom_object(
+                objects.EXTENSIONS_GROUP, objects.VERSION, self.namespace, objects.CLAIMS,
+                sandbox_id), sandbox_id)  # fmt: skip
+        except SandboxNotFound:
+            return
+
+    def exec(
+        self,
+        sandbox_id: str,
+        argv: Sequence[str],
+        *,
+        stdin: Stdin = None,
+        stdout: BinaryIO | None = None,
+        stderr: BinaryIO | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        user: SandboxUser = SandboxUser.AGENT,
+        cancel: threading.Event | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` in the sandbox's pod as ``user`` (the rules of the local backend: as
+        the agent, cwd HOME and HOME, PATH, LANG, then the spec's env (:data:`ENV_FILE`), then
+        ``env``, with HANGAR_BIN first on PATH; as hangar, cwd and
+        HOME :data:`HANGAR_DIR`, TMPDIR :data:`HANGAR_TMP`, then ``env``). A timeout kills the
+        command's process group in the pod and raises ExecTimeout; ``cancel`` ends the exec
+        (the command is killed) and returns exit 137. SandboxNotFound if the claim is gone."""
+        if not argv:
+            raise InvalidInput("exec needs a command")
+        agent = user is SandboxUser.AGENT
+        if agent:
+            full = {"HOME": HOME, "PATH": AGENT_PATH, "LANG": "C.UTF-8"}
+        else:
+            full = {"HOME": HANGAR_DIR, "PATH": HANGAR_PATH, "LANG": "C.UTF-8",
+                    "TMPDIR": HANGAR_TMP}  # fmt: skip
+        header = json.dumps({"argv": list(argv), "env": full, "call": _check_env(env or {}),
+                             "agent": agent, "timeout": timeout,
+                             "cwd": cwd or (HOME if agent else HANGAR_DIR)}).encode()  # fmt: skip
+        pod = self._pod(sandbox_id)
+        spec_env = self._pending_env.pop(sandbox_id, None)
+        if spec_env is not None:
+            self.put_file(sandbox_id, ENV_FILE, json.dumps(spec_env).encode(), mode=0o600,
+                          user=SandboxUser.HANGAR)  # fmt: skip
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ws = self._open_exec(sandbox_id, pod)
+        try:
+            return self._run(ws, sandbox_id, argv, header, stdin, stdout, stderr, deadline,
+                             timeout, cancel)  # fmt: skip
+        finally:
+            ws.close()
+
+    def put_file(self, sandbox_id: str, path: str, data: bytes | BinaryIO, *, mode: int = 0o644,
+                 user: SandboxUser = SandboxUser.AGENT) -> None:  # fmt: skip
+        """Write a file as ``user`` (parents made), replaced atomically; one exec."""
+        from hangar.sandboxes.local import (
+            _PUT,  # the same shell, so both backends write alike
+        )
+
+        argv = ["/bin/sh", "-c", _PUT, "sh", path, format(mode & 0o7777, "o")]
+        result = self.exec(sandbox_id, argv, stdin=data, user=user)
+        if not result.ok:
+            message = f"cannot write {path} in sandbox {sandbox_id}: {_tail(result.stderr)}"
+            raise SandboxError(message, sandbox_id=sandbox_id, path=path)
+
+    def get_file(self, sandbox_id: str, path: str, out: BinaryIO, *,
+                 user: SandboxUser = SandboxUser.AGENT) -> int:  # fmt: skip
+        """Copy a file's bytes to ``out`` (one exec of ``cat``); SandboxError if missing."""
+        counter = _Counter(out)
+        result = self.exec(sandbox_id, ["cat", "--", path], stdout=cast(BinaryIO, counter),
+                           user=user)  # fmt: skip
+        if not result.ok:
+            message = f"cannot read {path} in sandbox {sandbox_id}: {_tail(result.stderr)}"
+            raise SandboxError(message, sandbox_id=sandbox_id, path=path)
+        return counter.count
+
+    # -- objects ----------------------------------------------------------------------------
+
+    def _ensure_pool(self, image: str) -> str:
+        """The pool of ``image``: its template and pool created unless they exist."""
+        made = [objects.template(image, self.pod), objects.warm_pool(image, self.pod)]
+        name = str(made[0]["metadata"]["name"])
+        if name in self._pools:
+            return name
+        for body, plural in zip(made, (objects.TEMPLATES, objects.POOLS), strict=True):
+            try:
+                self._call(functools.partial(self._objects.create_namespaced_custom_object,
+                                             objects.EXTENSIONS_GROUP, objects.VERSION,
+                                             self.namespace, plural, body))  # fmt: skip
+            except _AlreadyThere:
+                pass  # made by an earlier create, here or elsewhere
+        self._pools.add(name)
+        return name
+
+    def _claim(self, sandbox_id: str) -> dict[str, Any]:
+        if not _is_ours(sandbox_id):
+            raise SandboxNotFound(f"no sandbox {sandbox_id}", sandbox_id=sandbox_id)
+        found = self._call(lambda: self._objects.get_namespaced_custom_object(
+            objects.EXTENSIONS_GROUP, objects.VERSION, self.namespace, objects.CLAIMS,
+            sandbox_id), sandbox_id)  # fmt: skip
+        if not _live(found):
+            raise SandboxNotFound(f"sandbox {sandbox_id} is being deleted", sandbox_id=sandbox_id)
+        return cast(dict[str, Any], found)
+
+    def _pod(self, sandbox_id: str) -> str:
+        """The pod of the sandbox the claim holds (the claim read each time: a claim deleted
+        is a sandbox gone, whatever its pod still does)."""
+        name = objects.bound_sandbox(self._claim(sandbox_id))
+        if name is None:
+            raise SandboxError(f"sandbox {sandbox_id} is not ready", sandbox_id=sandbox_id)
+        if name not in self._pods:
+            sandbox = self._call(lambda: self._objects.get_namespaced_custom_object(
+                objects.AGENTS_GROUP, objects.VERSION, self.namespace, objects.SANDBOXES, name),
+                sandbox_id)  # fmt: skip
+            self._pods[name] = objects.pod_name(sandbox)
+        return self._pods[name]
+
+    def _call(self, call: Callable[[], Any], sandbox_id: str | None = None) -> Any:
+        try:
+            return call()
+        except _vendor_errors() as exc:
+            raise translate(exc, sandbox_id) from exc
+
+    # -- exec -------------------------------------------------------------------------------
+
+    def _open_exec(self, sandbox_id: str, pod: str) -> Any:
+        from kubernetes import client
+        from kubernetes.stream import stream, ws_client
+
+        core = client.CoreV1Api(client.ApiClient(self.cfg))  # its own: stream() patches it
+        ws = self._call(lambda: stream(
+            core.connect_get_namespaced_pod_exec, pod, self.namespace, command=_BOOT_ARGV,
+            stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False,
+            binary=True), sandbox_id)  # fmt: skip
+        ws._all = ws_client._IgnoredIO()  # the client would keep a copy of all output
+        if ws.subprotocol != ws_client.V5_CHANNEL_PROTOCOL:
+            ws.close()
+            raise SandboxError(f"the API server offered {ws.subprotocol!r} for exec, not "
+                               "v5.channel.k8s.io (needed to close stdin)")  # fmt: skip
+        return ws
+
+    def _run(self, ws: Any, sandbox_id: str, argv: Sequence[str], header: bytes,
+             stdin: Stdin, stdout: BinaryIO | None, stderr: BinaryIO | None,
+             deadline: float | None, timeout: float | None,
+             cancel: threading.Event | None) -> ExecResult:  # fmt: skip
+        out: list[bytes] = []
+        err: list[bytes] = []
+        sinks: dict[int, Callable[[bytes], Any]] = {
+            1: out.append if stdout is None else stdout.write,
+            2: err.append if stderr is None else stderr.write,
+        }
+        feeder = threading.Thread(target=_feed, args=(ws, header, stdin), daemon=True)
+        feeder.start()
+        try:
+            while ws.is_open():
+                if cancel is not None and cancel.is_set():
+                    ws.close()  # the runtime ends the exec: the bootstrap kills the command
+                    return ExecResult(137, b"".join(out), b"".join(err))
+                if deadline is not None and time.monotonic() > deadline + _TIMEOUT_GRACE:
+                    ws.close()
+                    _timed_out(sandbox_id, argv, timeout)
+                ws.update(timeout=_READ_POLL)
+                _drain(ws, sinks)
+            _drain(ws, sinks)
+            raw = ws.read_channel(3)
+        except _vendor_errors() as exc:
+            raise translate(exc, sandbox_id) from exc
+        finally:
+            ws.close()
+            feeder.join(1.0)
+        code = _exit_code(raw, sandbox_id)
+        if code is None:
+            self._claim(sandbox_id)  # SandboxNotFound when the sandbox went away meanwhile
+            raise SandboxUnavailable(f"the exec in sandbox {sandbox_id} ended with no status",
+                                     sandbox_id=sandbox_id)  # fmt: skip
+        if deadline is not None and code == 137 and time.monotonic() >= deadline:
+            _timed_out(sandbox_id, argv, timeout)
+        return ExecResult(code, b"".join(out), b"".join(err))
+
+
+def _feed(ws: Any, header: bytes, stdin: Stdin) -> None:
+    """Send the header, then stdin in messages of at most :data:`_CHUNK` bytes, then close
+    stdin (v5). A connection closed meanwhile (the command exited) ends it quietly."""
+    try:
+        ws.write_channel(0, f"{len(header):08d}".encode() + header)
+        for chunk in _chunks(stdin):
+            for start in range(0, len(chunk), _CHUNK):
+                ws.write_channel(0, chunk[start : start + _CHUNK])
+        ws.close_channel(0)
+    except _feed_errors():  # the socket closed under us (the client's own attribute included)
+        return
+
+
+def _feed_errors() -> tuple[type[BaseException], ...]:
+    return (*_vendor_errors(), AttributeError)
+
+
+def _chunks(stdin: Stdin) -> Iterable[bytes]:
+    if stdin is None:
+        return
+    if isinstance(stdin, bytes | bytearray | memoryview):
+        yield bytes(stdin)
+    elif hasattr(stdin, "read"):
+        reader = cast(io.BufferedIOBase, stdin)
+        while chunk := reader.read(_CHUNK):
+            yield chunk
+    else:
+        yield from (bytes(c) for c in stdin if c)
+
+
+def _drain(ws: Any, sinks: Mapping[int, Callable[[bytes], Any]]) -> None:
+    channels: dict[int, bytes] = ws._channels  # the client's buffers, emptied as they fill
+    for channel, sink in sinks.items():
+        data = channels.pop(channel, b"")
+        if data:
+            sink(data)
+
+
+def _exit_code(raw: bytes | str, sandbox_id: str) -> int | None:
+    """The exit code the channel-3 Status says; None when there is none (the exec was cut)."""
+    if not raw:
+        return None
+    try:
+        status = json.loads(raw)
+    except ValueError:
+        return None
+    if status.get("status") == "Success":
+        return 0
+    causes = (status.get("details") or {}).get("causes") or []
+    for cause in causes:
+        if cause.get("reason") == "ExitCode":
+            return int(cause.get("message", "1"))
+    raise SandboxError(f"exec in sandbox {sandbox_id} failed: {status.get('message', status)}",
+                       sandbox_id=sandbox_id)  # fmt: skip
+
+
+def _timed_out(sandbox_id: str, argv: Sequence[str], timeout: float | None) -> NoReturn:
+    raise ExecTimeout(f"{argv[0]} timed out after {timeout} s in sandbox {sandbox_id}",
+                      sandbox_id=sandbox_id, argv=list(argv), timeout=timeout)  # fmt: skip
+
+
+# -- errors --------------------------------------------------------------------------------
+
+_K = "kubernetes.client.exceptions"
+_C = "kubernetes.config.config_exception"
+_U = "urllib3.exceptions"
+_W = "websocket._exceptions"
+
+_U_DOWN = ("ProtocolError", "ConnectionError", "MaxRetryError", "TimeoutError", "ReadTimeoutError",
+           "ConnectTimeoutError", "NewConnectionError", "NameResolutionError", "EmptyPoolError",
+           "ClosedPoolError", "SSLError", "ProxyError", "IncompleteRead")  # fmt: skip
+_U_OTHER = ("HTTPError", "HTTPWarning", "PoolError", "RequestError", "DecodeError",
+            "HostChangedError", "TimeoutStateError", "FullPoolError", "LocationValueError",
+            "LocationParseError", "URLSchemeUnknown", "ResponseError", "SecurityWarning",
+            "InsecureRequestWarning", "NotOpenSSLWarning", "SystemTimeWarning",
+            "InsecurePlatformWarning", "DependencyWarning", "ResponseNotChunked",
+            "BodyNotHttplibCompatible", "InvalidChunkLength", "InvalidHeader",
+            "ProxySchemeUnknown", "ProxySchemeUnsupported", "HeaderParsingError",
+            "UnrewindableBodyError")  # fmt: skip
+_W_DOWN = ("WebSocketConnectionClosedException", "WebSocketTimeoutException",
+           "WebSocketAddressException", "WebSocketProxyException")  # fmt: skip
+_W_OTHER = ("WebSocketException", "WebSocketProtocolException", "WebSocketPayloadException",
+            "WebSocketBadStatusException")  # fmt: skip
+_K_ALL = ("OpenApiException", "ApiTypeError", "ApiValueError", "ApiAttributeError", "ApiKeyError",
+          "ApiException", "BadRequestException", "NotFoundException", "UnauthorizedException",
+          "ForbiddenException", "ServiceException", "ConflictException",
+          "UnprocessableEntityException")  # fmt: skip
+
+TABLE: dict[tuple[str, str], type[HangarError]] = {
+    **{(_K, name): SandboxError for name in _K_ALL},  # ApiException: by status, in translate
+    (_C, "ConfigException"): InvalidSettings,
+    **{(_U, name): SandboxUnavailable for name in _U_DOWN},
+    **{(_U, name): SandboxError for name in _U_OTHER},
+    **{(_W, name): SandboxUnavailable for name in _W_DOWN},
+    **{(_W, name): SandboxError for name in _W_OTHER},
+}
+"""Module, class name -> hangar's error, for every exception class of the client and its
+transports (a test walks the modules). An ``ApiException`` is read by its status first
+(:func:`translate`): 404 of a sandbox is SandboxNotFound, 409 on create is "already there",
+0 (no connection; the websocket helper wraps its failures so), 429 and 5xx are
+SandboxUnavailable."""
+
+_UNAVAILABLE = {0, 429, 500, 502, 503, 504}
+
+
+class _AlreadyThere(SandboxError):
+    """409 AlreadyExists on a create (internal: a template or pool made before)."""
+
+
+def translate(exc: BaseException, sandbox_id: str | None = None) -> HangarError:
+    """hangar's error for a client exception (see :data:`TABLE`)."""
+    status = getattr(exc, "status", None)
+    reason = str(getattr(exc, "reason", "") or exc)
+    name = type(exc).__name__
+    data: dict[str, Any] = {"sandbox_id": sandbox_id} if sandbox_id else {}
+    if isinstance(status, int) and hasattr(exc, "body"):  # an ApiException
+        if status == 404 or (status == 0 and "Handshake status 404" in reason):
+            if sandbox_id:
+                return SandboxNotFound(f"no sandbox {sandbox_id}", **data)
+            return SandboxError(f"Kubernetes: not found: {reason}", **data)
+        if status == 409:
+            return _AlreadyThere(f"Kubernetes: already exists: {reason}", **data)
+        kind = SandboxUnavailable if status in _UNAVAILABLE else SandboxError
+        return kind(f"Kubernetes API {status or 'unreachable'}: {reason}"[:2000], status=status,
+                    **data)  # fmt: skip
+    for klass in type(exc).__mro__:
+        mapped = TABLE.get((klass.__module__, klass.__name__))
+        if mapped is not None:
+            if mapped is InvalidSettings:
+                return InvalidSettings(f"HANGAR_SANDBOXES: kubeconfig: {exc}",
+                                       setting="HANGAR_SANDBOXES")  # fmt: skip
+            return mapped(f"Kubernetes client: {name}: {exc}"[:2000], **data)
+    if isinstance(exc, OSError):
+        return SandboxUnavailable(f"Kubernetes API unreachable: {exc}", **data)
+    return SandboxError(f"Kubernetes client: {name}: {exc}"[:2000], **data)
+
+
+_CAUGHT: tuple[type[BaseException], ...] = ()
+
+
+def _vendor_errors() -> tuple[type[BaseException], ...]:
+    """The roots of what the client and its transports raise (what this module catches)."""
+    global _CAUGHT
+    if not _CAUGHT:
+        roots = ((_K, "OpenApiException"), (_C, "ConfigException"), (_U, "HTTPError"),
+                 (_W, "WebSocketException"))  # fmt: skip
+        _CAUGHT = (*(getattr(importlib.import_module(m), n) for m, n in roots), OSError)
+    return _CAUGHT
+
+
+# -- small pieces --------------------------------------------------------------------------
+
+
+def _is_ours(sandbox_id: str) -> bool:
+    return sandbox_id.startswith("hangar-") and len(sandbox_id) == 15
+
+
+def _live(obj: Mapping[str, Any]) -> bool:
+    return not (obj.get("metadata") or {}).get("deletionTimestamp")
+
+
+def _info(obj: Mapping[str, Any]) -> SandboxInfo:
+    return SandboxInfo(id=str(obj["metadata"]["name"]), labels=objects.user_labels(obj),
+                       created_at=objects.created_at(obj))  # fmt: skip
+
+
+def _check_env(env: Mapping[str, str]) -> dict[str, str]:
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise InvalidInput(f"invalid environment variable {name!r}")
+    return dict(env)
+
+
+class _Counter:
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.count = 0
+
+    def write(self, data: bytes) -> int:
+        self.count += len(data)
+        return self.out.write(data)
+
+
+def _tail(data: bytes) -> str:
+    return data.decode(errors="replace").strip()[-2000:]
