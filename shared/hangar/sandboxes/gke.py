@@ -168,6 +168,14 @@ kills that group at ``timeout`` seconds and on SIGTERM or SIGHUP (the runtime en
 exec), and exits as the command did (128 + N for signal N)."""
 
 _BOOT_ARGV = ["python3", "-I", "-S", "-c", BOOT]
+_PUT = (
+    'set -e; t="$1.hangar-put.$$"; trap \'rm -f -- "$t"\' EXIT; '
+    'mkdir -p -- "$(dirname -- "$1")"; cat > "$t"; chmod -- "$2" "$t"; mv -fT -- "$t" "$1"; '
+    "trap - EXIT"
+)
+"""put_file's script, the local backend's: written beside the target, then renamed, so a
+reader never sees half a file (a copy: importing the local backend would load its launcher's
+pieces into a control plane that has none)."""
 ENV_FILE = f"{HANGAR_DIR}/env.json"
 """The spec's env inside the pod (hangar's, 0600), written by the first exec of the process
 that made the sandbox: never on the claim, whose env would make every start a cold one."""
@@ -359,10 +367,6 @@ class GkeSandboxes:
     def put_file(self, sandbox_id: str, path: str, data: bytes | BinaryIO, *, mode: int = 0o644,
                  user: SandboxUser = SandboxUser.AGENT) -> None:  # fmt: skip
         """Write a file as ``user`` (parents made), replaced atomically; one exec."""
-        from hangar.sandboxes.local import (
-            _PUT,  # the same shell, so both backends write alike
-        )
-
         argv = ["/bin/sh", "-c", _PUT, "sh", path, format(mode & 0o7777, "o")]
         result = self.exec(sandbox_id, argv, stdin=data, user=user)
         if not result.ok:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -267,3 +270,31 @@ def test_api_errors_map_by_status_and_transport_errors_are_unavailable() -> None
         except TypeError:
             continue  # needs more arguments; its table entry is checked above
         assert isinstance(translate(exc), HangarError)
+
+
+# -- import time -----------------------------------------------------------------------------
+
+_COLD = """
+import json, os, sys
+from hangar.functions import ApiFunction
+
+os.environ.update(json.loads(sys.argv[1]))
+ApiFunction.from_env(os.environ)
+print(json.dumps(sorted(m for m in sys.modules
+                        if m.split(".")[0] in ("kubernetes", "websocket")
+                        or m == "hangar.sandboxes.gke")))
+"""
+
+
+def test_a_cold_api_function_on_gke_imports_neither_the_backend_nor_the_kubernetes_client(
+    tmp_path: Path,
+) -> None:
+    cloud = {"HANGAR_DB": "firestore://bench/(default)", "HANGAR_SESSION_STORE": "gs://b/s",
+             "HANGAR_KEYS": "gcpkms://projects/p/locations/global/keyRings/r/cryptoKeys/k",
+             "HANGAR_TICKS": "cloudtasks://projects/p/locations/l/queues/q",
+             "HANGAR_TICKS_URL": "http://127.0.0.1:9/", "HANGAR_DATA_DIR": str(tmp_path),
+             "HANGAR_SANDBOXES": "gke://no-such-context/agents"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", _COLD, json.dumps(cloud)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == []
