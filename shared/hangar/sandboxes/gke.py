@@ -442,7 +442,8 @@ class GkeSandboxes:
             core.connect_get_namespaced_pod_exec, pod, self.namespace, command=_BOOT_ARGV,
             stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False,
             binary=True), sandbox_id)  # fmt: skip
-        ws._all = ws_client._IgnoredIO()  # the client would keep a copy of all output
+        if hasattr(ws, "_all"):  # the client would keep a second copy of all output there
+            ws._all = ws_client._IgnoredIO()
         if ws.subprotocol != ws_client.V5_CHANNEL_PROTOCOL:
             ws.close()
             raise SandboxError(f"the API server offered {ws.subprotocol!r} for exec, not "
@@ -478,7 +479,11 @@ class GkeSandboxes:
         finally:
             ws.close()
             feeder.join(1.0)
-        code = _exit_code(raw, sandbox_id)
+        try:
+            code = _exit_code(raw, sandbox_id)
+        except SandboxError:
+            self._claim(sandbox_id)  # SandboxNotFound when the sandbox went away meanwhile
+            raise
         if code is None:
             self._claim(sandbox_id)  # SandboxNotFound when the sandbox went away meanwhile
             raise SandboxUnavailable(f"the exec in sandbox {sandbox_id} ended with no status",
@@ -519,9 +524,9 @@ def _chunks(stdin: Stdin) -> Iterable[bytes]:
 
 
 def _drain(ws: Any, sinks: Mapping[int, Callable[[bytes], Any]]) -> None:
-    channels: dict[int, bytes] = ws._channels  # the client's buffers, emptied as they fill
+    """Hand what the client has buffered on each channel to its sink (emptying the buffer)."""
     for channel, sink in sinks.items():
-        data = channels.pop(channel, b"")
+        data = ws.read_channel(channel)
         if data:
             sink(data)
 

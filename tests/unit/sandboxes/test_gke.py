@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from hangar.config import Settings
@@ -26,10 +27,12 @@ from hangar.errors import (
     SandboxNotFound,
     SandboxUnavailable,
 )
-from hangar.sandboxes import SandboxSpec, SandboxState, SandboxStatus, open_sandboxes
+from hangar.sandboxes import SandboxSpec, SandboxState, SandboxStatus, SandboxUser
+from hangar.sandboxes import open_sandboxes
 from hangar.sandboxes import agentsandbox as objects
 from hangar.sandboxes.agentsandbox import PodSettings
 from hangar.sandboxes.gke import (
+    BOOT,
     TABLE,
     GkeSandboxes,
     configuration,
@@ -37,7 +40,7 @@ from hangar.sandboxes.gke import (
     translate,
 )
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.testing.sandboxes import SandboxesConformance
+from hangar.testing.sandboxes import SandboxesConformance, make
 
 from emulators.kube import KubeStandIn
 
@@ -135,6 +138,31 @@ def test_an_image_that_cannot_be_pulled_is_a_failed_sandbox_with_the_reason(
         assert status.state is SandboxState.FAILED and "ErrImagePull" in status.reason
     finally:
         stand_in.set_knobs(image_pull_failure=False)
+
+
+def test_the_exec_request_url_carries_neither_the_environment_the_user_nor_the_command(
+    sandboxes: GkeSandboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubernetes.stream import ws_client
+
+    info = make(sandboxes, SandboxSpec(env={"SPEC_SECRET": "spec-s3cret"}))
+    urls: list[str] = []
+    create: Any = ws_client.create_websocket
+
+    def recorded(configuration: Any, url: str, headers: Any = None) -> Any:
+        urls.append(url)
+        return create(configuration, url, headers)
+
+    monkeypatch.setattr(ws_client, "create_websocket", recorded)
+    script = 'printf "%s %s" "$SPEC_SECRET" "$CALL_SECRET"; echo argv-marker >/dev/null'
+    result = sandboxes.exec(info.id, ["sh", "-c", script], env={"CALL_SECRET": "call-s3cret"},
+                            user=SandboxUser.AGENT)  # fmt: skip
+    assert result.stdout == b"spec-s3cret call-s3cret"
+    assert urls
+    for url in urls:
+        query = parse_qs(urlsplit(url).query)
+        assert query["command"] == ["python3", "-I", "-S", "-c", BOOT]
+        assert not any(word in url for word in ("s3cret", "argv-marker", "CALL_SECRET"))
 
 
 # -- manifests and status --------------------------------------------------------------------
