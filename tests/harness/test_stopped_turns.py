@@ -5,7 +5,9 @@ A first turn that ran a command and then waits on the model (the stub holds its 
 ``timed_out`` by the idle limit, shortened to seconds; the next turn resumes that conversation,
 with no account of the session, and the model sees the first turn's prompt and tool result. A pi
 turn stopped while its first answer is held, before pi wrote its session file, is followed by a
-new conversation with the account, never by a resume of one that is nowhere."""
+new conversation with the account, never by a resume of one that is nowhere. A turn
+interrupted in the middle of a command (a tool call that never returned) is resumed by the
+next turn, which works."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from tests.unit.sessions.world import FakeTicks
 pytestmark = [pytest.mark.harness, pytest.mark.sandbox]
 
 MARK = "TOOL-RESULT-5d1e"
+STARTED = "/tmp/long-command-started"
 HELD = 600  # seconds the stub holds an answer back: for good, as far as a turn is concerned
 SCENARIO = {
     "rules": [  # the first whose words the prompt holds (a handoff's quotes the first turn's)
@@ -37,6 +40,8 @@ SCENARIO = {
         {"when": "turn one", "steps": [{"shell": f"echo one > one.txt && echo {MARK}"},
                                        {"text": "never said", "delay": HELD}]},  # fmt: skip
         {"when": "held at once", "steps": [{"text": "never said", "delay": HELD}]},
+        {"when": "turn mid", "steps": [{"shell": f"touch {STARTED} && sleep {HELD}"},
+                                       {"text": "never said"}]},  # fmt: skip
     ],
     "models": ["claude-sonnet-4-5", "gpt-5-codex", "stub-model"],
 }
@@ -124,3 +129,32 @@ def test_a_pi_turn_interrupted_before_pi_wrote_its_conversation_is_followed_by_a
     assert second.summary == "Turn two done." and second.handoff
     assert second.harness_session and service.resolve("early").harness_session == (
         second.harness_session)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["claude", "codex", "pi"])
+def test_a_turn_interrupted_in_the_middle_of_a_command_is_followed_by_a_turn_that_works(
+    name: str, service: SessionService, stub: ModelStub
+) -> None:
+    service.new("mid", "turn mid: run the long command", "app", harness=name,
+                model=MODELS[name])  # fmt: skip
+    deadline = time.monotonic() + TURN_LIMIT  # a bounded wait until the command runs
+    while True:
+        sandbox = service.resolve("mid").sandbox_id
+        if sandbox and service.sandboxes.exec(sandbox, ["test", "-e", STARTED]).ok:
+            break
+        assert time.monotonic() < deadline, "the long command never started"
+        time.sleep(0.2)
+    service.interrupt("mid")
+    first = ended(service, "mid")
+    assert first.outcome is TurnOutcome.INTERRUPTED and first.exit_code == 130, first
+
+    service.send("mid", "turn two: carry on")
+    second = ended(service, "mid")
+    assert second.outcome is TurnOutcome.EXITED, second
+    assert second.summary == "Turn two done."
+    sent = [ModelStub.transcript(r["body"]) for r in stub.requests(API[name])
+            if r["body"].get("tools")][-1]  # fmt: skip
+    assert sent.index("turn mid: run the long command") < sent.index("turn two")
+    # The conversation was resumed, not retold: each CLI had written it before the command.
+    assert first.harness_session and not second.handoff
+    assert second.harness_session == first.harness_session
