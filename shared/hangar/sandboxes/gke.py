@@ -29,6 +29,7 @@ import functools
 import importlib
 import io
 import json
+import logging
 import secrets
 import threading
 import time
@@ -65,6 +66,8 @@ from hangar.sandboxes import agentsandbox as objects
 from hangar.sandboxes.agentsandbox import PodSettings
 
 __all__ = ["BOOT", "TABLE", "GkeSandboxes", "parse_url", "translate"]
+
+logger = logging.getLogger(__name__)
 
 AGENT_PATH = (f"{HANGAR_BIN}:{HANGAR_DIR}/harnesses/bin:{HANGAR_DIR}/harnesses/node_modules/.bin:"
               "/usr/local/bin:/usr/bin:/bin")  # fmt: skip
@@ -145,6 +148,13 @@ try:
     os.setpgid(pid, pid)
 except OSError:
     pass
+mark = "/hangar/tmp/exec-%s" % h["id"]
+try:
+    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, str(pid).encode())
+    os.close(fd)
+except OSError:
+    pass
 def stop(*_):
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -156,6 +166,10 @@ if h["timeout"] is not None:
     signal.setitimer(signal.ITIMER_REAL, max(h["timeout"], 0.001))
 status = os.waitpid(pid, 0)[1]
 code = os.waitstatus_to_exitcode(status)
+try:
+    os.unlink(mark)
+except OSError:
+    pass
 os._exit(128 - code if code < 0 else code)
 """
 """The exec's only command line (``python3 -I -S -c BOOT``). It reads an 8-digit length,
@@ -165,9 +179,21 @@ then ``call``, with HANGAR_BIN first on the agent's PATH. It makes
 hangar's folders and the agent's passwd entry if the image lacks them, and runs ``argv`` in a
 process group of its own, as the agent or as hangar, with the rest of stdin as its stdin. It
 kills that group at ``timeout`` seconds and on SIGTERM or SIGHUP (the runtime ending the
-exec), and exits as the command did (128 + N for signal N)."""
+exec), and exits as the command did (128 + N for signal N). While the command runs,
+``/hangar/tmp/exec-ID`` holds its process group (``id`` from the header), for :data:`_KILL`."""
 
 _BOOT_ARGV = ["python3", "-I", "-S", "-c", BOOT]
+_KILL = (
+    "import os, sys\n"
+    "mark = '/hangar/tmp/exec-' + sys.argv[1]\n"
+    "try:\n"
+    "    os.killpg(int(open(mark).read()), 9)\n"
+    "    os.unlink(mark)\n"
+    "except (OSError, ValueError):\n"
+    "    pass\n"
+)
+"""Kills the process group of the exec whose id is ``$1``, if it still runs: a runtime need
+not kill an exec's command when its stream closes, so a cancel kills it itself."""
 _PUT = (
     'set -e; t="$1.hangar-put.$$"; trap \'rm -f -- "$t"\' EXIT; '
     'mkdir -p -- "$(dirname -- "$1")"; cat > "$t"; chmod -- "$2" "$t"; mv -fT -- "$t" "$1"; '
@@ -348,8 +374,9 @@ class GkeSandboxes:
         else:
             full = {"HOME": HANGAR_DIR, "PATH": HANGAR_PATH, "LANG": "C.UTF-8",
                     "TMPDIR": HANGAR_TMP}  # fmt: skip
+        exec_id = secrets.token_hex(8)
         header = json.dumps({"argv": list(argv), "env": full, "call": _check_env(env or {}),
-                             "agent": agent, "timeout": timeout,
+                             "agent": agent, "timeout": timeout, "id": exec_id,
                              "cwd": cwd or (HOME if agent else HANGAR_DIR)}).encode()  # fmt: skip
         pod = self._pod(sandbox_id)
         spec_env = self._pending_env.pop(sandbox_id, None)
@@ -359,10 +386,16 @@ class GkeSandboxes:
         deadline = None if timeout is None else time.monotonic() + timeout
         ws = self._open_exec(sandbox_id, pod)
         try:
-            return self._run(ws, sandbox_id, argv, header, stdin, stdout, stderr, deadline,
-                             timeout, cancel)  # fmt: skip
+            result, cancelled = self._run(ws, sandbox_id, argv, header, stdin, stdout, stderr,
+                                          deadline, timeout, cancel)  # fmt: skip
+        except ExecTimeout:
+            self._kill(sandbox_id, exec_id)  # in case the pod's own kill did not happen
+            raise
         finally:
             ws.close()
+        if cancelled:  # the stream is closed: kill the command here, whatever the runtime does
+            self._kill(sandbox_id, exec_id)
+        return result
 
     def put_file(self, sandbox_id: str, path: str, data: bytes | BinaryIO, *, mode: int = 0o644,
                  user: SandboxUser = SandboxUser.AGENT) -> None:  # fmt: skip
@@ -433,6 +466,15 @@ class GkeSandboxes:
 
     # -- exec -------------------------------------------------------------------------------
 
+    def _kill(self, sandbox_id: str, exec_id: str) -> None:
+        """Kill exec ``exec_id``'s command if it still runs (:data:`_KILL`); best effort: a
+        sandbox gone or unreachable has nothing left to kill, or will be destroyed."""
+        try:
+            self.exec(sandbox_id, ["python3", "-I", "-S", "-c", _KILL, exec_id],
+                      user=SandboxUser.HANGAR, timeout=30)  # fmt: skip
+        except SandboxError as exc:
+            logger.warning("cannot kill a cancelled exec in sandbox %s: %s", sandbox_id, exc)
+
     def _open_exec(self, sandbox_id: str, pod: str) -> Any:
         from kubernetes import client
         from kubernetes.stream import stream, ws_client
@@ -453,7 +495,8 @@ class GkeSandboxes:
     def _run(self, ws: Any, sandbox_id: str, argv: Sequence[str], header: bytes,
              stdin: Stdin, stdout: BinaryIO | None, stderr: BinaryIO | None,
              deadline: float | None, timeout: float | None,
-             cancel: threading.Event | None) -> ExecResult:  # fmt: skip
+             cancel: threading.Event | None) -> tuple[ExecResult, bool]:  # fmt: skip
+        """The exec's result once its stream ends, and whether ``cancel`` ended it first."""
         out: list[bytes] = []
         err: list[bytes] = []
         sinks: dict[int, Callable[[bytes], Any]] = {
@@ -465,8 +508,7 @@ class GkeSandboxes:
         try:
             while ws.is_open():
                 if cancel is not None and cancel.is_set():
-                    ws.close()  # the runtime ends the exec: the bootstrap kills the command
-                    return ExecResult(137, b"".join(out), b"".join(err))
+                    return ExecResult(137, b"".join(out), b"".join(err)), True
                 if deadline is not None and time.monotonic() > deadline + _TIMEOUT_GRACE:
                     ws.close()
                     _timed_out(sandbox_id, argv, timeout)
@@ -490,7 +532,7 @@ class GkeSandboxes:
                                      sandbox_id=sandbox_id)  # fmt: skip
         if deadline is not None and code == 137 and time.monotonic() >= deadline:
             _timed_out(sandbox_id, argv, timeout)
-        return ExecResult(code, b"".join(out), b"".join(err))
+        return ExecResult(code, b"".join(out), b"".join(err)), False
 
 
 def _feed(ws: Any, header: bytes, stdin: Stdin) -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,7 +29,7 @@ from hangar.errors import (
     SandboxNotFound,
     SandboxUnavailable,
 )
-from hangar.sandboxes import SandboxSpec, SandboxState, SandboxStatus, SandboxUser
+from hangar.sandboxes import ExecResult, SandboxSpec, SandboxState, SandboxStatus, SandboxUser
 from hangar.sandboxes import open_sandboxes
 from hangar.sandboxes import agentsandbox as objects
 from hangar.sandboxes.agentsandbox import PodSettings
@@ -40,7 +42,7 @@ from hangar.sandboxes.gke import (
     translate,
 )
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.testing.sandboxes import SandboxesConformance, make
+from hangar.testing.sandboxes import SandboxesConformance, make, run
 
 from emulators.kube import KubeStandIn
 
@@ -163,6 +165,27 @@ def test_the_exec_request_url_carries_neither_the_environment_the_user_nor_the_c
         query = parse_qs(urlsplit(url).query)
         assert query["command"] == ["python3", "-I", "-S", "-c", BOOT]
         assert not any(word in url for word in ("s3cret", "argv-marker", "CALL_SECRET"))
+
+
+def test_a_running_exec_is_killed_by_its_id_without_its_stream_closing(
+    sandboxes: GkeSandboxes,
+) -> None:
+    """What a cancel does after closing the stream, for runtimes that leave the command be."""
+    info = make(sandboxes)
+    results: queue.Queue[ExecResult] = queue.Queue()
+    script = "sleep 300 & echo $! > /tmp/child; wait"
+    worker = threading.Thread(target=lambda: results.put(
+        sandboxes.exec(info.id, ["sh", "-c", script])), daemon=True)
+    worker.start()
+    other = ('for i in $(seq 200); do for f in /hangar/tmp/exec-*; do [ -f "$f" ] && '
+             '[ "$(cat "$f")" != "$$" ] && { echo "${f#*/exec-}"; exit 0; }; done; sleep 0.05; '
+             "done; exit 1")  # the other exec's mark (this one's holds its own pid)
+    exec_id = run(sandboxes, info.id, other, SandboxUser.HANGAR).strip()
+    sandboxes._kill(info.id, exec_id)
+    assert results.get(timeout=60).exit_code == 137
+    gone = ('p=$(cat /tmp/child); for i in $(seq 200); do kill -0 "$p" 2>/dev/null || exit 0; '
+            "sleep 0.05; done; exit 1")
+    assert sandboxes.exec(info.id, ["sh", "-c", gone]).ok
 
 
 # -- manifests and status --------------------------------------------------------------------
