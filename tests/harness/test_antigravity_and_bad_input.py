@@ -22,7 +22,7 @@ from hangar.errors import (
     UnknownHarness,
 )
 from hangar.harnesses import Harness, TurnResult, TurnSpec, get_harness
-from hangar.harnesses.runs import wait_run
+from hangar.processes.runs import wait_run
 from hangar.harnesses.turns import start_turn, turn_result
 from hangar.keys.local import LocalKeys
 from hangar.sandboxes.local import LocalSandboxes

@@ -36,7 +36,7 @@ class _Read(BaseModel):
 
 def progress_file(session: Session) -> str:
     """Where the session's progress lines are, inside its sandbox (the agent's file: its stamp
-    says when to read it again, :mod:`hangar.harnesses.following`)."""
+    says when to read it again, :mod:`hangar.processes.following`)."""
     return f"{io_path(session)}/out/progress.jsonl"
 
 

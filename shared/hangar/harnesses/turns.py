@@ -10,7 +10,7 @@ from typing import Any
 from hangar import agent
 from hangar.errors import ExecTimeout
 from hangar.harnesses import Harness, TurnResult, TurnSpec
-from hangar.harnesses.runs import read_stderr, start_run
+from hangar.processes.runs import read_stderr, start_run
 from hangar.sandboxes import HOME, Sandboxes, SandboxUser
 
 MERGE_TIMEOUT = 60

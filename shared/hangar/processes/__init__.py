@@ -12,7 +12,7 @@ following is one exec that returns when the process ends or the timeout passes; 
 happens inside the sandbox. The environment and the initial input travel on the exec's standard
 input, never on a command line.
 
-A turn's run (:mod:`hangar.harnesses.runs`) is one of these processes: same folder, same ids.
+A turn's run (:mod:`hangar.processes.runs`) is one of these processes: same folder, same ids.
 Commands for the process (:func:`keys`, :func:`close_input`, :func:`resize`, :func:`send_signal`,
 :func:`kill`) are bytes to pass to :meth:`Processes.send` or, in order with keystrokes, in the
 ``commands`` stream of :meth:`Processes.attach`. Every method raises

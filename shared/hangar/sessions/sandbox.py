@@ -5,7 +5,7 @@ one, cloning, the environment's setup, restoring), each short or detached.
 Contracts: a session owns at most one sandbox, named by ``session.sandbox_id`` and labelled
 ``SESSION_LABEL=<session id>`` (the pre-destroy hook finds the session by that label; ``delete``
 and a start that makes a new one destroy every other sandbox carrying it). Clone and setup run
-detached as the agent (:mod:`hangar.harnesses.runs`): the caller polls them, so no request or
+detached as the agent (:mod:`hangar.processes.runs`): the caller polls them, so no request or
 tick waits for a slow one, and a restarted worker finds them where they were.
 """
 
@@ -19,8 +19,8 @@ from hangar.errors import CheckpointError, SandboxCapabilityMissing, SandboxErro
 from hangar.errors import SandboxNotFound
 from hangar.exchange.layout import exchange_dir
 from hangar.sessions.conversations import conversation_dirs
-from hangar.harnesses.following import RunFollowers
-from hangar.harnesses.runs import read_run, read_stderr, run_started, start_run, stop_run
+from hangar.processes.following import RunFollowers
+from hangar.processes.runs import read_run, read_stderr, run_started, start_run, stop_run
 from hangar.models import Checkpoint, CheckpointReason, Environment, Session
 from hangar.sandboxes import HOME, WORKSPACE, SandboxInfo, Sandboxes, SandboxSpec, SandboxStatus
 from hangar.sandboxes.policy import SandboxPolicy
@@ -178,7 +178,7 @@ class Provisioner:
 
     def run_state(self, session: Session, run_id: str) -> RunState:
         """Whether a start's run was started and how it ended (the tail of its stderr). Read
-        from this process's follower of the run (:mod:`hangar.harnesses.following`): the start
+        from this process's follower of the run (:mod:`hangar.processes.following`): the start
         chain's polls of a long clone or setup make no call into the sandbox while one
         follows it."""
         assert session.sandbox_id is not None

@@ -52,8 +52,8 @@ from hangar.exchange.uploads import Uploads
 from hangar.exchange.results import result_key, result_of
 from hangar.exchange.schemas import check_schema
 from hangar.harnesses import Invocation, get_harness
-from hangar.harnesses.following import RunFollowers
-from hangar.harnesses.runs import stop_run
+from hangar.processes.following import RunFollowers
+from hangar.processes.runs import stop_run
 from hangar.keys import Keys
 from hangar.models import (
     MAX_IDLE_MINUTES,

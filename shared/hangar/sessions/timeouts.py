@@ -5,7 +5,7 @@
   counted from ``started_at`` (the control plane's clock, which set it).
 - Its idle limit, ``HANGAR_TURN_IDLE_MINUTES`` (15): that long with neither a new byte in its
   run log nor any on its standard error, measured inside the sandbox by the files' modification
-  times against the sandbox's clock (:func:`hangar.harnesses.runs.read_run`), so a clock that
+  times against the sandbox's clock (:func:`hangar.processes.runs.read_run`), so a clock that
   differs between the sandbox and the control plane does not count.
 
 Both apply to a turn's own run, not to its result's repair run (which has its own limit,

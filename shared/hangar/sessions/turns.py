@@ -1,7 +1,7 @@
 """A session's turns: starting one's harness detached in the session's sandbox (the last step of
 a start), finishing it once it has ended, waiting for it, and its run log.
 
-A turn never runs inside a call: it runs detached (:mod:`hangar.harnesses.runs`). Its record
+A turn never runs inside a call: it runs detached (:mod:`hangar.processes.runs`). Its record
 exists from the request that asked for it (``started_at`` empty until the harness starts). Who
 finishes it: the watch tick, or ``wait`` (never a read). Finishing is claimed on the session
 first (:meth:`~hangar.sessions.transitions.Transitions.claim_finish`), so exactly one caller
@@ -53,8 +53,8 @@ from hangar.exchange import intake, layout
 from hangar.exchange.context import ContextStore
 from hangar.exchange.progress import progress_file
 from hangar.harnesses import Harness, Invocation, TurnSpec, get_harness
-from hangar.harnesses.following import RunFollowers
-from hangar.harnesses.runs import INTERRUPTED_EXIT, RunStatus, read_run, run_started, stop_run
+from hangar.processes.following import RunFollowers
+from hangar.processes.runs import INTERRUPTED_EXIT, RunStatus, read_run, run_started, stop_run
 from hangar.harnesses.turns import conversation_saved, start_turn, turn_result, write_home_files
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal

@@ -13,7 +13,7 @@ import pytest
 from hangar.blobs.local import LocalBlobs
 from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
-from hangar.harnesses.runs import start_run, wait_run
+from hangar.processes.runs import start_run, wait_run
 from hangar.keys.local import LocalKeys
 from hangar.sandboxes import SandboxSpec, SandboxUser
 from hangar.sandboxes.local import LocalSandboxes

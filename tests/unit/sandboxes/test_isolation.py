@@ -17,7 +17,7 @@ import pytest
 from hangar.blobs.local import LocalBlobs
 from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
-from hangar.harnesses.runs import read_run, start_run, wait_run
+from hangar.processes.runs import read_run, start_run, wait_run
 from hangar.keys.local import LocalKeys
 from hangar.sandboxes import SandboxSpec, SandboxUser
 from hangar.sandboxes.isolation import INNER_AGENT, LimitsMode, uids_for

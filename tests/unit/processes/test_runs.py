@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hangar.errors import SandboxError
-from hangar.harnesses.runs import INTERRUPTED_EXIT, read_run, start_run, stop_run, wait_run
+from hangar.processes.runs import INTERRUPTED_EXIT, read_run, start_run, stop_run, wait_run
 from hangar.sandboxes import SandboxSpec, SandboxUser
 from hangar.sandboxes.local import LocalSandboxes
 

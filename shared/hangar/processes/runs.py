@@ -17,7 +17,7 @@ so never in a checkpoint::
 :func:`start_run` returns as soon as the command runs, as the agent. :func:`read_run` reads the
 log from a byte cursor, so a caller that went away (a restarted control plane) catches up from
 where it stopped; :func:`follow_run` follows it in one exec as it grows, until it ends (what
-:mod:`hangar.harnesses.following` shares between every waiter of a process). The environment
+:mod:`hangar.processes.following` shares between every waiter of a process). The environment
 and the input (a turn's message) reach that command only, never a command line. A run is a
 process of :mod:`hangar.processes`, which starts and follows it.
 """

@@ -2,7 +2,7 @@
 everyone in this process who waits on it.
 
 A :class:`RunFollowers` keeps, per run asked about, one follower thread that holds a single exec
-of the ``attach`` script (:func:`~hangar.harnesses.runs.follow_run`) for up to :data:`WINDOW`
+of the ``attach`` script (:func:`~hangar.processes.runs.follow_run`) for up to :data:`WINDOW`
 seconds at a time: it receives the run's log as it is written, its quiet time every few seconds,
 and its end. Everyone else reads what the follower has seen: the turn watch (is the run over,
 has it been quiet too long), a client waiting on the turn, a client streaming its log. So a turn
@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 
 from hangar.errors import HangarError, SandboxError
-from hangar.harnesses.runs import RunStatus, follow_run, read_run
+from hangar.processes.runs import RunStatus, follow_run, read_run
 from hangar.sandboxes import Sandboxes
 
 logger = logging.getLogger(__name__)

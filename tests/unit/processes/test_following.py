@@ -11,8 +11,8 @@ import pytest
 
 from hangar.errors import SandboxError, SandboxNotFound
 from hangar.exchange.progress import progress_file
-from hangar.harnesses.following import RunFollowers
-from hangar.harnesses.runs import RunStatus, follow_run, start_run
+from hangar.processes.following import RunFollowers
+from hangar.processes.runs import RunStatus, follow_run, start_run
 from hangar.models import Session, SessionState, Turn, utcnow
 from hangar.processes import Processes, keys
 from hangar.sandboxes import SandboxSpec, SandboxUser
