@@ -11,7 +11,7 @@ endpoint and the token is Google's default credentials', and the URL's context i
 - A sandbox is a ``SandboxClaim`` named ``hangar-<8 hex>`` (its id) on its image's pool;
   ``create`` returns once the claim exists, ``status`` reads its ``Ready`` condition, ``destroy``
   deletes it.
-- Every command runs through ``pods/exec`` on the v5 channel as :data:`BOOT`, a fixed
+- Every command runs through ``pods/exec`` on the v5 channel as :data:`~hangar.sandboxes.podexec.BOOT`, a fixed
   bootstrap: argv, environment, cwd, user and deadline travel as one header on stdin, never on
   the exec's URL (which API audit logs keep). The bootstrap runs as the pod's root (with only
   :data:`~hangar.sandboxes.agentsandbox.AGENT_CAPABILITIES`), becomes the agent (uid 1000,
@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-import io
 import json
 import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, BinaryIO, NoReturn, cast
 from urllib.parse import parse_qs, unquote
@@ -64,8 +63,9 @@ from hangar.sandboxes import (
 )
 from hangar.sandboxes import agentsandbox as objects
 from hangar.sandboxes.agentsandbox import PodSettings
+from hangar.sandboxes.podexec import BOOT_ARGV, ENV_FILE, KILL, PUT, drain, exit_code, feed
 
-__all__ = ["BOOT", "TABLE", "GkeSandboxes", "parse_url", "translate"]
+__all__ = ["TABLE", "GkeSandboxes", "configuration", "parse_url", "translate"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,139 +73,7 @@ AGENT_PATH = (f"{HANGAR_BIN}:{HANGAR_DIR}/harnesses/bin:{HANGAR_DIR}/harnesses/n
               "/usr/local/bin:/usr/bin:/bin")  # fmt: skip
 HANGAR_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _TIMEOUT_GRACE = 10.0  # seconds past a deadline before hangar stops waiting for the pod's kill
-_CHUNK = 1 << 20  # stdin bytes per websocket message
 _READ_POLL = 0.1  # seconds between looks at cancel and the deadline while output is awaited
-
-BOOT = r"""
-import json, os, signal, sys
-def need(n):
-    got = b""
-    while len(got) < n:
-        part = os.read(0, n - len(got))
-        if not part:
-            os._exit(125)
-        got += part
-    return got
-h = json.loads(need(int(need(8))))
-for path, mode, uid in (("/hangar", 0o711, 0), ("/hangar/bin", 0o755, 0),
-                        ("/hangar/tmp", 0o700, 0), ("/workspace", 0o755, 1000)):
-    try:
-        os.mkdir(path, mode)
-        os.chown(path, uid, uid)
-        os.chmod(path, mode)
-    except OSError:
-        pass
-try:
-    if os.stat("/root").st_uid != 1000:
-        os.chown("/root", 1000, 1000)
-        os.chmod("/root", 0o700)
-    with open("/etc/passwd") as f:
-        known = any(line.split(":")[2:3] == ["1000"] for line in f)
-    if not known:
-        with open("/etc/passwd", "a") as f:
-            f.write("agent:x:1000:1000:agent:/root:/bin/sh\n")
-except OSError:
-    pass
-env = dict(h["env"])
-if h["agent"]:
-    try:
-        with open("/hangar/env.json") as f:
-            env.update(json.load(f))
-    except (OSError, ValueError):
-        pass
-env.update(h["call"])
-if h["agent"]:
-    path = [p for p in env.get("PATH", "").split(":") if p and p != "/hangar/bin"]
-    env["PATH"] = ":".join(["/hangar/bin"] + path)
-argv = h["argv"]
-pid = os.fork()
-if pid == 0:
-    try:
-        os.setpgid(0, 0)
-        for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, signal.SIG_DFL)
-        if h["agent"]:
-            import ctypes
-            os.setgroups([])
-            os.setresgid(1000, 1000, 1000)
-            os.setresuid(1000, 1000, 1000)
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.prctl(38, 1, 0, 0, 0) != 0:
-                raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS)")
-        try:
-            os.chdir(h["cwd"])
-        except OSError as e:
-            os.write(2, ("cannot enter %s: %s\n" % (h["cwd"], e.strerror)).encode())
-            os._exit(125)
-        os.execvpe(argv[0], argv, env)
-    except FileNotFoundError:
-        os.write(2, ("%s: command not found\n" % argv[0]).encode())
-        os._exit(127)
-    except BaseException as e:
-        os.write(2, ("%s: %s\n" % (argv[0], e)).encode())
-        os._exit(126)
-try:
-    os.setpgid(pid, pid)
-except OSError:
-    pass
-mark = "/hangar/tmp/exec-%s" % h["id"]
-try:
-    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.write(fd, str(pid).encode())
-    os.close(fd)
-except OSError:
-    pass
-def stop(*_):
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
-for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGALRM):
-    signal.signal(s, stop)
-if h["timeout"] is not None:
-    signal.setitimer(signal.ITIMER_REAL, max(h["timeout"], 0.001))
-status = os.waitpid(pid, 0)[1]
-code = os.waitstatus_to_exitcode(status)
-try:
-    os.unlink(mark)
-except OSError:
-    pass
-os._exit(128 - code if code < 0 else code)
-"""
-"""The exec's only command line (``python3 -I -S -c BOOT``). It reads an 8-digit length,
-then that many bytes of JSON (``argv``, ``env``, ``call``, ``cwd``, ``agent``, ``timeout``);
-the command's environment is ``env``, then (as the agent) the spec's from :data:`ENV_FILE`,
-then ``call``, with HANGAR_BIN first on the agent's PATH. It makes
-hangar's folders and the agent's passwd entry if the image lacks them, and runs ``argv`` in a
-process group of its own, as the agent or as hangar, with the rest of stdin as its stdin. It
-kills that group at ``timeout`` seconds and on SIGTERM or SIGHUP (the runtime ending the
-exec), and exits as the command did (128 + N for signal N). While the command runs,
-``/hangar/tmp/exec-ID`` holds its process group (``id`` from the header), for :data:`_KILL`."""
-
-_BOOT_ARGV = ["python3", "-I", "-S", "-c", BOOT]
-_KILL = (
-    "import os, sys\n"
-    "mark = '/hangar/tmp/exec-' + sys.argv[1]\n"
-    "try:\n"
-    "    os.killpg(int(open(mark).read()), 9)\n"
-    "    os.unlink(mark)\n"
-    "except (OSError, ValueError):\n"
-    "    pass\n"
-)
-"""Kills the process group of the exec whose id is ``$1``, if it still runs: a runtime need
-not kill an exec's command when its stream closes, so a cancel kills it itself."""
-_PUT = (
-    'set -e; t="$1.hangar-put.$$"; trap \'rm -f -- "$t"\' EXIT; '
-    'mkdir -p -- "$(dirname -- "$1")"; cat > "$t"; chmod -- "$2" "$t"; mv -fT -- "$t" "$1"; '
-    "trap - EXIT"
-)
-"""put_file's script, the local backend's: written beside the target, then renamed, so a
-reader never sees half a file (a copy: importing the local backend would load its launcher's
-pieces into a control plane that has none)."""
-ENV_FILE = f"{HANGAR_DIR}/env.json"
-"""The spec's env inside the pod (hangar's, 0600), written by the first exec of the process
-that made the sandbox: never on the claim, whose env would make every start a cold one."""
-
 
 def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
     """``gke://CONTEXT/NAMESPACE[?image=REF&runtime_class=NAME]`` -> (context, namespace,
@@ -361,7 +229,7 @@ class GkeSandboxes:
         cancel: threading.Event | None = None,
     ) -> ExecResult:
         """Run ``argv`` in the sandbox's pod as ``user`` (the rules of the local backend: as
-        the agent, cwd HOME and HOME, PATH, LANG, then the spec's env (:data:`ENV_FILE`), then
+        the agent, cwd HOME and HOME, PATH, LANG, then the spec's env (:data:`~.podexec.ENV_FILE`), then
         ``env``, with HANGAR_BIN first on PATH; as hangar, cwd and
         HOME :data:`HANGAR_DIR`, TMPDIR :data:`HANGAR_TMP`, then ``env``). A timeout kills the
         command's process group in the pod and raises ExecTimeout; ``cancel`` ends the exec
@@ -400,7 +268,7 @@ class GkeSandboxes:
     def put_file(self, sandbox_id: str, path: str, data: bytes | BinaryIO, *, mode: int = 0o644,
                  user: SandboxUser = SandboxUser.AGENT) -> None:  # fmt: skip
         """Write a file as ``user`` (parents made), replaced atomically; one exec."""
-        argv = ["/bin/sh", "-c", _PUT, "sh", path, format(mode & 0o7777, "o")]
+        argv = ["/bin/sh", "-c", PUT, "sh", path, format(mode & 0o7777, "o")]
         result = self.exec(sandbox_id, argv, stdin=data, user=user)
         if not result.ok:
             message = f"cannot write {path} in sandbox {sandbox_id}: {_tail(result.stderr)}"
@@ -467,10 +335,10 @@ class GkeSandboxes:
     # -- exec -------------------------------------------------------------------------------
 
     def _kill(self, sandbox_id: str, exec_id: str) -> None:
-        """Kill exec ``exec_id``'s command if it still runs (:data:`_KILL`); best effort: a
+        """Kill exec ``exec_id``'s command if it still runs (:data:`~hangar.sandboxes.podexec.KILL`); best effort: a
         sandbox gone or unreachable has nothing left to kill, or will be destroyed."""
         try:
-            self.exec(sandbox_id, ["python3", "-I", "-S", "-c", _KILL, exec_id],
+            self.exec(sandbox_id, ["python3", "-I", "-S", "-c", KILL, exec_id],
                       user=SandboxUser.HANGAR, timeout=30)  # fmt: skip
         except SandboxError as exc:
             logger.warning("cannot kill a cancelled exec in sandbox %s: %s", sandbox_id, exc)
@@ -481,7 +349,7 @@ class GkeSandboxes:
 
         core = client.CoreV1Api(client.ApiClient(self.cfg))  # its own: stream() patches it
         ws = self._call(lambda: stream(
-            core.connect_get_namespaced_pod_exec, pod, self.namespace, command=_BOOT_ARGV,
+            core.connect_get_namespaced_pod_exec, pod, self.namespace, command=BOOT_ARGV,
             stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False,
             binary=True), sandbox_id)  # fmt: skip
         if hasattr(ws, "_all"):  # the client would keep a second copy of all output there
@@ -503,7 +371,8 @@ class GkeSandboxes:
             1: out.append if stdout is None else stdout.write,
             2: err.append if stderr is None else stderr.write,
         }
-        feeder = threading.Thread(target=_feed, args=(ws, header, stdin), daemon=True)
+        feeder = threading.Thread(target=feed, args=(ws, header, stdin, _vendor_errors()),
+                                  daemon=True)  # fmt: skip
         feeder.start()
         try:
             while ws.is_open():
@@ -513,8 +382,8 @@ class GkeSandboxes:
                     ws.close()
                     _timed_out(sandbox_id, argv, timeout)
                 ws.update(timeout=_READ_POLL)
-                _drain(ws, sinks)
-            _drain(ws, sinks)
+                drain(ws, sinks)
+            drain(ws, sinks)
             raw = ws.read_channel(3)
         except _vendor_errors() as exc:
             raise translate(exc, sandbox_id) from exc
@@ -522,7 +391,7 @@ class GkeSandboxes:
             ws.close()
             feeder.join(1.0)
         try:
-            code = _exit_code(raw, sandbox_id)
+            code = exit_code(raw, sandbox_id)
         except SandboxError:
             self._claim(sandbox_id)  # SandboxNotFound when the sandbox went away meanwhile
             raise
@@ -533,62 +402,6 @@ class GkeSandboxes:
         if deadline is not None and code == 137 and time.monotonic() >= deadline:
             _timed_out(sandbox_id, argv, timeout)
         return ExecResult(code, b"".join(out), b"".join(err)), False
-
-
-def _feed(ws: Any, header: bytes, stdin: Stdin) -> None:
-    """Send the header, then stdin in messages of at most :data:`_CHUNK` bytes, then close
-    stdin (v5). A connection closed meanwhile (the command exited) ends it quietly."""
-    try:
-        ws.write_channel(0, f"{len(header):08d}".encode() + header)
-        for chunk in _chunks(stdin):
-            for start in range(0, len(chunk), _CHUNK):
-                ws.write_channel(0, chunk[start : start + _CHUNK])
-        ws.close_channel(0)
-    except _feed_errors():  # the socket closed under us (the client's own attribute included)
-        return
-
-
-def _feed_errors() -> tuple[type[BaseException], ...]:
-    return (*_vendor_errors(), AttributeError)
-
-
-def _chunks(stdin: Stdin) -> Iterable[bytes]:
-    if stdin is None:
-        return
-    if isinstance(stdin, bytes | bytearray | memoryview):
-        yield bytes(stdin)
-    elif hasattr(stdin, "read"):
-        reader = cast(io.BufferedIOBase, stdin)
-        while chunk := reader.read(_CHUNK):
-            yield chunk
-    else:
-        yield from (bytes(c) for c in stdin if c)
-
-
-def _drain(ws: Any, sinks: Mapping[int, Callable[[bytes], Any]]) -> None:
-    """Hand what the client has buffered on each channel to its sink (emptying the buffer)."""
-    for channel, sink in sinks.items():
-        data = ws.read_channel(channel)
-        if data:
-            sink(data)
-
-
-def _exit_code(raw: bytes | str, sandbox_id: str) -> int | None:
-    """The exit code the channel-3 Status says; None when there is none (the exec was cut)."""
-    if not raw:
-        return None
-    try:
-        status = json.loads(raw)
-    except ValueError:
-        return None
-    if status.get("status") == "Success":
-        return 0
-    causes = (status.get("details") or {}).get("causes") or []
-    for cause in causes:
-        if cause.get("reason") == "ExitCode":
-            return int(cause.get("message", "1"))
-    raise SandboxError(f"exec in sandbox {sandbox_id} failed: {status.get('message', status)}",
-                       sandbox_id=sandbox_id)  # fmt: skip
 
 
 def _timed_out(sandbox_id: str, argv: Sequence[str], timeout: float | None) -> NoReturn:

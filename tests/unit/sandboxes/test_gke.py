@@ -34,7 +34,6 @@ from hangar.sandboxes import open_sandboxes
 from hangar.sandboxes import agentsandbox as objects
 from hangar.sandboxes.agentsandbox import PodSettings
 from hangar.sandboxes.gke import (
-    BOOT,
     TABLE,
     GkeSandboxes,
     configuration,
@@ -42,6 +41,7 @@ from hangar.sandboxes.gke import (
     translate,
 )
 from hangar.sandboxes.local import LocalSandboxes
+from hangar.sandboxes.podexec import BOOT
 from hangar.testing.sandboxes import SandboxesConformance, make, run
 
 from emulators.kube import KubeStandIn
