@@ -11,12 +11,14 @@ endpoint and the token is Google's default credentials', and the URL's context i
 - A sandbox is a ``SandboxClaim`` named ``hangar-<8 hex>`` (its id) on its image's pool;
   ``create`` returns once the claim exists, ``status`` reads its ``Ready`` condition, ``destroy``
   deletes it.
-- Every command runs through ``pods/exec`` on the v5 channel as :data:`~hangar.sandboxes.podexec.BOOT`, a fixed
-  bootstrap: argv, environment, cwd, user and deadline travel as one header on stdin, never on
-  the exec's URL (which API audit logs keep). The bootstrap runs as the pod's root (with only
-  :data:`~hangar.sandboxes.agentsandbox.AGENT_CAPABILITIES`), becomes the agent (uid 1000,
-  no groups, ``no_new_privs``) or stays hangar, and kills the command's process group at its
-  deadline or when it is told to stop. The rest of stdin is the command's.
+- Every command runs through ``pods/exec`` on the v5 channel as a fixed bootstrap
+  (:data:`~hangar.sandboxes.podexec.BOOT`): argv, environment, cwd, user and deadline travel
+  as one header on stdin, never on the exec's URL (which API audit logs keep). The bootstrap
+  runs as the pod's root (with only :data:`~hangar.sandboxes.agentsandbox.AGENT_CAPABILITIES`),
+  becomes the agent (uid 1000, no groups, ``no_new_privs``) or stays hangar, and kills the
+  command's process group at its deadline or when told to stop; the rest of stdin is the
+  command's. A cancelled exec also kills its command by a second exec (:data:`~.podexec.KILL`):
+  a runtime need not kill an exec's command when its stream closes.
 - Every exception the client and its transports raise is turned into hangar's by one table
   (:data:`TABLE`) inside this module.
 
@@ -229,9 +231,9 @@ class GkeSandboxes:
         cancel: threading.Event | None = None,
     ) -> ExecResult:
         """Run ``argv`` in the sandbox's pod as ``user`` (the rules of the local backend: as
-        the agent, cwd HOME and HOME, PATH, LANG, then the spec's env (:data:`~.podexec.ENV_FILE`), then
-        ``env``, with HANGAR_BIN first on PATH; as hangar, cwd and
-        HOME :data:`HANGAR_DIR`, TMPDIR :data:`HANGAR_TMP`, then ``env``). A timeout kills the
+        the agent, cwd HOME and HOME, PATH, LANG, then the spec's env
+        (:data:`~.podexec.ENV_FILE`), then ``env``, with HANGAR_BIN first on PATH; as hangar, cwd
+        and HOME :data:`HANGAR_DIR`, TMPDIR :data:`HANGAR_TMP`, then ``env``). A timeout kills the
         command's process group in the pod and raises ExecTimeout; ``cancel`` ends the exec
         (the command is killed) and returns exit 137. SandboxNotFound if the claim is gone."""
         if not argv:
@@ -335,8 +337,8 @@ class GkeSandboxes:
     # -- exec -------------------------------------------------------------------------------
 
     def _kill(self, sandbox_id: str, exec_id: str) -> None:
-        """Kill exec ``exec_id``'s command if it still runs (:data:`~hangar.sandboxes.podexec.KILL`); best effort: a
-        sandbox gone or unreachable has nothing left to kill, or will be destroyed."""
+        """Kill exec ``exec_id``'s command if it still runs (:data:`~.podexec.KILL`); best
+        effort: a sandbox gone or unreachable has nothing left to kill, or will be destroyed."""
         try:
             self.exec(sandbox_id, ["python3", "-I", "-S", "-c", KILL, exec_id],
                       user=SandboxUser.HANGAR, timeout=30)  # fmt: skip
