@@ -75,6 +75,7 @@ AGENT_PATH = (f"{HANGAR_BIN}:{HANGAR_DIR}/harnesses/bin:{HANGAR_DIR}/harnesses/n
               "/usr/local/bin:/usr/bin:/bin")  # fmt: skip
 HANGAR_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _TIMEOUT_GRACE = 10.0  # seconds past a deadline before hangar stops waiting for the pod's kill
+_POD_CACHE = 4096  # pod names kept per backend
 _READ_POLL = 0.1  # seconds between looks at cancel and the deadline while output is awaited
 
 def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
@@ -207,6 +208,7 @@ class GkeSandboxes:
     def destroy(self, sandbox_id: str) -> None:
         """Delete the claim (the controller deletes its sandbox and pod); a missing one is
         nothing to do. No hook runs."""
+        self._pending_env.pop(sandbox_id, None)
         if not _is_ours(sandbox_id):
             return
         try:
@@ -322,6 +324,8 @@ class GkeSandboxes:
         if name is None:
             raise SandboxError(f"sandbox {sandbox_id} is not ready", sandbox_id=sandbox_id)
         if name not in self._pods:
+            if len(self._pods) >= _POD_CACHE:
+                self._pods.clear()  # names of sandboxes long gone: look the rest up again
             sandbox = self._call(lambda: self._objects.get_namespaced_custom_object(
                 objects.AGENTS_GROUP, objects.VERSION, self.namespace, objects.SANDBOXES, name),
                 sandbox_id)  # fmt: skip
