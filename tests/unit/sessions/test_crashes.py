@@ -30,7 +30,7 @@ from hangar.blobs.local import LocalBlobs
 from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
 from hangar.exchange.context import ContextItem
-from hangar.harnesses import runs
+from hangar.processes import runs
 from hangar.keys.local import LocalKeys
 from hangar.models import SessionState as S, TurnOutcome, utcnow
 from hangar.sandboxes.local import LocalSandboxes
@@ -68,6 +68,8 @@ def only_reads(port: str, name: str, args: tuple[Any, ...]) -> bool:
     argv = list(args[1])
     return (argv[:2] == ["test", "-f"] or argv[:3] == ["sh", "-c", runs._READ]
             or (argv[:2] == ["sh", "-c"] and argv[2].startswith("tail -c"))
+            or (argv[0].endswith("/launch") and argv[1:2] == ["attach"]
+                and argv[3:4] == ["stream"])  # following a run
             or (argv[:2] == ["git", "-C"] and argv[3] == "rev-parse")
             or argv[0] == "find")  # fmt: skip
 
