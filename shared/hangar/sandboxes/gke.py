@@ -31,6 +31,7 @@ import functools
 import importlib
 import json
 import logging
+import os
 import secrets
 import threading
 import time
@@ -107,9 +108,12 @@ def configuration(context: str, settings: Settings) -> Any:
         cfg.api_key_prefix = {"authorization": "Bearer"}
         cfg.refresh_api_key_hook = _google_token
         return cfg
+    # KUBECONFIG as it is now: the client reads it once, when it is first imported.
+    files = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     try:
         config.load_kube_config(  # type: ignore[no-untyped-call]
-            context=context, client_configuration=cfg, persist_config=False)
+            config_file=files, context=context, client_configuration=cfg,
+            persist_config=False)
     except (config.ConfigException, OSError, ValueError) as exc:
         raise InvalidSettings(f"HANGAR_SANDBOXES: cannot load kubeconfig context {context!r}: "
                               f"{exc}", setting="HANGAR_SANDBOXES") from exc  # fmt: skip
