@@ -55,7 +55,7 @@ from typing import Any, BinaryIO, Protocol
 
 from hangar.backends import pick
 from hangar.config import Settings
-from hangar.errors import SandboxCapabilityMissing
+from hangar.errors import InvalidInput, SandboxCapabilityMissing
 
 WORKSPACE = "/workspace"
 HOME = "/root"
@@ -75,6 +75,42 @@ Stdin = bytes | BinaryIO | Iterable[bytes] | None
 def first_on_path(folder: str, path: str) -> str:
     """``path`` with ``folder`` first (and nowhere else)."""
     return ":".join([folder, *(p for p in path.split(":") if p and p != folder)])
+
+
+# -- what every backend's exec and files share -------------------------------------------
+
+PUT_FILE_SCRIPT = (
+    'set -e; t="$1.hangar-put.$$"; trap \'rm -f -- "$t"\' EXIT; '
+    'mkdir -p -- "$(dirname -- "$1")"; cat > "$t"; chmod -- "$2" "$t"; mv -fT -- "$t" "$1"; '
+    "trap - EXIT"
+)
+"""``put_file`` in the sandbox: ``sh -c PUT_FILE_SCRIPT sh PATH MODE`` with the bytes on stdin,
+written beside the target, then renamed, so a reader never sees half a file."""
+
+
+def check_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` as a dict; InvalidInput for a name or value no process environment can hold."""
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise InvalidInput(f"invalid environment variable {name!r}")
+    return dict(env)
+
+
+def stderr_tail(data: bytes) -> str:
+    """The end of a command's standard error, as text for an error message."""
+    return data.decode(errors="replace").strip()[-2000:]
+
+
+class CountingWriter:
+    """Counts the bytes written through it to ``out`` (``get_file``'s answer)."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.count = 0
+
+    def write(self, data: bytes) -> int:
+        self.count += len(data)
+        return self.out.write(data)
 
 
 class SandboxUser(StrEnum):

@@ -55,6 +55,8 @@ from hangar.sandboxes import (
     HANGAR_DIR,
     HANGAR_TMP,
     HOME,
+    PUT_FILE_SCRIPT,
+    CountingWriter,
     ExecResult,
     SandboxCapabilities,
     SandboxInfo,
@@ -62,11 +64,13 @@ from hangar.sandboxes import (
     SandboxStatus,
     SandboxUser,
     Stdin,
+    check_env,
     refuse_missing,
+    stderr_tail,
 )
 from hangar.sandboxes import agentsandbox as objects
 from hangar.sandboxes.agentsandbox import PodSettings
-from hangar.sandboxes.podexec import BOOT_ARGV, ENV_FILE, KILL, PUT, drain, exit_code, feed
+from hangar.sandboxes.podexec import BOOT_ARGV, ENV_FILE, KILL, drain, exit_code, feed
 
 __all__ = ["TABLE", "GkeSandboxes", "configuration", "parse_url", "translate"]
 
@@ -179,7 +183,7 @@ class GkeSandboxes:
         if not image:
             raise InvalidInput("a gke sandbox needs an image: set the environment's image "
                                "(hangar env update --image IMAGE)", field="image")  # fmt: skip
-        spec_env = _check_env(spec.env)
+        spec_env = check_env(spec.env)
         pool = self._ensure_pool(image)
         sandbox_id = f"hangar-{secrets.token_hex(4)}"
         now = datetime.now(UTC)
@@ -251,7 +255,7 @@ class GkeSandboxes:
             full = {"HOME": HANGAR_DIR, "PATH": HANGAR_PATH, "LANG": "C.UTF-8",
                     "TMPDIR": HANGAR_TMP}  # fmt: skip
         exec_id = secrets.token_hex(8)
-        header = json.dumps({"argv": list(argv), "env": full, "call": _check_env(env or {}),
+        header = json.dumps({"argv": list(argv), "env": full, "call": check_env(env or {}),
                              "agent": agent, "timeout": timeout, "id": exec_id,
                              "cwd": cwd or (HOME if agent else HANGAR_DIR)}).encode()  # fmt: skip
         pod = self._pod(sandbox_id)
@@ -276,20 +280,20 @@ class GkeSandboxes:
     def put_file(self, sandbox_id: str, path: str, data: bytes | BinaryIO, *, mode: int = 0o644,
                  user: SandboxUser = SandboxUser.AGENT) -> None:  # fmt: skip
         """Write a file as ``user`` (parents made), replaced atomically; one exec."""
-        argv = ["/bin/sh", "-c", PUT, "sh", path, format(mode & 0o7777, "o")]
+        argv = ["/bin/sh", "-c", PUT_FILE_SCRIPT, "sh", path, format(mode & 0o7777, "o")]
         result = self.exec(sandbox_id, argv, stdin=data, user=user)
         if not result.ok:
-            message = f"cannot write {path} in sandbox {sandbox_id}: {_tail(result.stderr)}"
+            message = f"cannot write {path} in sandbox {sandbox_id}: {stderr_tail(result.stderr)}"
             raise SandboxError(message, sandbox_id=sandbox_id, path=path)
 
     def get_file(self, sandbox_id: str, path: str, out: BinaryIO, *,
                  user: SandboxUser = SandboxUser.AGENT) -> int:  # fmt: skip
         """Copy a file's bytes to ``out`` (one exec of ``cat``); SandboxError if missing."""
-        counter = _Counter(out)
+        counter = CountingWriter(out)
         result = self.exec(sandbox_id, ["cat", "--", path], stdout=cast(BinaryIO, counter),
                            user=user)  # fmt: skip
         if not result.ok:
-            message = f"cannot read {path} in sandbox {sandbox_id}: {_tail(result.stderr)}"
+            message = f"cannot read {path} in sandbox {sandbox_id}: {stderr_tail(result.stderr)}"
             raise SandboxError(message, sandbox_id=sandbox_id, path=path)
         return counter.count
 
@@ -524,22 +528,5 @@ def _info(obj: Mapping[str, Any]) -> SandboxInfo:
                        created_at=objects.created_at(obj))  # fmt: skip
 
 
-def _check_env(env: Mapping[str, str]) -> dict[str, str]:
-    for name, value in env.items():
-        if not name or "=" in name or "\0" in name or "\0" in value:
-            raise InvalidInput(f"invalid environment variable {name!r}")
-    return dict(env)
 
 
-class _Counter:
-    def __init__(self, out: BinaryIO) -> None:
-        self.out = out
-        self.count = 0
-
-    def write(self, data: bytes) -> int:
-        self.count += len(data)
-        return self.out.write(data)
-
-
-def _tail(data: bytes) -> str:
-    return data.decode(errors="replace").strip()[-2000:]

@@ -53,7 +53,8 @@ from hangar.errors import ExecTimeout, InvalidInput, InvalidSettings
 from hangar.errors import SandboxError
 from hangar.errors import SandboxNotFound, SandboxUnavailable
 from hangar.sandboxes import HANGAR_BIN, HANGAR_DIR, HANGAR_TMP, HOME, READY, ExecResult
-from hangar.sandboxes import first_on_path, refuse_missing
+from hangar.sandboxes import CountingWriter, PUT_FILE_SCRIPT, check_env, first_on_path
+from hangar.sandboxes import refuse_missing, stderr_tail
 from hangar.sandboxes import SandboxCapabilities, SandboxInfo, SandboxStatus
 from hangar.sandboxes import SandboxSpec, SandboxUser, Stdin
 from hangar.sandboxes import layout, network
@@ -94,12 +95,6 @@ _JOIN = (
     'n=$((n - 1)); done; exec "$@"'
 )
 
-# put_file: write beside the target, then rename, so a reader never sees half a file.
-_PUT = (
-    'set -e; t="$1.hangar-put.$$"; trap \'rm -f -- "$t"\' EXIT; '
-    'mkdir -p -- "$(dirname -- "$1")"; cat > "$t"; chmod -- "$2" "$t"; mv -fT -- "$t" "$1"; '
-    "trap - EXIT"
-)
 
 
 class _Helper(BaseModel):
@@ -212,7 +207,7 @@ class LocalSandboxes:
         refuse_missing(self.capabilities, spec, "local")
         tools = self._tools()
         ro_paths = [self._check_ro_path(p) for p in spec.ro_paths]
-        env = _check_env(spec.env)
+        env = check_env(spec.env)
         ports = _check_ports(spec.host_ports)
         limits = self.limits()
         sandbox_id, folder = self._new_folder()
@@ -337,7 +332,7 @@ class LocalSandboxes:
             full_env = {"HOME": HOME, "PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
             full_env.update(record.env)
             default_cwd = HOME
-        full_env.update(_check_env(env or {}))
+        full_env.update(check_env(env or {}))
         if user is SandboxUser.AGENT:
             full_env["PATH"] = first_on_path(HANGAR_BIN, full_env.get("PATH", SANDBOX_PATH))
         command = _command(record, user) + ["/usr/bin/env", "-C", cwd or default_cwd, "--"]
@@ -405,21 +400,21 @@ class LocalSandboxes:
     ) -> None:
         """Write a file as ``user`` (parents made as needed), replacing any file at ``path``
         atomically."""
-        argv = ["/bin/sh", "-c", _PUT, "sh", path, format(mode & 0o7777, "o")]
+        argv = ["/bin/sh", "-c", PUT_FILE_SCRIPT, "sh", path, format(mode & 0o7777, "o")]
         result = self.exec(sandbox_id, argv, stdin=data, user=user)
         if not result.ok:
-            message = f"cannot write {path} in sandbox {sandbox_id}: {_tail(result.stderr)}"
+            message = f"cannot write {path} in sandbox {sandbox_id}: {stderr_tail(result.stderr)}"
             raise SandboxError(message, sandbox_id=sandbox_id, path=path)
 
     def get_file(
         self, sandbox_id: str, path: str, out: BinaryIO, *, user: SandboxUser = SandboxUser.AGENT
     ) -> int:
         """Copy a file's bytes to ``out``; returns the count. SandboxError if it is missing."""
-        counter = _Counter(out)
+        counter = CountingWriter(out)
         result = self.exec(sandbox_id, ["cat", "--", path], stdout=cast(BinaryIO, counter),
                            user=user)  # fmt: skip
         if not result.ok:
-            message = f"cannot read {path} in sandbox {sandbox_id}: {_tail(result.stderr)}"
+            message = f"cannot read {path} in sandbox {sandbox_id}: {stderr_tail(result.stderr)}"
             raise SandboxError(message, sandbox_id=sandbox_id, path=path)
         return counter.count
 
@@ -636,17 +631,6 @@ def _read_answer(fd: int, deadline: float) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-class _Counter:
-    """Counts the bytes written through it to ``out``."""
-
-    def __init__(self, out: BinaryIO) -> None:
-        self.out = out
-        self.count = 0
-
-    def write(self, data: bytes) -> int:
-        self.count += len(data)
-        return self.out.write(data)
-
 
 def _is_live(record: _Record) -> bool:
     return start_time(record.init_pid) == record.init_start_time
@@ -688,12 +672,6 @@ def _wait_gone(alive: Callable[[], bool], sandbox_id: str, timeout: float) -> No
         pause = min(pause * 2, 0.05)
 
 
-def _check_env(env: Mapping[str, str]) -> dict[str, str]:
-    for name, value in env.items():
-        if not name or "=" in name or "\0" in name or "\0" in value:
-            raise InvalidInput(f"invalid environment variable {name!r}")
-    return dict(env)
-
 
 def _check_ports(ports: Sequence[int]) -> list[int]:
     checked = sorted(set(ports))
@@ -729,9 +707,6 @@ def _remove_tree(folder: Path) -> None:
     if os.path.lexists(folder):
         shutil.rmtree(folder, onerror=retry)
 
-
-def _tail(data: bytes) -> str:
-    return data.decode(errors="replace").strip()[-2000:]
 
 
 def _log_text(folder: Path) -> str:

@@ -137,14 +137,6 @@ KILL = (
 )
 """Kills the process group of the exec whose id is ``$1``, if it still runs: a runtime need
 not kill an exec's command when its stream closes, so a cancel kills it itself."""
-PUT = (
-    'set -e; t="$1.hangar-put.$$"; trap \'rm -f -- "$t"\' EXIT; '
-    'mkdir -p -- "$(dirname -- "$1")"; cat > "$t"; chmod -- "$2" "$t"; mv -fT -- "$t" "$1"; '
-    "trap - EXIT"
-)
-"""put_file's script, the local backend's: written beside the target, then renamed, so a
-reader never sees half a file (a copy: importing the local backend would load its launcher's
-pieces into a control plane that has none)."""
 ENV_FILE = f"{HANGAR_DIR}/env.json"
 """The spec's env inside the pod (hangar's, 0600), written by the first exec of the process
 that made the sandbox: never on the claim, whose env would make every start a cold one."""
