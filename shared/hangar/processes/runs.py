@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from hangar import processes
 from hangar.errors import SandboxError
 from hangar.processes import Processes, Quiet
-from hangar.sandboxes import HANGAR_DIR, Sandboxes, SandboxUser
+from hangar.sandboxes import Sandboxes, SandboxUser
 
-RUNS_DIR = f"{HANGAR_DIR}/runs"
 INTERRUPTED_EXIT = 130
 HANGAR = SandboxUser.HANGAR
 
