@@ -1,5 +1,12 @@
-"""``emulators/run [--namespace NS] -- CMD...``: start every cloud emulator, run CMD with the
-environment pointing hangar at them, stop them afterwards; exits with CMD's status.
+"""``emulators/run [--namespace NS] [--sandboxes gke [--service PORT]...] -- CMD...``: start every
+cloud emulator, run CMD with the environment pointing hangar at them, stop them afterwards;
+exits with CMD's status.
+
+``--sandboxes gke`` adds the Kubernetes stand-in with real pods
+(:class:`~emulators.kube.cluster.StandInCluster`) and points ``HANGAR_SANDBOXES`` at it. Its
+pods reach the storage emulator and each ``--service`` port of the host at ``127.0.0.1:PORT``,
+as pods reach a cluster's Services; they show ``HANGAR_HARNESS_DIR`` (or hangar's default
+harness folder) as their image's harness CLIs.
 
 Without CMD it prints the environment (``export NAME=VALUE`` lines) and serves until Ctrl-C or
 SIGTERM, for a shell in another terminal. A missing emulator ends it at once with a message
@@ -17,7 +24,10 @@ import sys
 import threading
 from types import FrameType
 
+from hangar.config import Settings
+
 from emulators.cloud import CloudEmulators
+from emulators.kube.cluster import StandInCluster
 from emulators.processes import EmulatorMissing
 
 
@@ -28,12 +38,21 @@ def _say(text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="emulators/run",
-        description="Run CMD against the Firestore, GCS, Cloud Tasks and KMS emulators.",
+        description="Run CMD against the Firestore, GCS, Cloud Tasks and KMS emulators (and "
+        "the Kubernetes stand-in with --sandboxes gke).",
     )
     parser.add_argument("--namespace", default="",
                         help="keep this run's data apart on the emulators (default: none)")  # fmt: skip
+    parser.add_argument("--sandboxes", choices=("local", "gke"), default="local",
+                        help="local: hangar's own sandboxes (default); gke: the Kubernetes "
+                        "stand-in, its pods real sandboxes")  # fmt: skip
+    parser.add_argument("--service", type=_port, action="append", default=[], metavar="PORT",
+                        help="with --sandboxes gke: a host loopback port every pod reaches at "
+                        "127.0.0.1:PORT (repeat it; the storage emulator's is always there)")  # fmt: skip
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     args = parser.parse_args(argv)
+    if args.service and args.sandboxes != "gke":
+        parser.error("--service needs --sandboxes gke")
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
 
     stopping = threading.Event()
@@ -47,13 +66,20 @@ def main(argv: list[str] | None = None) -> int:
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         emulators = CloudEmulators()
+        cluster: StandInCluster | None = None
         try:
             emulators.start()
+            if args.sandboxes == "gke":
+                harnesses = Settings.from_env(os.environ).harness_dir
+                cluster = StandInCluster(harnesses, [emulators.gcs.port, *args.service]).start()
         except EmulatorMissing as exc:
+            emulators.stop()
             _say(str(exc))
             return 2
         try:
             env = emulators.environment(args.namespace)
+            if cluster is not None:
+                env.update(cluster.environment())
             for name, value in sorted(env.items()):
                 _say(f"{name}={value}")
             if not cmd:
@@ -71,10 +97,22 @@ def main(argv: list[str] | None = None) -> int:
                 return 127
             return child.wait()
         finally:
+            if cluster is not None:
+                cluster.stop()
             emulators.stop()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r}")
+    return port
 
 
 if __name__ == "__main__":

@@ -17,12 +17,21 @@ given a sandbox backend (``KubeStandIn(sandboxes=...)``).
 
 Sandboxes are keyed by pod uid, so a pod deleted and made again under the same name never
 reaches the old pod's sandbox.
+
+**Services.** A pod on a cluster reaches the cluster's Services (a model server, a git
+server, a storage endpoint) at addresses the cluster routes; a pod here reaches nothing of the
+host but the host loopback ports listed in :attr:`PodSandboxes.services`, each at the same
+address inside the pod, ``127.0.0.1:PORT`` (the local backend's relay, which this stand-in
+uses to play a cluster's routing; hangar's ``gke://`` backend never asks for host ports). So
+a URL such as ``http://127.0.0.1:PORT`` means the same service to the control plane and to
+every pod. The list is read when a pod is made: a change reaches pods made after it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 
 from hangar.errors import HangarError, NotFound
 from hangar.sandboxes import Sandboxes, SandboxSpec
@@ -38,9 +47,10 @@ NAMESPACE, POD, UID = "kube.namespace", "kube.pod", "kube.uid"
 class PodSandboxes:
     """One sandbox of ``sandboxes`` per pod of ``store`` (the module's contract)."""
 
-    def __init__(self, sandboxes: Sandboxes, store: Store) -> None:
+    def __init__(self, sandboxes: Sandboxes, store: Store, services: Iterable[int] = ()) -> None:
         self.sandboxes = sandboxes
         self.store = store
+        self.services: tuple[int, ...] = tuple(sorted(set(services)))
         self._lock = threading.Lock()
         self._made: dict[str, str] = {}  # pod uid -> sandbox id
         self._pending: set[str] = set()  # pod uids whose sandbox is being made
@@ -57,7 +67,8 @@ class PodSandboxes:
             self._pending.add(uid)
         labels = {NAMESPACE: meta.get("namespace", ""), POD: meta["name"], UID: uid}
         try:
-            sandbox_id: str | None = self.sandboxes.create(SandboxSpec(labels=labels)).id
+            spec = SandboxSpec(labels=labels, host_ports=self.services)
+            sandbox_id: str | None = self.sandboxes.create(spec).id
         except HangarError:
             logger.exception("no sandbox for pod %s/%s", labels[NAMESPACE], labels[POD])
             sandbox_id = None

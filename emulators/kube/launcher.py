@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -41,7 +42,9 @@ class KubeStandIn(ThreadedStandIn):
       sandbox; ``server.exec_handler`` runs pods/exec in it as the sandbox's hangar user (uid 0
       inside, as a root pod); :meth:`stop` destroys every sandbox made (the backend itself
       stays the caller's). Without it pods are records and exec is 501 until
-      ``server.exec_handler`` is set. ``on_pod_created`` runs after the sandbox is made,
+      ``server.exec_handler`` is set. ``services`` are the host loopback ports every pod
+      reaches at ``127.0.0.1:PORT``, as pods reach a cluster's Services (:mod:`.backing`);
+      :meth:`set_services` changes them for pods made afterwards. ``on_pod_created`` runs after the sandbox is made,
       ``on_pod_deleted`` after it is destroyed.
     """
 
@@ -52,11 +55,13 @@ class KubeStandIn(ThreadedStandIn):
                  token: str | None = None, knobs: Knobs | None = None, history: int = 1000,
                  on_pod_created: PodHook | None = None,
                  on_pod_deleted: PodHook | None = None,
-                 sandboxes: Sandboxes | None = None) -> None:  # fmt: skip
+                 sandboxes: Sandboxes | None = None,
+                 services: Sequence[int] = ()) -> None:  # fmt: skip
         super().__init__(host, port, verbose=verbose)
         self.token = token or secrets.token_urlsafe(24)
         self.store = Store(history)
-        self.pod_sandboxes = None if sandboxes is None else PodSandboxes(sandboxes, self.store)
+        self.pod_sandboxes = (None if sandboxes is None
+                              else PodSandboxes(sandboxes, self.store, services))  # fmt: skip
         if self.pod_sandboxes is not None:
             on_pod_created = _chain(self.pod_sandboxes.created, on_pod_created)
             on_pod_deleted = _chain(self.pod_sandboxes.deleted, on_pod_deleted)
@@ -71,6 +76,13 @@ class KubeStandIn(ThreadedStandIn):
     @property
     def knobs(self) -> Knobs:
         return self.controller.knobs
+
+    def set_services(self, ports: Sequence[int]) -> None:
+        """The host loopback ports pods made from now on reach (ValueError without
+        ``sandboxes``: record-only pods reach nothing)."""
+        if self.pod_sandboxes is None:
+            raise ValueError("services need pods backed by sandboxes")
+        self.pod_sandboxes.services = tuple(sorted(set(ports)))
 
     def set_knobs(self, **change: Any) -> dict[str, Any]:
         """Change knobs by name (ValueError on an unknown one); returns them all."""

@@ -73,3 +73,68 @@ def test_run_says_clearly_when_the_command_cannot_be_run() -> None:
                           text=True, timeout=120)  # fmt: skip
     assert done.returncode == 127
     assert "cannot run /nonexistent/tool" in done.stderr
+
+
+GKE_PROBE = """
+import json, os, sys, time
+from hangar.config import Settings
+from hangar.sandboxes import SandboxSpec, SandboxState, open_sandboxes
+
+settings = Settings.from_env({**os.environ, "HANGAR_DATA_DIR": os.environ["PROBE_DIR"]})
+sandboxes = open_sandboxes(settings.sandboxes, settings)
+info = sandboxes.create(SandboxSpec(labels={"probe": "1"}))
+deadline = time.monotonic() + 60
+while sandboxes.status(info.id).state is not SandboxState.READY:
+    assert time.monotonic() < deadline, "no ready pod in 60 s"
+    time.sleep(0.1)
+fetch = "import sys, urllib.request as u; print(u.urlopen(sys.argv[1], timeout=10).status)"
+answers = {}
+for name in ("SERVICE_URL", "STORAGE_EMULATOR_HOST"):
+    url = os.environ[name] + ("/storage/v1/b?project=p" if name.startswith("STORAGE") else "/")
+    done = sandboxes.exec(info.id, ["python3", "-c", fetch, url], timeout=30)
+    answers[name] = done.stdout.decode().strip() or done.stderr.decode()[-300:]
+sandboxes.destroy(info.id)
+print(json.dumps({"sandboxes": os.environ["HANGAR_SANDBOXES"], "answers": answers,
+                  "backend": type(sandboxes).__name__}))
+"""
+
+
+def test_run_with_gke_sandboxes_gives_pods_that_reach_the_services_named_and_storage(
+    tmp_path: Path,
+) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Hello(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"hello")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    host = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    port = host.server_address[1]
+    try:
+        done = subprocess.run(
+            [str(RUN), "--sandboxes", "gke", "--service", str(port), "--", sys.executable, "-c",
+             GKE_PROBE], capture_output=True, text=True, timeout=180,
+            env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(tmp_path),
+                 "PROBE_DIR": str(tmp_path / "d"), "SERVICE_URL": f"http://127.0.0.1:{port}"},
+        )  # fmt: skip
+    finally:
+        host.shutdown()
+    assert done.returncode == 0, done.stderr
+    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    assert probe["backend"] == "GkeSandboxes"
+    assert probe["sandboxes"].startswith("gke://hangar-stand-in/default?image=")
+    assert probe["answers"] == {"SERVICE_URL": "200", "STORAGE_EMULATOR_HOST": "200"}
+
+
+def test_run_refuses_a_service_without_gke_sandboxes() -> None:
+    done = subprocess.run([str(RUN), "--service", "8080", "--", "true"], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2
+    assert "--service needs --sandboxes gke" in done.stderr
