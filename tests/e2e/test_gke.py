@@ -1,0 +1,192 @@
+"""The session walk-through on GKE sandboxes: ``hangar serve`` with ``HANGAR_SANDBOXES=gke://``
+on the Kubernetes stand-in, whose pods are real sandboxes, driven through the ``hangar`` CLI
+with the real Claude Code, Codex and pi CLIs talking to the model stub.
+
+The pods reach the model stub and a git server (``git daemon`` over the test's bare repo) the
+way pods reach a cluster's Services: at ``127.0.0.1:PORT`` inside, relayed by the stand-in
+(:mod:`emulators.kube.cluster`); hangar asks for no host port or host path.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulators.kube import kinds
+from emulators.kube.cluster import StandInCluster
+from emulators.model import ModelStub
+from hangar.sandboxes import agentsandbox
+from tests.e2e.conftest import HANGAR, Server, _server, free_port
+from tests.e2e.test_acceptance import (
+    API,
+    IDENTITY,
+    MARKER,
+    MODELS,
+    SCENARIO,
+    TURN_ONE,
+    TURN_TWO,
+    get,
+    until,
+)
+from tests.harness.conftest import harness_dir
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.e2e, pytest.mark.harness]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[StandInCluster]:
+    """The stand-in, its pods real sandboxes showing the harness CLIs (as an image would)."""
+    with StandInCluster(harness_dir()) as running:
+        yield running
+
+
+@pytest.fixture
+def git_url(remote: Path) -> Iterator[str]:
+    """The bare repo served by ``git daemon`` on a free loopback port (read-only)."""
+    port = free_port()
+    daemon = subprocess.Popen(
+        ["git", "daemon", "--reuseaddr", "--listen=127.0.0.1", f"--port={port}", "--export-all",
+         f"--base-path={remote.parent}", str(remote.parent)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert daemon.poll() is None, f"git daemon did not start: {daemon.stderr.read()!r}"  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "git daemon did not listen in 30 s"
+            time.sleep(0.05)
+        yield f"git://127.0.0.1:{port}/{remote.name}"
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+
+
+@pytest.fixture
+def stub() -> Iterator[ModelStub]:
+    with ModelStub(SCENARIO) as running:
+        yield running
+
+
+@pytest.fixture
+def gke_server(tmp_path: Path, cluster: StandInCluster, git_url: str,
+               stub: ModelStub) -> Iterator[Server]:  # fmt: skip
+    """hangar serve on the embedded backends with gke:// sandboxes; the pods made from now on
+    reach the model stub and the git server."""
+    git_port = int(git_url.split(":")[2].split("/")[0])
+    cluster.set_services([stub.port, git_port])
+    yield from _server(tmp_path / "data", harness_dir(), **cluster.environment(),
+                       HANGAR_ACTIVITY_GRACE_SECONDS="1")  # fmt: skip
+    for claim in claims(cluster):  # what the session left: the next test starts with none
+        delete_claim(cluster, claim["metadata"]["name"])
+
+
+def add_env(server: Server, git_url: str, stub: ModelStub) -> None:
+    server.ok("env", "add", "app", "--repo", git_url, *IDENTITY,
+              "--var", f"ANTHROPIC_BASE_URL={stub.url}", "--var", f"OPENAI_BASE_URL={stub.url}/v1",
+              "--secret", "ANTHROPIC_API_KEY=sk-stub", "--secret", "OPENAI_API_KEY=sk-stub")  # fmt: skip
+
+
+def claims(cluster: StandInCluster) -> list[dict[str, Any]]:
+    """The live SandboxClaims on the stand-in."""
+    found, _ = cluster.kube.store.list(kinds.CLAIMS.resource, "default")
+    return [c for c in found if not c["metadata"].get("deletionTimestamp")]
+
+
+def pod_of(cluster: StandInCluster, claim: str) -> dict[str, Any]:
+    pods, _ = cluster.kube.store.list(kinds.PODS.resource, "default")
+    [pod] = [p for p in pods if p["metadata"].get("labels", {}).get(agentsandbox.SANDBOX_ID) == claim]  # fmt: skip
+    return pod
+
+
+def delete_claim(cluster: StandInCluster, name: str) -> None:
+    """Delete a SandboxClaim as a person with kubectl would: through the API server."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=cluster.kube.kubeconfig, context=cluster.kube.context,
+                            client_configuration=cfg, persist_config=False)  # fmt: skip
+    with client.ApiClient(cfg) as api:
+        client.CustomObjectsApi(api).delete_namespaced_custom_object(
+            agentsandbox.EXTENSIONS_GROUP, agentsandbox.VERSION, "default", agentsandbox.CLAIMS,
+            name)
+
+
+@pytest.mark.parametrize("harness", ["claude", "codex", "pi"])
+def test_a_session_on_gke_runs_suspends_and_resumes_in_a_new_pod_with_its_work_and_conversation(
+    gke_server: Server, cluster: StandInCluster, git_url: str, stub: ModelStub, harness: str
+) -> None:
+    server = gke_server
+    add_env(server, git_url, stub)
+    out = server.ok("session", "new", "work", TURN_ONE, "--env", "app", "--harness", harness,
+                    "--model", MODELS[harness], "-w")  # fmt: skip
+    assert out.strip() == "Turn one done."
+    first = get(server, "work")
+    assert first["state"] == "idle" and first["turns"][0]["outcome"] == "exited"
+    assert [c["metadata"]["name"] for c in claims(cluster)] == [first["sandbox_id"]]
+    assert pod_of(cluster, first["sandbox_id"])["metadata"]["labels"]["hangar.session"] == first["id"]
+
+    suspended = json.loads(server.ok("session", "suspend", "work", "--json"))
+    assert suspended["state"] == "suspended" and suspended["sandbox_id"] is None
+    assert claims(cluster) == []
+
+    server.ok("session", "send", "work", TURN_TWO, "-w")
+    second = get(server, "work")
+    assert second["harness_session"] == first["harness_session"]
+    assert second["sandbox_id"] and second["sandbox_id"] != first["sandbox_id"]
+    shown = server.ok("session", "shell", "work", "--", "sh", "-c",
+                      "git log -1 --format=%s; cat notes.txt; git diff --stat | tail -1")  # fmt: skip
+    assert shown == "first change\nnote\n 1 file changed, 1 insertion(+)\n"
+    requests = [r for r in stub.requests(API[harness]) if r["body"].get("tools")]
+    sent = ModelStub.transcript(requests[-1]["body"])
+    assert TURN_ONE in sent and MARKER in sent and TURN_TWO in sent
+
+
+def test_on_gke_a_session_forks_survives_its_claim_deleted_opens_a_terminal_and_idles_out(
+    gke_server: Server, cluster: StandInCluster, git_url: str, stub: ModelStub
+) -> None:
+    server = gke_server
+    add_env(server, git_url, stub)
+    server.ok("session", "new", "base", TURN_ONE, "--env", "app", "--harness", "claude",
+              "--model", MODELS["claude"], "-w")  # fmt: skip
+    base = get(server, "base")
+
+    [fork] = server.ok("session", "fork", "base", "1").split()
+    assert server.ok("session", "send", fork, f"fork {fork}", "-w").strip() == f"Forked: fork {fork}"
+    forked = get(server, fork)
+    assert forked["harness_session"] not in (None, base["harness_session"])
+    assert server.ok("session", "shell", fork, "--", "cat", "notes.txt") == "note\n"
+
+    # The claim deleted behind hangar's back: its pod and sandbox go, with no checkpoint of
+    # hangar's; the next message resumes from the turn's checkpoint in a new pod.
+    server.ok("session", "shell", "base", "--", "sh", "-c", "echo lost > lost.txt")
+    delete_claim(cluster, base["sandbox_id"])
+    until(lambda: base["sandbox_id"] not in [c["metadata"]["name"] for c in claims(cluster)])
+    server.ok("session", "send", "base", TURN_TWO, "-w")
+    resumed = get(server, "base")
+    assert resumed["sandbox_id"] not in (None, base["sandbox_id"])
+    assert resumed["harness_session"] == base["harness_session"]
+    shown = server.ok("session", "shell", "base", "--", "sh", "-c",
+                      "cat notes.txt; test -e lost.txt || echo no-lost")  # fmt: skip
+    assert shown == "note\nno-lost\n"
+
+    terminal = subprocess.run([HANGAR, "session", "shell", "base"], env=server.env(),
+                              input=b"echo marker-$((6*7)); id -u; exit 4\n",
+                              capture_output=True, timeout=120)  # fmt: skip
+    assert terminal.returncode == 4, terminal.stderr
+    assert b"marker-42" in terminal.stdout and b"1000" in terminal.stdout
+
+    server.ok("session", "keep", "base", "--idle", "0.02")
+    until(lambda: get(server, "base")["state"] == "suspended", timeout=120)
+    idled = get(server, "base")
+    assert idled["sandbox_id"] is None and idled["checkpoints"][-1]["reason"] == "suspend"
+    assert resumed["sandbox_id"] not in [c["metadata"]["name"] for c in claims(cluster)]
