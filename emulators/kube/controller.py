@@ -6,7 +6,9 @@ shutdown time), waiting at most ``tick`` seconds otherwise.
 
 - A SandboxWarmPool keeps ``spec.replicas`` Sandboxes it owns (label
   ``agents.x-k8s.io/warm-pool-sandbox: POOL``), made from its SandboxTemplate; status
-  ``replicas``, ``readyReplicas``, ``selector``.
+  ``replicas``, ``readyReplicas``, ``selector``. Repointed (``sandboxTemplateRef`` changed)
+  under ``updateStrategy`` Recreate, its sandboxes of another template are deleted at once and
+  replaced; under OnReplenish (the default) they stay until claimed or deleted.
 - A Sandbox has one Pod (named after it, or its ``agents.x-k8s.io/pod-name`` annotation),
   owned by it, labelled ``agents.x-k8s.io/launch-type`` ``warm`` (made for a pool) or ``cold``;
   the Sandbox's Ready condition follows the pod's (``DependenciesReady`` or
@@ -51,6 +53,10 @@ def _owner(kind: kinds.Kind, obj: Obj) -> Obj:
 def _owned_by(obj: Obj, owner: Obj) -> bool:
     refs = obj["metadata"].get("ownerReferences") or []
     return any(r.get("uid") == owner["metadata"]["uid"] for r in refs)
+
+
+def _template_of(sandbox: Obj) -> str | None:
+    return (sandbox["metadata"].get("annotations") or {}).get(TEMPLATE_REF)
 
 
 def _past(stamp: object) -> float | None:
@@ -140,6 +146,11 @@ class Controller:
         want = int(pool.get("spec", {}).get("replicas") or 0)
         template_name = pool["spec"].get("sandboxTemplateRef", {}).get("name", "")
         template = self.store.find(TPL, ns, template_name)
+        strategy = (pool["spec"].get("updateStrategy") or {}).get("type") or "OnReplenish"
+        if strategy == "Recreate":  # repointed: its unclaimed sandboxes of another template go
+            for sandbox in [s for s in owned if _template_of(s) != template_name]:
+                self.store.delete(SB, ns, sandbox["metadata"]["name"])
+                owned.remove(sandbox)
         if template is not None:
             for _ in range(want - len(owned)):
                 meta = {"generateName": f"{name}-", "labels": {POOL_LABEL: name}}

@@ -69,10 +69,21 @@ CLAIM = {
     "status": {"conditions": CONDITIONS, "sandbox": {"name": STR, "podIPs": [STR]}},
 }  # fmt: skip
 _POLICY = Enum(("Disallowed", "Allowed", "Overrides"))
+# networking.k8s.io/v1 NetworkPolicyIngressRule / EgressRule, what the template's
+# NetworkPolicySpec holds (its podSelector and policyTypes are the controller's, not allowed).
+LABEL_SELECTOR = {"matchLabels": MAP,
+                  "matchExpressions": [{"key!": STR, "operator!": Enum(("In", "NotIn", "Exists",
+                                                                       "DoesNotExist")),
+                                        "values": [STR]}]}  # fmt: skip
+NETWORK_PEER = {"podSelector": LABEL_SELECTOR, "namespaceSelector": LABEL_SELECTOR,
+                "ipBlock": {"cidr!": STR, "except": [STR]}}  # fmt: skip
+NETWORK_PORT = {"protocol": Enum(("TCP", "UDP", "SCTP")), "port": ANY, "endPort": INT}
+NETWORK_POLICY = {"ingress": [{"from": [NETWORK_PEER], "ports": [NETWORK_PORT]}],
+                  "egress": [{"to": [NETWORK_PEER], "ports": [NETWORK_PORT]}]}  # fmt: skip
 TEMPLATE = {
     "spec!": {
         **BLUEPRINT,
-        "networkPolicy": {"ingress": [ANY], "egress": [ANY]},
+        "networkPolicy": NETWORK_POLICY,
         "networkPolicyManagement": Enum(("Managed", "Unmanaged")),
         "envVarsInjectionPolicy": Enum(("Allowed", "Overrides", "Disallowed")),
         "volumeClaimTemplatesPolicy": _POLICY,

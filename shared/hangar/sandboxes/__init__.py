@@ -30,6 +30,10 @@ backend (checked, all of it, by :mod:`hangar.testing.sandboxes`):
 - ``put_file`` and ``get_file`` stream file contents in and out.
 - ``destroy`` ends every process in the sandbox and removes it; no hook runs at the port. It
   is idempotent: destroying a missing sandbox does nothing.
+- ``extend`` renews the sandbox's lease where the backend has one (a cluster that deletes a
+  sandbox at a time of its own): the backend keeps it at least until ``until`` and a margin
+  past it. It never shortens a lease, and extending a missing sandbox does nothing (as
+  ``destroy``).
 - Lookups of a missing sandbox (``get``, ``status``, ``exec``, the file calls) raise
   :class:`~hangar.errors.SandboxNotFound`.
 - Optional capabilities (:class:`SandboxCapabilities`) are declared by each backend: a spec's
@@ -168,7 +172,9 @@ class SandboxSpec:
     ``image`` is the container image it runs (a reference, checked by
     :func:`hangar.sessions.images.check_image` before it gets here; None: the backend's own
     system). All three are optional capabilities (:class:`SandboxCapabilities`): a backend
-    without one refuses a spec that sets it.
+    without one refuses a spec that sets it. ``pool`` is the warm pool (and template family)
+    the sandbox is drawn from: sandboxes of one environment share it (its name); a backend
+    without pools ignores it.
     """
 
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -176,6 +182,7 @@ class SandboxSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     host_ports: Sequence[int] = ()
     image: str | None = None
+    pool: str | None = None
 
 
 @dataclass(frozen=True)
@@ -282,6 +289,12 @@ class Sandboxes(Protocol):
         sandbox is nothing to do."""
         ...
 
+    def extend(self, sandbox_id: str, until: datetime) -> None:
+        """Keep the sandbox at least until ``until`` (and the backend's margin past it) where
+        the backend's cluster would delete it at a time of its own; never shortens. A missing
+        sandbox is nothing to do."""
+        ...
+
 
 def _open_local(url: str, settings: Settings) -> Sandboxes:
     from hangar.sandboxes.local import LocalSandboxes
@@ -333,6 +346,9 @@ class OnFirstUse:
 
     def destroy(self, sandbox_id: str) -> None:
         self._opened().destroy(sandbox_id)
+
+    def extend(self, sandbox_id: str, until: datetime) -> None:
+        self._opened().extend(sandbox_id, until)
 
 
 def _open_gke(url: str, settings: Settings) -> Sandboxes:

@@ -1,16 +1,26 @@
 """GKE sandboxes: the Kubernetes Agent Sandbox, driven through the official ``kubernetes`` client.
 
-``gke://CONTEXT/NAMESPACE`` (optionally ``?image=REF&runtime_class=NAME``): a kubeconfig
-context (``KUBECONFIG`` or the default file) and the namespace the sandboxes live in; with
-``HANGAR_GKE_ENDPOINT`` (and ``HANGAR_GKE_CA``) set, as on Cloud Run, the API server is that
-endpoint and the token is Google's default credentials', and the URL's context is ignored.
+``gke://CONTEXT/NAMESPACE`` (optionally ``?image=REF&runtime_class=NAME&warm_pool=N&deny=CIDR,
+CIDR``): a kubeconfig context (``KUBECONFIG`` as it is when the backend opens, or the default
+file) and the namespace the sandboxes live in; with ``HANGAR_GKE_ENDPOINT`` (and
+``HANGAR_GKE_CA``) set, as on Cloud Run, the API server is that endpoint and the token is
+Google's default credentials', and the URL's context is ignored.
 
-- One ``SandboxTemplate`` and one ``SandboxWarmPool`` per image and pod settings, named by a
-  hash of both and created if missing at ``create`` (:mod:`hangar.sandboxes.agentsandbox`).
-  ``image`` is required: the spec's, else the URL's ``image`` (InvalidInput without either).
-- A sandbox is a ``SandboxClaim`` named ``hangar-<8 hex>`` (its id) on its image's pool;
-  ``create`` returns once the claim exists, ``status`` reads its ``Ready`` condition, ``destroy``
-  deletes it.
+- One ``SandboxWarmPool`` per spec ``pool`` (an environment), ``warm_pool`` ready sandboxes
+  (default 0), over one ``SandboxTemplate`` named by the pool and a hash of the image, pod
+  settings and network (:mod:`hangar.sandboxes.agentsandbox`). A ``create`` that finds the
+  pool on another template makes the new one, repoints the pool and deletes the pool's old
+  templates no live claim was made on; what it found is cached, so a ``create`` with nothing
+  changed is one request (the claim). ``image`` is required: the spec's, else the URL's
+  (InvalidInput without either).
+- The template's NetworkPolicy: no ingress; egress to DNS and everywhere but the metadata
+  server, ``deny`` (default :data:`~.agentsandbox.INTERNAL_RANGES`) and the control plane's
+  address (when the API server is named by an IP address).
+- A sandbox is a ``SandboxClaim`` named ``hangar-<8 hex>`` (its id) on its pool; ``create``
+  returns once the claim exists, ``status`` reads its ``Ready`` condition, ``destroy`` deletes
+  it. Its ``lifecycle.shutdownTime`` is :data:`LEASE_MARGIN` past the sandbox's TTL
+  (``HANGAR_SANDBOX_TTL_MINUTES``), moved on by ``extend``: the cluster deletes a sandbox
+  hangar forgot, never one hangar's reaper would still checkpoint first.
 - Every command runs through ``pods/exec`` on the v5 channel as a fixed bootstrap
   (:data:`~hangar.sandboxes.podexec.BOOT`): argv, environment, cwd, user and deadline travel
   as one header on stdin, never on the exec's URL (which API audit logs keep). The bootstrap
@@ -27,18 +37,15 @@ Nothing imports ``kubernetes`` until a ``gke://`` backend is opened.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import logging
-import os
 import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO, NoReturn, cast
-from urllib.parse import parse_qs, unquote
 
 from hangar.config import Settings
 from hangar.errors import (
@@ -69,7 +76,9 @@ from hangar.sandboxes import (
     stderr_tail,
 )
 from hangar.sandboxes import agentsandbox as objects
-from hangar.sandboxes.agentsandbox import PodSettings
+from hangar.sandboxes.agentsandbox import Network, PodSettings
+from hangar.sandboxes.gkeconfig import configuration, control_plane, parse_url
+from hangar.sandboxes.gkepools import AlreadyThere, WarmPools
 from hangar.sandboxes.podexec import BOOT_ARGV, ENV_FILE, KILL, drain, exit_code, feed
 
 __all__ = ["TABLE", "GkeSandboxes", "configuration", "parse_url", "translate"]
@@ -82,84 +91,41 @@ HANGAR_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _TIMEOUT_GRACE = 10.0  # seconds past a deadline before hangar stops waiting for the pod's kill
 _POD_CACHE = 4096  # pod names kept per backend
 _READ_POLL = 0.1  # seconds between looks at cancel and the deadline while output is awaited
-
-def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
-    """``gke://CONTEXT/NAMESPACE[?image=REF&runtime_class=NAME]`` -> (context, namespace,
-    options). InvalidSettings naming HANGAR_SANDBOXES otherwise."""
-    rest, _, query = url.partition("?")
-    head, _, namespace = rest.removeprefix("gke://").rpartition("/")
-    options = {k: v[-1] for k, v in parse_qs(query).items()}
-    unknown = set(options) - {"image", "runtime_class"}
-    if not url.startswith("gke://") or not head or not namespace or unknown:
-        raise InvalidSettings(
-            f"HANGAR_SANDBOXES: expected gke://CONTEXT/NAMESPACE[?image=REF], got {url!r}"
-            + (f" (unknown options: {', '.join(sorted(unknown))})" if unknown else ""),
-            setting="HANGAR_SANDBOXES",
-        )
-    return unquote(head), unquote(namespace), options
-
-
-def configuration(context: str, settings: Settings) -> Any:
-    """The client's Configuration: HANGAR_GKE_ENDPOINT with HANGAR_GKE_CA and a token of
-    Google's default credentials (refreshed before it expires) when set, else the kubeconfig's
-    ``context``. InvalidSettings when neither can be loaded."""
-    from kubernetes import client, config
-
-    cfg: Any = client.Configuration()
-    if settings.gke_endpoint:
-        cfg.host = settings.gke_endpoint
-        cfg.ssl_ca_cert = str(settings.gke_ca) if settings.gke_ca else None
-        cfg.api_key_prefix = {"authorization": "Bearer"}
-        cfg.refresh_api_key_hook = _google_token
-        return cfg
-    # KUBECONFIG as it is now: the client reads it once, when it is first imported.
-    files = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    try:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=files, context=context, client_configuration=cfg,
-            persist_config=False)
-    except (config.ConfigException, OSError, ValueError) as exc:
-        raise InvalidSettings(f"HANGAR_SANDBOXES: cannot load kubeconfig context {context!r}: "
-                              f"{exc}", setting="HANGAR_SANDBOXES") from exc  # fmt: skip
-    return cfg
-
-
-def _google_token(cfg: Any) -> None:
-    """Configuration.refresh_api_key_hook: a fresh access token of the default credentials."""
-    import google.auth
-    import google.auth.transport.requests
-
-    creds = getattr(cfg, "_hangar_credentials", None)
-    if creds is None:
-        creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-        cfg._hangar_credentials = creds
-    if not creds.valid:
-        creds.refresh(google.auth.transport.requests.Request())
-    cfg.api_key = {"authorization": creds.token}
-
-
+LEASE_MARGIN = timedelta(minutes=15)
+"""How long past hangar's own expiry of a sandbox the cluster's lease on it runs: the reaper
+checkpoints and destroys a sandbox once its TTL has passed (a pass every minute, a checkpoint
+taking minutes at worst), and the cluster deletes it, unsaved, only at this margin later."""
 class GkeSandboxes:
     """The ``gke://`` backend of :class:`hangar.sandboxes.Sandboxes` (the module's docstring).
 
-    ``image`` is the default image of a spec without one; ``pod`` the pod settings of every
-    template made. Thread-safe: each exec has a client of its own (the client's websocket
-    helper swaps a method of the client it is given while it runs).
+    ``image`` is the default image of a spec without one; ``pod`` and ``network`` the pod
+    settings and network of every template made; ``replicas`` every pool's; ``ttl`` a new
+    sandbox's (its claim's lease, :data:`LEASE_MARGIN` later). Thread-safe: each exec has a
+    client of its own (the client's websocket helper swaps a method of the client it is given
+    while it runs).
     """
 
     capabilities = SandboxCapabilities(images=True)
     """Images, yes; no host paths, host ports or host reads (the pod is on another machine)."""
 
     def __init__(self, cfg: Any, namespace: str, *, image: str | None = None,
-                 pod: PodSettings | None = None) -> None:  # fmt: skip
+                 pod: PodSettings | None = None, network: Network | None = None,
+                 replicas: int = 0, ttl: timedelta = timedelta(hours=2)) -> None:  # fmt: skip
         from kubernetes import client
 
         self.cfg = cfg
         self.namespace = namespace
         self.image = image
         self.pod = pod or PodSettings()
+        self.network = network or Network()
+        self.replicas = replicas
+        self.ttl = ttl
         self._api = client.ApiClient(cfg)
         self._objects = client.CustomObjectsApi(self._api)
-        self._pools: set[str] = set()
+        policy = objects.network_policy(self.network, control_plane(cfg.host))
+        self.pools = WarmPools(self._objects, namespace, self.pod, self.network, policy,
+                               replicas, translate, _vendor_errors())  # fmt: skip
+        self._leases: dict[str, datetime] = {}  # sandbox id -> its claim's shutdownTime
         self._pods: dict[str, str] = {}  # sandbox name -> pod name (stable for a sandbox)
         self._pending_env: dict[str, dict[str, str]] = {}  # spec env not yet in its pod
 
@@ -169,13 +135,17 @@ class GkeSandboxes:
         context, namespace, options = parse_url(url)
         pod = PodSettings(memory_mb=settings.sandbox_memory_mb,
                           runtime_class=options.get("runtime_class"))  # fmt: skip
+        deny = options.get("deny")
+        network = Network(tuple(filter(None, deny.split(",")))) if deny is not None else None
         return cls(configuration(context, settings), namespace, image=options.get("image"),
-                   pod=pod)  # fmt: skip
+                   pod=pod, network=network, replicas=int(options.get("warm_pool", "0")),
+                   ttl=timedelta(minutes=settings.sandbox_ttl_minutes))  # fmt: skip
 
     # -- the port ---------------------------------------------------------------------------
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
-        """Make (if missing) the image's template and pool, then claim a sandbox of it;
+        """Bring the spec's pool and its template in step (made, repointed, rescaled as
+        needed; nothing asked when this backend already did so), then claim a sandbox of it;
         returns once the claim exists. InvalidInput without an image; SandboxCapabilityMissing
         for ro_paths or host_ports."""
         refuse_missing(self.capabilities, spec, "gke")
@@ -184,15 +154,41 @@ class GkeSandboxes:
             raise InvalidInput("a gke sandbox needs an image: set the environment's image "
                                "(hangar env update --image IMAGE)", field="image")  # fmt: skip
         spec_env = check_env(spec.env)
-        pool = self._ensure_pool(image)
+        pool = objects.pool_name(spec.pool)
+        template = self.pools.ensure(pool, image)
         sandbox_id = f"hangar-{secrets.token_hex(4)}"
         now = datetime.now(UTC)
-        body = objects.claim(sandbox_id, pool, spec.labels, now)
+        lease = _whole_second(now + self.ttl + LEASE_MARGIN)
+        body = objects.claim(sandbox_id, pool, spec.labels, now, lease, template)
         made = self._call(lambda: self._objects.create_namespaced_custom_object(
             objects.EXTENSIONS_GROUP, objects.VERSION, self.namespace, objects.CLAIMS, body))
         if spec_env:
             self._pending_env[sandbox_id] = spec_env
+        self._remember(sandbox_id, lease)
         return _info(made)
+
+    def extend(self, sandbox_id: str, until: datetime) -> None:
+        """Move the claim's shutdownTime on to ``until`` plus :data:`LEASE_MARGIN`, unless it
+        is already later: no request when this backend set or read a later one itself, one
+        (the patch) when it set or read an earlier one (hangar only ever moves a session's
+        expiry on, so no other process set a later one meanwhile), else the claim is read
+        first. A missing sandbox is nothing to do."""
+        lease = _whole_second(until + LEASE_MARGIN)
+        known = self._leases.get(sandbox_id)
+        if not _is_ours(sandbox_id) or (known is not None and known >= lease):
+            return
+        try:
+            current = known or objects.shutdown_time(self._claim(sandbox_id))
+            if current is None or current < lease:
+                patch = {"spec": {"lifecycle": {"shutdownTime": objects.rfc3339(lease),
+                                                "shutdownPolicy": "Delete"}}}  # fmt: skip
+                self._call(lambda: self._objects.patch_namespaced_custom_object(
+                    objects.EXTENSIONS_GROUP, objects.VERSION, self.namespace, objects.CLAIMS,
+                    sandbox_id, patch), sandbox_id)  # fmt: skip
+                current = lease
+        except SandboxNotFound:
+            return
+        self._remember(sandbox_id, current)
 
     def status(self, sandbox_id: str) -> SandboxStatus:
         """The claim's Ready condition read (:func:`~.agentsandbox.claim_status`);
@@ -217,6 +213,7 @@ class GkeSandboxes:
         """Delete the claim (the controller deletes its sandbox and pod); a missing one is
         nothing to do. No hook runs."""
         self._pending_env.pop(sandbox_id, None)
+        self._leases.pop(sandbox_id, None)
         if not _is_ours(sandbox_id):
             return
         try:
@@ -299,21 +296,10 @@ class GkeSandboxes:
 
     # -- objects ----------------------------------------------------------------------------
 
-    def _ensure_pool(self, image: str) -> str:
-        """The pool of ``image``: its template and pool created unless they exist."""
-        made = [objects.template(image, self.pod), objects.warm_pool(image, self.pod)]
-        name = str(made[0]["metadata"]["name"])
-        if name in self._pools:
-            return name
-        for body, plural in zip(made, (objects.TEMPLATES, objects.POOLS), strict=True):
-            try:
-                self._call(functools.partial(self._objects.create_namespaced_custom_object,
-                                             objects.EXTENSIONS_GROUP, objects.VERSION,
-                                             self.namespace, plural, body))  # fmt: skip
-            except _AlreadyThere:
-                pass  # made by an earlier create, here or elsewhere
-        self._pools.add(name)
-        return name
+    def _remember(self, sandbox_id: str, lease: datetime) -> None:
+        if len(self._leases) >= _POD_CACHE:
+            self._leases.clear()  # leases of sandboxes long gone: read the rest again
+        self._leases[sandbox_id] = lease
 
     def _claim(self, sandbox_id: str) -> dict[str, Any]:
         if not _is_ours(sandbox_id):
@@ -467,10 +453,6 @@ SandboxUnavailable."""
 _UNAVAILABLE = {0, 429, 500, 502, 503, 504}
 
 
-class _AlreadyThere(SandboxError):
-    """409 AlreadyExists on a create (internal: a template or pool made before)."""
-
-
 def translate(exc: BaseException, sandbox_id: str | None = None) -> HangarError:
     """hangar's error for a client exception (see :data:`TABLE`)."""
     status = getattr(exc, "status", None)
@@ -483,7 +465,7 @@ def translate(exc: BaseException, sandbox_id: str | None = None) -> HangarError:
                 return SandboxNotFound(f"no sandbox {sandbox_id}", **data)
             return SandboxError(f"Kubernetes: not found: {reason}", **data)
         if status == 409:
-            return _AlreadyThere(f"Kubernetes: already exists: {reason}", **data)
+            return AlreadyThere(f"Kubernetes: already exists: {reason}", **data)
         kind = SandboxUnavailable if status in _UNAVAILABLE else SandboxError
         return kind(f"Kubernetes API {status or 'unreachable'}: {reason}"[:2000], status=status,
                     **data)  # fmt: skip
@@ -513,6 +495,11 @@ def _vendor_errors() -> tuple[type[BaseException], ...]:
 
 
 # -- small pieces --------------------------------------------------------------------------
+
+
+def _whole_second(when: datetime) -> datetime:
+    """``when`` rounded up to a whole second (a ``metav1.Time`` has no finer part)."""
+    return when.replace(microsecond=0) + timedelta(seconds=1 if when.microsecond else 0)
 
 
 def _is_ours(sandbox_id: str) -> bool:

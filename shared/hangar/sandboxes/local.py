@@ -427,6 +427,10 @@ class LocalSandboxes:
             return
         _teardown(self.root / sandbox_id, record)
 
+    def extend(self, sandbox_id: str, until: datetime) -> None:
+        """Nothing to do: a local sandbox has no lease (it lives until destroyed; hangar's
+        reaper alone ends it)."""
+
     def network_rules(self, sandbox_id: str) -> str:
         """The packet filter the kernel holds for the sandbox's network namespace, as ``nft``
         lists it (empty for a sandbox of the previous layout, which has none). SandboxNotFound

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, BinaryIO
 
 from hangar.errors import DestroyVetoed, HangarError, SandboxNotFound
@@ -103,6 +104,9 @@ class SandboxPolicy:
 
     def get_file(self, sandbox_id: str, path: str, out: BinaryIO, **options: Any) -> int:
         return self.backend.get_file(sandbox_id, path, out, **options)
+
+    def extend(self, sandbox_id: str, until: datetime) -> None:
+        self.backend.extend(sandbox_id, until)
 
 
 def guarded(sandboxes: Sandboxes) -> SandboxPolicy:

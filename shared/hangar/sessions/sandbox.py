@@ -115,7 +115,9 @@ class Provisioner:
         :meth:`status`); any other sandbox labelled with it (left by a start that died before
         recording it) is destroyed first. SandboxCapabilityMissing, with nothing made, when
         the environment needs what the backend cannot give (a host path repo, host ports, an
-        image). The spec carries the environment's image, if it names one.
+        image). The spec carries the environment's image, if it names one, and its name as
+        the pool (sandboxes of one environment come from one warm pool where the backend has
+        pools).
         CapacityExhausted, with no sandbox left, when it would pass ``HANGAR_MAX_SANDBOXES``
         (:func:`~hangar.sessions.capacity.admit`)."""
         ro_paths = [env.repo] if env.repo.startswith("/") else []
@@ -123,7 +125,7 @@ class Provisioner:
         self.destroy_all(session.id)
         info = self.sandboxes.create(SandboxSpec(labels={SESSION_LABEL: session.id},
                                                  ro_paths=ro_paths, host_ports=env.host_ports,
-                                                 image=env.image))  # fmt: skip
+                                                 image=env.image, pool=env.name))  # fmt: skip
         admit(self.settings, self.sandboxes, info)  # CapacityExhausted: it is gone again
         return info
 

@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -292,6 +293,21 @@ class SandboxesConformance:
             sandboxes.get(info.id)
         # Hooks, the veto and force are the policy's (hangar.sandboxes.policy), not a backend's.
         assert not hasattr(sandboxes, "add_pre_destroy_hook")
+
+    def test_extend_keeps_a_sandbox_usable_and_of_a_missing_one_does_nothing(
+        self, sandboxes: Sandboxes
+    ) -> None:
+        info = make(sandboxes)
+        soon = datetime.now(UTC) + timedelta(hours=1)
+        sandboxes.extend(info.id, soon + timedelta(hours=1))
+        sandboxes.extend(info.id, soon)  # never shortens
+        assert run(sandboxes, info.id, "echo still") == "still\n"
+        assert sandboxes.get(info.id) == info
+        sandboxes.destroy(info.id)
+        sandboxes.extend(info.id, soon)
+        sandboxes.extend(f"{info.id}-never-made", soon)
+        with pytest.raises(SandboxNotFound):
+            sandboxes.get(info.id)
 
     def test_a_destroyed_sandbox_is_not_found_and_not_listed(self, sandboxes: Sandboxes) -> None:
         info = make(sandboxes)

@@ -3,10 +3,12 @@ sandboxes), plus the Agent Sandbox manifests, the claim's status, the URL and th
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import json
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
@@ -32,8 +34,9 @@ from hangar.errors import (
 from hangar.sandboxes import ExecResult, SandboxSpec, SandboxState, SandboxStatus, SandboxUser
 from hangar.sandboxes import open_sandboxes
 from hangar.sandboxes import agentsandbox as objects
-from hangar.sandboxes.agentsandbox import PodSettings
+from hangar.sandboxes.agentsandbox import Network, PodSettings
 from hangar.sandboxes.gke import (
+    LEASE_MARGIN,
     TABLE,
     GkeSandboxes,
     configuration,
@@ -107,22 +110,182 @@ def test_a_spec_without_an_image_on_a_url_without_one_is_invalid_input_naming_th
     assert backend.list({"conformance": label}) == []
 
 
-def test_one_template_and_pool_per_image_are_made_and_claims_never_carry_env(
+def _get(backend: GkeSandboxes, plural: str, name: str, group: str = objects.EXTENSIONS_GROUP
+         ) -> dict[str, Any]:  # fmt: skip
+    return cast(dict[str, Any], backend._objects.get_namespaced_custom_object(
+        group, objects.VERSION, "default", plural, name))
+
+
+def _names(backend: GkeSandboxes, plural: str, selector: str = "",
+           group: str = objects.EXTENSIONS_GROUP) -> list[str]:  # fmt: skip
+    found = cast(dict[str, Any], backend._objects.list_namespaced_custom_object(
+        group, objects.VERSION, "default", plural, label_selector=selector))
+    return sorted(o["metadata"]["name"] for o in found["items"])
+
+
+def _counted(backend: GkeSandboxes, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The requests ``backend`` makes from now on (method and path)."""
+    calls: list[str] = []
+    inner = backend._api.call_api
+
+    def call_api(*args: Any, **kwargs: Any) -> Any:
+        method, url = (a for a in args[:2])  # the client's order varies by version
+        if str(url).isupper():
+            method, url = url, method
+        calls.append(f"{method} {urlsplit(str(url)).path}")
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(backend._api, "call_api", call_api)
+    return calls
+
+
+def test_one_pool_per_environment_is_made_and_claims_never_carry_env(
     sandboxes: GkeSandboxes, stand_in: KubeStandIn
 ) -> None:
-    label = uuid.uuid4().hex
-    spec = SandboxSpec(labels={"conformance": label}, env={"SECRET": "s3cret-value"})
+    label, env = uuid.uuid4().hex, f"env {uuid.uuid4().hex[:6]}"
+    spec = SandboxSpec(labels={"conformance": label}, env={"SECRET": "s3cret-value"}, pool=env)
     first = sandboxes.create(spec)
-    sandboxes.create(SandboxSpec(labels={"conformance": label}))
-    pool = objects.warm_pool(IMAGE, sandboxes.pod)["metadata"]["name"]
-    claim = cast(dict[str, Any], sandboxes._objects.get_namespaced_custom_object(
-        objects.EXTENSIONS_GROUP, objects.VERSION, "default", objects.CLAIMS, first.id))
+    sandboxes.create(SandboxSpec(labels={"conformance": label}, pool=env))
+    pool = objects.pool_name(env)
+    claim = _get(sandboxes, objects.CLAIMS, first.id)
     assert claim["spec"]["warmPoolRef"] == {"name": pool}
     assert "env" not in claim["spec"] and "s3cret-value" not in str(claim)
     assert claim["spec"]["additionalPodMetadata"]["labels"][objects.SANDBOX_ID] == first.id
-    pools = cast(dict[str, Any], sandboxes._objects.list_namespaced_custom_object(
-        objects.EXTENSIONS_GROUP, objects.VERSION, "default", objects.POOLS))["items"]
-    assert [p["metadata"]["name"] for p in pools].count(pool) == 1
+    assert _names(sandboxes, objects.POOLS).count(pool) == 1
+    [template] = _names(sandboxes, objects.TEMPLATES, f"{objects.POOL_LABEL}={pool}")
+    assert _get(sandboxes, objects.POOLS, pool)["spec"]["sandboxTemplateRef"] == {"name": template}
+    assert claim["metadata"]["labels"][objects.TEMPLATE_LABEL] == template
+
+
+def test_a_create_with_nothing_changed_makes_one_request(
+    sandboxes: GkeSandboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = f"env-{uuid.uuid4().hex[:6]}"
+    sandboxes.create(SandboxSpec(labels={"conformance": uuid.uuid4().hex}, pool=env))
+    calls = _counted(sandboxes, monkeypatch)
+    sandboxes.create(SandboxSpec(labels={"conformance": uuid.uuid4().hex}, pool=env))
+    claims = f"/apis/{objects.EXTENSIONS_GROUP}/v1beta1/namespaces/default/sandboxclaims"
+    assert calls == [f"POST {claims}"]
+
+
+def test_a_changed_image_repoints_the_pool_and_collects_templates_no_live_claim_was_made_on(
+    sandboxes: GkeSandboxes, sandboxes_settings: Settings
+) -> None:
+    env = f"env-{uuid.uuid4().hex[:6]}"
+    pool = objects.pool_name(env)
+    first = sandboxes.create(SandboxSpec(labels={"conformance": uuid.uuid4().hex}, pool=env))
+    [one] = _names(sandboxes, objects.TEMPLATES, f"{objects.POOL_LABEL}={pool}")
+    other = GkeSandboxes.from_url(sandboxes_settings.sandboxes, sandboxes_settings)
+    spec = SandboxSpec(labels={"conformance": uuid.uuid4().hex}, pool=env, image=f"{IMAGE}-2")
+    other.create(spec)  # the first claim still lives: its template stays
+    two = _get(sandboxes, objects.POOLS, pool)["spec"]["sandboxTemplateRef"]["name"]
+    assert two != one
+    assert _names(sandboxes, objects.TEMPLATES, f"{objects.POOL_LABEL}={pool}") == sorted([one, two])
+    sandboxes.destroy(first.id)
+    sandboxes.pools.fresh = 0.0  # what it knows of the pool is old: it looks again
+    third = sandboxes.create(SandboxSpec(labels={"conformance": uuid.uuid4().hex}, pool=env))
+    assert _get(sandboxes, objects.POOLS, pool)["spec"]["sandboxTemplateRef"] == {"name": one}
+    assert _names(sandboxes, objects.TEMPLATES, f"{objects.POOL_LABEL}={pool}") == sorted([one, two])
+    for info in other.list({"conformance": spec.labels["conformance"]}):
+        other.destroy(info.id)
+    sandboxes.destroy(third.id)
+    other.pools.fresh = 0.0
+    other.create(spec)  # nothing lives on one now: it goes
+    assert _names(sandboxes, objects.TEMPLATES, f"{objects.POOL_LABEL}={pool}") == [two]
+
+
+def test_a_repointed_warm_pool_replaces_its_ready_sandboxes_with_the_new_templates(
+    stand_in: KubeStandIn, sandboxes_settings: Settings
+) -> None:
+    url = f"{sandboxes_settings.sandboxes}&warm_pool=1"
+    backend = GkeSandboxes.from_url(url, sandboxes_settings)
+    env = f"env-{uuid.uuid4().hex[:6]}"
+    pool = objects.pool_name(env)
+    selector = f"agents.x-k8s.io/warm-pool-sandbox={pool}"
+
+    def warm(template: str) -> bool:
+        names = _names(backend, objects.SANDBOXES, selector, objects.AGENTS_GROUP)
+        return len(names) == 1 and all(
+            _get(backend, objects.SANDBOXES, n, objects.AGENTS_GROUP)["metadata"]["annotations"]
+            ["agents.x-k8s.io/sandbox-template-ref"] == template for n in names)
+
+    try:
+        first = backend.create(SandboxSpec(labels={"conformance": uuid.uuid4().hex}, pool=env))
+        backend.destroy(first.id)
+        one = _get(backend, objects.POOLS, pool)["spec"]["sandboxTemplateRef"]["name"]
+        assert _get(backend, objects.POOLS, pool)["spec"]["replicas"] == 1
+        _wait(lambda: warm(one))
+        second = backend.create(SandboxSpec(labels={"conformance": uuid.uuid4().hex}, pool=env,
+                                            image=f"{IMAGE}-2"))  # fmt: skip
+        backend.destroy(second.id)
+        two = _get(backend, objects.POOLS, pool)["spec"]["sandboxTemplateRef"]["name"]
+        assert two != one
+        _wait(lambda: warm(two))
+        assert _names(backend, objects.TEMPLATES, f"{objects.POOL_LABEL}={pool}") == [two]
+    finally:
+        backend._objects.patch_namespaced_custom_object(
+            objects.EXTENSIONS_GROUP, objects.VERSION, "default", objects.POOLS, pool,
+            {"spec": {"replicas": 0}})
+
+
+def test_a_backend_with_another_warm_pool_count_rescales_the_pool(
+    sandboxes: GkeSandboxes, sandboxes_settings: Settings
+) -> None:
+    env = f"env-{uuid.uuid4().hex[:6]}"
+    pool = objects.pool_name(env)
+    sandboxes.create(SandboxSpec(labels={"conformance": uuid.uuid4().hex}, pool=env))
+    assert _get(sandboxes, objects.POOLS, pool)["spec"]["replicas"] == 0
+    url = f"{sandboxes_settings.sandboxes}&warm_pool=2"
+    other = GkeSandboxes.from_url(url, sandboxes_settings)
+    info = other.create(SandboxSpec(labels={"conformance": uuid.uuid4().hex}, pool=env))
+    other.destroy(info.id)
+    assert _get(sandboxes, objects.POOLS, pool)["spec"] == objects.pool_spec(
+        _get(sandboxes, objects.POOLS, pool)["spec"]["sandboxTemplateRef"]["name"], 2)
+    sandboxes._objects.patch_namespaced_custom_object(
+        objects.EXTENSIONS_GROUP, objects.VERSION, "default", objects.POOLS, pool,
+        {"spec": {"replicas": 0}})
+
+
+def test_the_template_the_stand_in_keeps_holds_the_network_policy_denying_the_control_plane(
+    sandboxes: GkeSandboxes,
+) -> None:
+    env = f"env-{uuid.uuid4().hex[:6]}"
+    sandboxes.create(SandboxSpec(labels={"conformance": uuid.uuid4().hex}, pool=env))
+    [name] = _names(sandboxes, objects.TEMPLATES, f"{objects.POOL_LABEL}={objects.pool_name(env)}")
+    spec = _get(sandboxes, objects.TEMPLATES, name)["spec"]
+    assert spec["networkPolicyManagement"] == "Managed"
+    control_plane = f"{urlsplit(sandboxes.cfg.host).hostname}/32"  # named by address here
+    assert spec["networkPolicy"] == objects.network_policy(sandboxes.network, (control_plane,))
+    assert control_plane in spec["networkPolicy"]["egress"][1]["to"][0]["ipBlock"]["except"]
+
+
+def test_a_claims_lease_is_the_ttl_and_a_margin_and_extend_moves_it_on_never_back(
+    sandboxes: GkeSandboxes, sandboxes_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = datetime.now(UTC)
+    info = sandboxes.create(SandboxSpec(labels={"conformance": uuid.uuid4().hex}))
+    lease = objects.shutdown_time(_get(sandboxes, objects.CLAIMS, info.id))
+    assert lease is not None
+    expected = before + sandboxes.ttl + LEASE_MARGIN
+    assert expected - timedelta(seconds=1) <= lease <= expected + timedelta(minutes=1)
+    assert _get(sandboxes, objects.CLAIMS, info.id)["spec"]["lifecycle"]["shutdownPolicy"] == \
+        "Delete"  # fmt: skip
+    until = datetime(2100, 1, 2, 3, 4, 5, tzinfo=UTC)
+    sandboxes.extend(info.id, until)
+    assert objects.shutdown_time(_get(sandboxes, objects.CLAIMS, info.id)) == until + LEASE_MARGIN
+    calls = _counted(sandboxes, monkeypatch)
+    sandboxes.extend(info.id, until - timedelta(days=1))  # earlier: nothing asked, nothing moved
+    assert calls == []
+    fresh = GkeSandboxes.from_url(sandboxes_settings.sandboxes, sandboxes_settings)
+    fresh.extend(info.id, until - timedelta(days=1))  # another process: read, not shortened
+    assert objects.shutdown_time(_get(sandboxes, objects.CLAIMS, info.id)) == until + LEASE_MARGIN
+
+
+def _wait(done: Any, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, "not done in time"
+        time.sleep(0.05)
 
 
 def test_an_image_that_cannot_be_pulled_is_a_failed_sandbox_with_the_reason(
@@ -192,7 +355,8 @@ def test_a_running_exec_is_killed_by_its_id_without_its_stream_closing(
 
 
 def test_the_template_runs_the_image_as_root_with_only_the_uid_split_capabilities() -> None:
-    made = objects.template(IMAGE, PodSettings(memory_mb=2048, runtime_class="gvisor"))
+    made = objects.template("t", "p", IMAGE, PodSettings(memory_mb=2048, runtime_class="gvisor"),
+                            objects.network_policy(Network()))  # fmt: skip
     spec = made["spec"]["podTemplate"]["spec"]
     [container] = spec["containers"]
     assert container["image"] == IMAGE
@@ -205,20 +369,74 @@ def test_the_template_runs_the_image_as_root_with_only_the_uid_split_capabilitie
     assert made["spec"]["envVarsInjectionPolicy"] == "Disallowed"
 
 
-def test_templates_and_pools_are_named_by_what_defines_them_not_by_replicas() -> None:
-    name = objects.template(IMAGE, PodSettings())["metadata"]["name"]
-    assert objects.warm_pool(IMAGE, PodSettings(replicas=3))["metadata"]["name"] == name
-    assert objects.warm_pool(IMAGE, PodSettings(replicas=3))["spec"] == {
-        "replicas": 3, "sandboxTemplateRef": {"name": name}}
-    assert objects.template("other:1", PodSettings())["metadata"]["name"] != name
-    assert objects.template(IMAGE, PodSettings(memory_mb=1))["metadata"]["name"] != name
+def test_pools_are_named_by_environment_and_templates_by_pool_and_what_defines_them() -> None:
+    pool = objects.pool_name("My Env_1")
+    assert pool.startswith("hangar-my-env-1-") and len(pool) == len("hangar-my-env-1-") + 6
+    assert objects.pool_name("my env 1") != pool  # same slug, another name: another pool
+    assert objects.pool_name(None) == objects.DEFAULT_POOL
+    long = objects.pool_name("x" * 200 + "!")
+    assert len(long) <= 44 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", long)
+    assert objects.pool_name("***").startswith("hangar-")
+    name = objects.template_name(pool, IMAGE, PodSettings(), Network())
+    assert name.startswith(f"{pool}-") and len(name) <= 63
+    assert objects.template_name(pool, "other:1", PodSettings(), Network()) != name
+    assert objects.template_name(pool, IMAGE, PodSettings(memory_mb=1), Network()) != name
+    assert objects.template_name(pool, IMAGE, PodSettings(), Network(("10.0.0.0/8",))) != name
+    assert objects.warm_pool(pool, name, 3)["spec"] == {
+        "replicas": 3, "sandboxTemplateRef": {"name": name},
+        "updateStrategy": {"type": "Recreate"}}
+    made = objects.template(name, pool, IMAGE, PodSettings(), {})
+    assert made["metadata"]["labels"][objects.POOL_LABEL] == pool
+
+
+def test_the_network_policy_denies_ingress_and_internal_metadata_and_control_plane_egress(
+) -> None:
+    policy = objects.network_policy(Network(), ("34.1.2.3/32",))
+    assert policy["ingress"] == []
+    dns, anywhere = policy["egress"]
+    assert dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    system = {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}
+    assert {"namespaceSelector": system,
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}} in dns["to"]
+    v4, v6 = (peer["ipBlock"] for peer in anywhere["to"])
+    assert "ports" not in anywhere
+    assert v4["cidr"] == "0.0.0.0/0" and v6["cidr"] == "::/0"
+    for cidr in ("169.254.169.254/32", "169.254.0.0/16", "10.0.0.0/8", "172.16.0.0/12",
+                 "192.168.0.0/16", "100.64.0.0/10", "34.1.2.3/32"):
+        assert cidr in v4["except"]
+    assert v6["except"] == ["fd00::/8", "fe80::/10"]
+    kept = objects.network_policy(Network(("10.8.0.0/14",)))["egress"][1]["to"][0]["ipBlock"]
+    assert kept["except"] == ["169.254.169.254/32", "169.254.0.0/16", "10.8.0.0/14"]
+
+
+def test_the_stand_in_takes_the_policy_and_refuses_a_field_the_v1beta1_types_lack(
+    sandboxes: GkeSandboxes,
+) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    policy = objects.network_policy(Network(), ("34.1.2.3/32",))
+    name = f"hangar-check-{uuid.uuid4().hex[:6]}"
+    body = objects.template(name, "p", IMAGE, PodSettings(), policy)
+    create = functools.partial(sandboxes._objects.create_namespaced_custom_object,
+                               objects.EXTENSIONS_GROUP, objects.VERSION, "default",
+                               objects.TEMPLATES)  # fmt: skip
+    create(body)
+    assert _get(sandboxes, objects.TEMPLATES, name)["spec"]["networkPolicy"] == policy
+    wrong = objects.template(f"{name}-x", "p", IMAGE, PodSettings(),
+                             {**policy, "policyTypes": ["Egress"]})  # fmt: skip
+    with pytest.raises(ApiException) as refused:
+        create(wrong)
+    assert "policyTypes" in str(refused.value.body)
+    sandboxes._objects.delete_namespaced_custom_object(
+        objects.EXTENSIONS_GROUP, objects.VERSION, "default", objects.TEMPLATES, name)
 
 
 def test_a_claim_labels_itself_and_its_pod_and_keeps_the_time_to_the_microsecond() -> None:
     when = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
-    made = objects.claim("hangar-0123abcd", "pool", {"hangar.session": "s1"}, when)
+    made = objects.claim("hangar-0123abcd", "pool", {"hangar.session": "s1"}, when, None, "t1")
     labels = made["metadata"]["labels"]
-    assert labels == made["spec"]["additionalPodMetadata"]["labels"]
+    assert labels == {**made["spec"]["additionalPodMetadata"]["labels"],
+                      objects.TEMPLATE_LABEL: "t1"}  # fmt: skip
     assert labels[objects.SANDBOX_ID] == "hangar-0123abcd" and labels["hangar.session"] == "s1"
     assert objects.user_labels(made) == {"hangar.session": "s1"}
     assert objects.created_at(made) == when
@@ -251,11 +469,16 @@ def test_a_claims_ready_condition_reads_as_pending_ready_or_failed_with_its_reas
 # -- the URL and the configuration -----------------------------------------------------------
 
 
-def test_the_url_names_a_context_a_namespace_and_optional_image_and_runtime_class() -> None:
+def test_the_url_names_a_context_a_namespace_and_optional_image_runtime_pool_and_denials(
+) -> None:
     assert parse_url("gke://gke_p_z_c/agents") == ("gke_p_z_c", "agents", {})
-    assert parse_url("gke://ctx/ns?image=a/b:1&runtime_class=gvisor") == (
-        "ctx", "ns", {"image": "a/b:1", "runtime_class": "gvisor"})
-    for bad in ("gke://ctx", "gke:///ns", "gke://ctx/", "gke://ctx/ns?colour=red", "local:///x"):
+    assert parse_url("gke://ctx/ns?image=a/b:1&runtime_class=gvisor&warm_pool=2&"
+                     "deny=10.0.0.0/8,fd00::/8") == (
+        "ctx", "ns", {"image": "a/b:1", "runtime_class": "gvisor", "warm_pool": "2",
+                      "deny": "10.0.0.0/8,fd00::/8"})
+    for bad in ("gke://ctx", "gke:///ns", "gke://ctx/", "gke://ctx/ns?colour=red", "local:///x",
+                "gke://ctx/ns?warm_pool=-1", "gke://ctx/ns?warm_pool=two",
+                "gke://ctx/ns?deny=10.0.0.0/33"):
         with pytest.raises(InvalidSettings):
             parse_url(bad)
 
@@ -271,6 +494,23 @@ def test_an_endpoint_setting_configures_the_client_with_its_ca_and_a_bearer_toke
     assert cfg.host == "https://10.0.0.1" and cfg.ssl_ca_cert == str(ca)
     assert cfg.api_key_prefix == {"authorization": "Bearer"}
     assert callable(cfg.refresh_api_key_hook)
+
+
+def test_the_backend_reads_kubeconfig_as_it_is_when_it_opens_not_at_import(
+    stand_in: KubeStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kubernetes  # noqa: F401  (imported before KUBECONFIG names the file below)
+
+    moved = tmp_path / "elsewhere.yaml"
+    moved.write_text(Path(stand_in.kubeconfig).read_text().replace(
+        stand_in.context, "moved-context"))
+    monkeypatch.setenv("KUBECONFIG", str(moved))
+    settings = Settings.build(data_dir=tmp_path, harness_dir=tmp_path)
+    backend = GkeSandboxes.from_url("gke://moved-context/default", settings)
+    assert backend.list({"conformance": uuid.uuid4().hex}) == []
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing.yaml"))
+    with pytest.raises(InvalidSettings, match="moved-context"):
+        GkeSandboxes.from_url("gke://moved-context/default", settings)
 
 
 def test_an_unknown_kubeconfig_context_is_invalid_settings(
