@@ -8,7 +8,9 @@ themselves are in :mod:`hangar.sessions.schedule`).
 - ``watch``: finish the running turn once it has ended, and extend the sandbox's TTL;
 - ``idle``: suspend a session unused for its idle time (not while a shell is open);
 - ``interval``: checkpoint if something changed;
-- ``reap``: destroy the sandboxes past their TTL, through the pre-destroy checkpoint.
+- ``reap``: destroy the sandboxes past their TTL, through the pre-destroy checkpoint, and
+  renew the backend's lease on the others (``extend``: a cluster deletes a sandbox at a time
+  of its own, set a margin past the TTL the session had when its sandbox was made).
 
 Contracts: ticks are hints, delivered at least once and never early, possibly forged or stale.
 :meth:`Housekeeping.handle_tick` drops a payload that does not parse, re-reads the session and
@@ -189,13 +191,22 @@ class Housekeeping:
         through the pre-destroy hook, concurrently. Returns the ids of those destroyed. The
         reaper never forces: a sandbox whose checkpoint fails (DestroyVetoed) is kept until
         the next pass, with the failure on its session (``checkpoint_error``), and tried again
-        then; one that could not be destroyed for another reason is logged and left too."""
+        then; one that could not be destroyed for another reason is logged and left too.
+        Every other sandbox of an idle or active session, not yet due, has the backend's lease
+        renewed to its session's expiry (which activity has moved on; a backend asks nothing
+        of a lease it knows to be later already)."""
         now = utcnow()
-        doomed = [
-            (s.id, s.sandbox_id)
-            for s in self.db.list_sessions(states=[S.IDLE])
-            if s.sandbox_id and s.sandbox_expires_at and s.sandbox_expires_at <= now
-        ]
+        doomed = []
+        for s in self.db.list_sessions(states=[S.IDLE, S.ACTIVE]):
+            if not s.sandbox_id or not s.sandbox_expires_at:
+                continue
+            if s.sandbox_expires_at <= now and s.state is S.IDLE:
+                doomed.append((s.id, s.sandbox_id))
+            elif s.sandbox_expires_at > now:
+                try:
+                    self.sandboxes.extend(s.sandbox_id, s.sandbox_expires_at)
+                except HangarError as exc:  # the next pass tries again, well within the margin
+                    logger.warning("renewing sandbox %s failed: %s", s.sandbox_id, exc.message)
         destroyed: list[str] = []
 
         def destroy(session_id: str, sandbox_id: str) -> None:
