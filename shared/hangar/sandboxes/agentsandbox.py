@@ -79,8 +79,9 @@ class PodSettings:
     runtime_class: str | None = None
 
 
-METADATA_RANGES = ("169.254.169.254/32", "169.254.0.0/16")
-"""The metadata server and the link-local range it lives in: never reachable from a pod."""
+METADATA_RANGES = ("169.254.169.254/32", "169.254.0.0/16", "fd20:ce::254/128")
+"""The metadata server (IPv4, and GKE's IPv6 address of it) and the link-local range it lives
+in: never reachable from a pod, whatever the URL's ``deny`` says."""
 INTERNAL_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
                    "fd00::/8", "fe80::/10")  # fmt: skip
 """The cluster's internal ranges a pod may not reach unless the URL's ``deny`` says otherwise:
@@ -113,10 +114,11 @@ def pool_name(pool: str | None) -> str:
     return f"hangar-{slug}-{digest}" if slug else f"hangar-{digest}"
 
 
-def template_name(pool: str, image: str, pod: PodSettings, network: Network) -> str:
+def template_name(pool: str, image: str, pod: PodSettings, policy: Mapping[str, Any]) -> str:
     """A template's name: its pool's and a hash of what defines it, so a change of image, pod
-    settings or network is a new template (the pool repointed), never an edit of a live one."""
-    key = json.dumps({"image": image, "pod": asdict(pod), "network": asdict(network)},
+    settings or network ``policy`` is a new template (the pool repointed), never an edit of a
+    live one."""
+    key = json.dumps({"image": image, "pod": asdict(pod), "network": policy},
                      sort_keys=True).encode()  # fmt: skip
     return f"{pool}-{hashlib.sha256(key).hexdigest()[:10]}"
 

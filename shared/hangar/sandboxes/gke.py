@@ -123,8 +123,8 @@ class GkeSandboxes:
         self._api = client.ApiClient(cfg)
         self._objects = client.CustomObjectsApi(self._api)
         policy = objects.network_policy(self.network, control_plane(cfg.host))
-        self.pools = WarmPools(self._objects, namespace, self.pod, self.network, policy,
-                               replicas, translate, _vendor_errors())  # fmt: skip
+        self.pools = WarmPools(self._objects, namespace, self.pod, policy, replicas, translate,
+                               _vendor_errors())  # fmt: skip
         self._leases: dict[str, datetime] = {}  # sandbox id -> its claim's shutdownTime
         self._pods: dict[str, str] = {}  # sandbox name -> pod name (stable for a sandbox)
         self._pending_env: dict[str, dict[str, str]] = {}  # spec env not yet in its pod

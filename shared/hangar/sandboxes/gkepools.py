@@ -22,7 +22,7 @@ from typing import Any
 
 from hangar.errors import HangarError, SandboxError
 from hangar.sandboxes import agentsandbox as objects
-from hangar.sandboxes.agentsandbox import Network, PodSettings
+from hangar.sandboxes.agentsandbox import PodSettings
 
 __all__ = ["AlreadyThere", "WarmPools"]
 
@@ -42,14 +42,13 @@ class WarmPools:
     fresh = 60.0
     """Seconds a pool brought in step is trusted to stay so without a look."""
 
-    def __init__(self, api: Any, namespace: str, pod: PodSettings, network: Network,
-                 policy: dict[str, Any], replicas: int,
+    def __init__(self, api: Any, namespace: str, pod: PodSettings, policy: dict[str, Any],
+                 replicas: int,
                  translate: Callable[[BaseException], HangarError],
                  caught: tuple[type[BaseException], ...]) -> None:  # fmt: skip
         self.api = api
         self.namespace = namespace
         self.pod = pod
-        self.network = network
         self.policy = policy
         self.replicas = replicas
         self._translate = translate
@@ -59,7 +58,7 @@ class WarmPools:
     def ensure(self, pool: str, image: str) -> str:
         """Bring ``pool`` in step for ``image`` (the module's contract); returns the name of
         its template."""
-        template = objects.template_name(pool, image, self.pod, self.network)
+        template = objects.template_name(pool, image, self.pod, self.policy)
         want = objects.pool_spec(template, self.replicas)
         known, checked = self._known.get(pool, ("", 0.0))
         if known == template:

@@ -377,11 +377,13 @@ def test_pools_are_named_by_environment_and_templates_by_pool_and_what_defines_t
     long = objects.pool_name("x" * 200 + "!")
     assert len(long) <= 44 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", long)
     assert objects.pool_name("***").startswith("hangar-")
-    name = objects.template_name(pool, IMAGE, PodSettings(), Network())
+    policy = objects.network_policy(Network())
+    name = objects.template_name(pool, IMAGE, PodSettings(), policy)
     assert name.startswith(f"{pool}-") and len(name) <= 63
-    assert objects.template_name(pool, "other:1", PodSettings(), Network()) != name
-    assert objects.template_name(pool, IMAGE, PodSettings(memory_mb=1), Network()) != name
-    assert objects.template_name(pool, IMAGE, PodSettings(), Network(("10.0.0.0/8",))) != name
+    assert objects.template_name(pool, "other:1", PodSettings(), policy) != name
+    assert objects.template_name(pool, IMAGE, PodSettings(memory_mb=1), policy) != name
+    other = objects.network_policy(Network(("10.0.0.0/8",)))
+    assert objects.template_name(pool, IMAGE, PodSettings(), other) != name
     assert objects.warm_pool(pool, name, 3)["spec"] == {
         "replicas": 3, "sandboxTemplateRef": {"name": name},
         "updateStrategy": {"type": "Recreate"}}
@@ -404,7 +406,7 @@ def test_the_network_policy_denies_ingress_and_internal_metadata_and_control_pla
     for cidr in ("169.254.169.254/32", "169.254.0.0/16", "10.0.0.0/8", "172.16.0.0/12",
                  "192.168.0.0/16", "100.64.0.0/10", "34.1.2.3/32"):
         assert cidr in v4["except"]
-    assert v6["except"] == ["fd00::/8", "fe80::/10"]
+    assert v6["except"] == ["fd20:ce::254/128", "fd00::/8", "fe80::/10"]
     kept = objects.network_policy(Network(("10.8.0.0/14",)))["egress"][1]["to"][0]["ipBlock"]
     assert kept["except"] == ["169.254.169.254/32", "169.254.0.0/16", "10.8.0.0/14"]
 
