@@ -20,10 +20,13 @@ A **claimed** state (STARTING, SUSPENDING, and ACTIVE while its turn is being fi
 :class:`~hangar.models.Claim`: who works on it and until when. The worker renews the lease
 while it works (:meth:`Transitions.renew`); a claim whose lease has run out is anyone's to take
 over (:meth:`Transitions.take_over`), so no crash leaves a session that only ``delete`` can move.
-Housekeeping looks at every claim when its lease ends (the ``claim`` tick).
+Housekeeping looks at every claim when its lease ends (the ``claim`` tick). A lease runs from
+when its claim is written, not from when it was asked for: a claiming write that took a third of
+the lease or more (a contended database) is renewed at once, so no claim lands expired and is
+taken over from a worker that has only begun.
 
-Contracts: every method re-reads nothing it was not given, writes once, and raises
-SessionBusy when the session changed meanwhile or is busy, InvalidState when the session is in
+Contracts: every method re-reads nothing it was not given, writes once (a claiming one twice
+when its claim landed late, as above), and raises SessionBusy when the session changed meanwhile or is busy, InvalidState when the session is in
 a state the transition never applies to, and LostClaim (a SessionBusy) when the caller's claim
 is no longer the session's. :data:`TRANSITIONS` lists each transition's from and to states; a
 test walks every allowed and every refused pair.
@@ -32,18 +35,22 @@ test walks every allowed and every refused pair.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import socket
 import threading
-from collections.abc import Iterator, Mapping
-from datetime import timedelta
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from hangar.db import Db
-from hangar.errors import HangarError, InvalidState, SessionBusy, VersionConflict
+from hangar.errors import HangarError, InvalidState, SessionBusy, SessionNotFound
+from hangar.errors import VersionConflict
 from hangar.models import Claim, ClaimKind, Phase, Session, SessionState as S, StartError
 from hangar.models import StartIntent, StartStep, utcnow
+
+logger = logging.getLogger(__name__)
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 """Who this process is, in the claims it takes."""
@@ -80,17 +87,47 @@ class LostClaim(SessionBusy):
     code = "session_busy"
 
 
-def new_claim(kind: ClaimKind, lease_seconds: float) -> Claim:
+def new_claim(kind: ClaimKind, lease_seconds: float, now: datetime | None = None) -> Claim:
+    """A claim of this worker's, its lease running ``lease_seconds`` from ``now`` (default:
+    the wall clock)."""
     return Claim(kind=kind, by=WORKER, token=secrets.token_hex(8),
-                 until=utcnow() + timedelta(seconds=lease_seconds))  # fmt: skip
+                 until=(now or utcnow()) + timedelta(seconds=lease_seconds))  # fmt: skip
 
 
 class Transitions:
-    """The named transitions over the db port; ``lease_seconds`` is a claim's lease."""
+    """The named transitions over the db port; ``lease_seconds`` is a claim's lease, ``clock``
+    the time leases are counted in (the wall clock; a test's own)."""
 
-    def __init__(self, db: Db, lease_seconds: float) -> None:
+    def __init__(self, db: Db, lease_seconds: float,
+                 clock: Callable[[], datetime] = utcnow) -> None:  # fmt: skip
         self.db = db
         self.lease_seconds = lease_seconds
+        self.clock = clock
+
+    def _until(self) -> datetime:
+        return self.clock() + timedelta(seconds=self.lease_seconds)
+
+    def _new_claim(self, kind: ClaimKind) -> Claim:
+        return new_claim(kind, self.lease_seconds, self.clock())
+
+    def _granted(self, written: Session) -> Session:
+        """The session as its claiming write left it, the lease renewed at once when that
+        write took a third of it or more (a lease counts from when its claim is written). A
+        renewal that loses a race returns the write as it was: the caller's next transition
+        says whether the claim is still its own."""
+        claim = written.claim
+        if claim is None:
+            return written
+        left = (claim.until - self.clock()).total_seconds()
+        if left > self.lease_seconds * 2 / 3:
+            return written
+        logger.warning("the %s claim of %s took %.1f s of its %g s lease to write; renewing it",
+                       claim.kind.value, written.id, self.lease_seconds - left,
+                       self.lease_seconds)  # fmt: skip
+        try:
+            return self.renew(written, claim.token)
+        except SessionBusy:
+            return written
 
     # -- the machinery ----------------------------------------------------------------------
 
@@ -118,19 +155,18 @@ class Transitions:
         keep = to is None and not release
         update["claim"] = claim if claim is not None else session.claim if keep else None
         try:
-            return self.db.update_session(session.model_copy(update=update))
+            written = self.db.update_session(session.model_copy(update=update))
         except VersionConflict:
             raise SessionBusy(f"session {session.name} changed meanwhile; it is busy",
                               session=session.name) from None  # fmt: skip
+        return self._granted(written) if claim is not None else written
 
     def renew(self, session: Session, token: str) -> Session:
         """Extend the caller's lease (the session as read; the claim must still be its)."""
         if session.claim is None or session.claim.token != token:
             raise LostClaim(f"session {session.name}: the claim was taken over",
                             session=session.name)  # fmt: skip
-        claim = session.claim.model_copy(
-            update={"until": utcnow() + timedelta(seconds=self.lease_seconds)}
-        )
+        claim = session.claim.model_copy(update={"until": self._until()})
         try:
             return self.db.update_session(session.model_copy(update={"claim": claim}))
         except VersionConflict:
@@ -153,16 +189,26 @@ class Transitions:
     @contextlib.contextmanager
     def keeping(self, session_id: str, token: str) -> Iterator[None]:
         """Renew the caller's lease every third of it while the block runs (a restore or a
-        checkpoint can outlast a lease). The block must re-read the session after it: each
-        renewal is a write."""
+        checkpoint can outlast a lease). A renewal that fails while the claim is still the
+        caller's (a write meanwhile, a contended or unreachable database) is tried again after
+        a twelfth of the lease: the work goes on, so its lease must. Renewals stop once the
+        claim is lost or the session gone (the block finds out at its next transition). The
+        block must re-read the session after it: each renewal is a write."""
         stop = threading.Event()
 
         def keep() -> None:
-            while not stop.wait(self.lease_seconds / 3):
+            pause = self.lease_seconds / 3
+            while not stop.wait(pause):
                 try:
                     self.renew(self.db.get_session(session_id), token)
-                except HangarError:
-                    return  # lost or changed: the block finds out at its next transition
+                except (LostClaim, SessionNotFound):
+                    return
+                except HangarError as exc:
+                    logger.warning("could not renew the claim on %s (trying again): %s",
+                                   session_id, exc.message)  # fmt: skip
+                    pause = self.lease_seconds / 12
+                else:
+                    pause = self.lease_seconds / 3
 
         keeper = threading.Thread(target=keep, name=f"lease-{session_id}", daemon=True)
         keeper.start()
@@ -179,16 +225,17 @@ class Transitions:
         claim = session.claim
         if claim is None:
             raise InvalidState(f"session {session.name} holds no claim", session=session.name)
-        if claim.until > utcnow():
+        if claim.until > self.clock():
             raise SessionBusy(f"session {session.name} is busy ({claim.kind.value} by "
                               f"{claim.by})", session=session.name)  # fmt: skip
-        fresh = new_claim(claim.kind, self.lease_seconds).model_copy(
+        fresh = self._new_claim(claim.kind).model_copy(
             update={"tries": claim.tries + 1, "error": claim.error})
         try:
-            return self.db.update_session(session.model_copy(update={"claim": fresh}))
+            written = self.db.update_session(session.model_copy(update={"claim": fresh}))
         except VersionConflict:
             raise SessionBusy(f"session {session.name} changed meanwhile", session=session.name
                               ) from None  # fmt: skip
+        return self._granted(written)
 
     # -- starting -----------------------------------------------------------------------------
 
@@ -197,8 +244,8 @@ class Transitions:
         callers exactly one wins. ``changes`` go with it (a new harness, model)."""
         if intent.turn is not None:
             changes.setdefault("turn_count", intent.turn)
-        return self._move(session, "claim_start", claim=new_claim(ClaimKind.START,
-                          self.lease_seconds), start=intent, start_error=None,
+        return self._move(session, "claim_start", claim=self._new_claim(ClaimKind.START),
+                          start=intent, start_error=None,
                           phase=Phase(step=StartStep.CREATING_SANDBOX), **changes)  # fmt: skip
 
     def advance(self, session: Session, token: str, step: StartStep, detail: str = "",
@@ -207,8 +254,7 @@ class Transitions:
         phase = session.phase
         if phase is None or phase.step is not step or phase.detail != detail:
             phase = Phase(step=step, detail=detail)
-        claim = session.claim.model_copy(update={  # type: ignore[union-attr]
-            "until": utcnow() + timedelta(seconds=self.lease_seconds)})  # fmt: skip
+        claim = session.claim.model_copy(update={"until": self._until()})  # type: ignore[union-attr]
         return self._move(session, "advance", token=token, claim=claim, phase=phase, **changes)
 
     def activate(self, session: Session, token: str, **changes: Any) -> Session:
@@ -239,10 +285,10 @@ class Transitions:
         takes its one ``turn`` checkpoint. SessionBusy when someone's claim is live; an expired
         one is taken over, one more try, its error kept (as :meth:`take_over` does)."""
         claim = session.claim
-        if claim is not None and claim.until > utcnow():
+        if claim is not None and claim.until > self.clock():
             raise SessionBusy(f"the turn of {session.name} is being finished",
                               session=session.name)  # fmt: skip
-        fresh = new_claim(ClaimKind.FINISH_TURN, self.lease_seconds)
+        fresh = self._new_claim(ClaimKind.FINISH_TURN)
         if claim is not None:
             fresh = fresh.model_copy(update={"tries": claim.tries + 1, "error": claim.error})
         return self._move(session, "claim_finish", claim=fresh)
@@ -261,7 +307,7 @@ class Transitions:
     def claim_suspend(self, session: Session) -> Session:
         """IDLE to SUSPENDING, claimed."""
         return self._move(session, "claim_suspend",
-                          claim=new_claim(ClaimKind.SUSPEND, self.lease_seconds))
+                          claim=self._new_claim(ClaimKind.SUSPEND))
 
     def suspended(self, session: Session, token: str) -> Session:
         """SUSPENDING to SUSPENDED: the checkpoint is taken and the sandbox gone."""
@@ -275,7 +321,7 @@ class Transitions:
     def claim_archive(self, session: Session) -> Session:
         """IDLE, SUSPENDED or FAILED to SUSPENDING (for good), claimed."""
         return self._move(session, "claim_archive",
-                          claim=new_claim(ClaimKind.ARCHIVE, self.lease_seconds))
+                          claim=self._new_claim(ClaimKind.ARCHIVE))
 
     def archived(self, session: Session, token: str) -> Session:
         return self._move(session, "archived", token=token, sandbox_id=None,

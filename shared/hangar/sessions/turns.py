@@ -305,8 +305,10 @@ class Turns:
 
     def finish(self, session: Session) -> Session:
         """Claim the turn's end, record its outcome and run log, take its one ``turn``
-        checkpoint, and move the session to IDLE. A caller that loses the claim gets the
-        session as it is (someone else is finishing it)."""
+        checkpoint, and move the session to IDLE. A caller that loses the claim, before its
+        work or during it (taken over, or the session changed under its last write), gets the
+        session as it is: whoever holds the claim, or takes it over once its lease has run
+        out, finishes the turn (a ``wait`` goes on waiting for that)."""
         if session.claim is not None and session.claim.until > utcnow():
             return session  # being finished by someone else
         self.schedule.expect_claim(session.id)
@@ -317,7 +319,11 @@ class Turns:
         assert claimed.claim is not None and claimed.sandbox_id is not None
         token = claimed.claim.token
         self.schedule.claim_expiry(claimed)
-        return self.finish_claimed(claimed, token)
+        try:
+            return self.finish_claimed(claimed, token)
+        except SessionBusy:
+            logger.info("the finish of %s's turn passed to another worker", session.id)
+            return self.db.get_session(session.id)
 
     def finish_claimed(self, session: Session, token: str) -> Session:
         """The work of a finish claim (also taken over from a finisher that died). A try that
