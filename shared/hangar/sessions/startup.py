@@ -36,7 +36,13 @@ from typing import Any
 
 from hangar.config import Settings
 from hangar.db import Db
-from hangar.errors import HangarError, SandboxError, SessionBusy, SessionNotFound
+from hangar.errors import (
+    HangarError,
+    SandboxError,
+    SandboxNotFound,
+    SessionBusy,
+    SessionNotFound,
+)
 from hangar.models import CheckpointReason, ClaimKind, Environment, Phase, Session
 from hangar.models import SessionState as S, SkippedCheckpoint
 from hangar.models import StartError, StartIntent, StartKind, StartStep, TurnOutcome, utcnow
@@ -166,17 +172,38 @@ class Startup:
             self._fail(current, tick.token, exc, _WHAT[step])
 
     def _step(self, session: Session, token: str) -> None:
+        """One step. Whether the start's sandbox still exists is not asked first (a request
+        per step): a step that finds it gone (SandboxNotFound of that sandbox) goes back to
+        making one."""
+        env = self.environments.require(session.environment)
+        try:
+            self._step_on(session, token, env)
+        except SandboxNotFound as exc:
+            gone = session.sandbox_id
+            if not gone or exc.data.get("sandbox_id", gone) != gone:
+                raise
+            current = self.db.get_session(session.id)
+            if current.sandbox_id != gone or current.claim is None or current.claim.token != token:
+                raise
+            logger.info("start of %s: its sandbox %s went away; making another", session.id, gone)
+            self.transitions.advance(current, token, StartStep.CREATING_SANDBOX, sandbox_id=None,
+                                     start=current.start.model_copy(update={"run": None})
+                                     if current.start else None)  # fmt: skip
+            self.schedule.start_step(session.id, token)
+
+    def _step_on(self, session: Session, token: str, env: Environment) -> None:
         assert session.start is not None and session.phase is not None
         intent, step = session.start, session.phase.step
-        env = self.environments.require(session.environment)
-        alive = sandbox_alive(self.sandboxes, session)
-        if step is StartStep.CREATING_SANDBOX:
-            if alive and intent.run is not None:  # made by this start, pending when last seen
+        if step is StartStep.CREATING_SANDBOX and session.sandbox_id:
+            if intent.run is not None:  # made by this start, pending when last seen
                 self._await_sandbox(session, token, env)
                 return
-            if alive and intent.kind in (StartKind.SEND, StartKind.NEW, StartKind.OPEN):
+            if intent.kind in (StartKind.SEND, StartKind.NEW, StartKind.OPEN) and sandbox_alive(
+                self.sandboxes, session
+            ):
                 self._after_restore(session, token)  # its sandbox is ready: nothing to make
                 return
+        if step is StartStep.CREATING_SANDBOX:
             info = self.provisioner.create(session, env)
             status = self.provisioner.status(info.id)
             if status.state is SandboxState.FAILED:
@@ -202,9 +229,8 @@ class Startup:
                 self.provisioner.start_clone(session, env, run)
             self.schedule.start_step(session.id, token, POLL_SECONDS[0])
             return
-        if not alive:  # the sandbox went away mid-start: make another
-            session = self.transitions.advance(session, token, StartStep.CREATING_SANDBOX,
-                                               sandbox_id=None)  # fmt: skip
+        if not session.sandbox_id:  # recorded gone: make another
+            session = self.transitions.advance(session, token, StartStep.CREATING_SANDBOX)
             self.schedule.start_step(session.id, token)
             return
         if step in (StartStep.CLONING, StartStep.RUNNING_SETUP):
