@@ -19,8 +19,9 @@ Google's default credentials', and the URL's context is ignored.
 - A sandbox is a ``SandboxClaim`` named ``hangar-<8 hex>`` (its id) on its pool; ``create``
   returns once the claim exists, ``status`` reads its ``Ready`` condition, ``destroy`` deletes
   it. Its ``lifecycle.shutdownTime`` is :data:`LEASE_MARGIN` past the sandbox's TTL
-  (``HANGAR_SANDBOX_TTL_MINUTES``), moved on by ``extend``: the cluster deletes a sandbox
-  hangar forgot, never one hangar's reaper would still checkpoint first.
+  (``HANGAR_SANDBOX_TTL_MINUTES``), moved on by ``extend`` (by :data:`LEASE_SLACK` more): the
+  cluster deletes a sandbox hangar forgot, never one hangar's reaper would still checkpoint
+  first.
 - Every command runs through ``pods/exec`` on the v5 channel as a fixed bootstrap
   (:data:`~hangar.sandboxes.podexec.BOOT`): argv, environment, cwd, user and deadline travel
   as one header on stdin, never on the exec's URL (which API audit logs keep). The bootstrap
@@ -95,6 +96,10 @@ LEASE_MARGIN = timedelta(minutes=15)
 """How long past hangar's own expiry of a sandbox the cluster's lease on it runs: the reaper
 checkpoints and destroys a sandbox once its TTL has passed (a pass every minute, a checkpoint
 taking minutes at worst), and the cluster deletes it, unsaved, only at this margin later."""
+LEASE_SLACK = timedelta(minutes=5)
+"""How much further than the margin a renewed lease is set, so that an expiry that moves on a
+little at a time (a running turn's) costs a patch every few minutes, not one per look."""
+
 class GkeSandboxes:
     """The ``gke://`` backend of :class:`hangar.sandboxes.Sandboxes` (the module's docstring).
 
@@ -168,18 +173,20 @@ class GkeSandboxes:
         return _info(made)
 
     def extend(self, sandbox_id: str, until: datetime) -> None:
-        """Move the claim's shutdownTime on to ``until`` plus :data:`LEASE_MARGIN`, unless it
-        is already later: no request when this backend set or read a later one itself, one
-        (the patch) when it set or read an earlier one (hangar only ever moves a session's
-        expiry on, so no other process set a later one meanwhile), else the claim is read
-        first. A missing sandbox is nothing to do."""
-        lease = _whole_second(until + LEASE_MARGIN)
+        """Keep the claim's shutdownTime at least ``until`` plus :data:`LEASE_MARGIN`: when it
+        is earlier, it is moved on to that plus :data:`LEASE_SLACK`. No request when this
+        backend set or read a late enough one itself; one (the patch) when it set or read an
+        earlier one (hangar only ever moves a session's expiry on, so no other process set a
+        later one meanwhile); else the claim is read first. A missing sandbox is nothing to
+        do."""
+        due = _whole_second(until + LEASE_MARGIN)
         known = self._leases.get(sandbox_id)
-        if not _is_ours(sandbox_id) or (known is not None and known >= lease):
+        if not _is_ours(sandbox_id) or (known is not None and known >= due):
             return
         try:
             current = known or objects.shutdown_time(self._claim(sandbox_id))
-            if current is None or current < lease:
+            if current is None or current < due:
+                lease = due + LEASE_SLACK
                 patch = {"spec": {"lifecycle": {"shutdownTime": objects.rfc3339(lease),
                                                 "shutdownPolicy": "Delete"}}}  # fmt: skip
                 self._call(lambda: self._objects.patch_namespaced_custom_object(

@@ -37,6 +37,7 @@ from hangar.sandboxes import agentsandbox as objects
 from hangar.sandboxes.agentsandbox import Network, PodSettings
 from hangar.sandboxes.gke import (
     LEASE_MARGIN,
+    LEASE_SLACK,
     TABLE,
     GkeSandboxes,
     configuration,
@@ -272,13 +273,18 @@ def test_a_claims_lease_is_the_ttl_and_a_margin_and_extend_moves_it_on_never_bac
         "Delete"  # fmt: skip
     until = datetime(2100, 1, 2, 3, 4, 5, tzinfo=UTC)
     sandboxes.extend(info.id, until)
-    assert objects.shutdown_time(_get(sandboxes, objects.CLAIMS, info.id)) == until + LEASE_MARGIN
+    renewed = until + LEASE_MARGIN + LEASE_SLACK
+    assert objects.shutdown_time(_get(sandboxes, objects.CLAIMS, info.id)) == renewed
     calls = _counted(sandboxes, monkeypatch)
     sandboxes.extend(info.id, until - timedelta(days=1))  # earlier: nothing asked, nothing moved
+    sandboxes.extend(info.id, until + LEASE_SLACK)  # within the slack: nothing asked either
     assert calls == []
+    sandboxes.extend(info.id, until + LEASE_SLACK + timedelta(seconds=1))  # past it: one patch
+    assert [c.split()[0] for c in calls] == ["PATCH"]
     fresh = GkeSandboxes.from_url(sandboxes_settings.sandboxes, sandboxes_settings)
     fresh.extend(info.id, until - timedelta(days=1))  # another process: read, not shortened
-    assert objects.shutdown_time(_get(sandboxes, objects.CLAIMS, info.id)) == until + LEASE_MARGIN
+    assert objects.shutdown_time(_get(sandboxes, objects.CLAIMS, info.id)) == \
+        until + 2 * LEASE_SLACK + timedelta(seconds=1) + LEASE_MARGIN  # fmt: skip
 
 
 def _wait(done: Any, seconds: float = 60) -> None:
