@@ -162,9 +162,10 @@ class Settings(BaseModel):
         "allowed, 32 MiB at least): past it writes fail inside with ENOSPC; 0: no cap",
     )
     max_sandboxes: int = Field(
-        ge=1, description="Sandboxes that may live at once; a start past it is "
-        "capacity_exhausted. Default: this machine's memory over HANGAR_SANDBOX_MEMORY_MB "
-        "(at least 1), worked out when the settings are built",
+        ge=0, description="Sandboxes that may live at once; a start past it is "
+        "capacity_exhausted; 0: no cap of hangar's. Default: on local sandboxes, this "
+        "machine's memory over HANGAR_SANDBOX_MEMORY_MB (at least 1), worked out when the "
+        "settings are built; on a cluster (gke://), 0 (its quotas and node limits hold)",
     )
 
     @model_validator(mode="before")
@@ -180,7 +181,9 @@ class Settings(BaseModel):
         values.setdefault("sandboxes", f"local://{data_dir}/sandboxes")
         values.setdefault("harness_dir", _default_harness_dir({}))
         if values.get("max_sandboxes") in (None, ""):
-            values["max_sandboxes"] = _default_max_sandboxes(values.get("sandbox_memory_mb"))
+            local = str(values["sandboxes"]).startswith("local://")
+            values["max_sandboxes"] = (_default_max_sandboxes(values.get("sandbox_memory_mb"))
+                                       if local else 0)  # fmt: skip
         return values
 
     @classmethod

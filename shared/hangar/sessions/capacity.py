@@ -1,7 +1,9 @@
 """How many sandboxes may live at once (``HANGAR_MAX_SANDBOXES``), whatever the backend.
 
 Each sandbox may use ``HANGAR_SANDBOX_MEMORY_MB``; the default cap is what this machine's
-memory holds at that (:mod:`hangar.config`). A start past it is refused with
+memory holds at that (:mod:`hangar.config`) on local sandboxes, and none (0) on a cluster,
+whose own quotas and node limits hold (no sandbox is counted then: listing a cluster's
+sandboxes costs API requests on every start). A start past it is refused with
 :class:`~hangar.errors.CapacityExhausted` (503, ``retry_after``) rather than overcommitting.
 It is checked twice:
 
@@ -63,7 +65,9 @@ class Capacity:
 
     def check(self, need: int = 1) -> None:
         """CapacityExhausted when ``need`` more sandboxes would pass the cap, counting the live
-        ones and the starts still making theirs."""
+        ones and the starts still making theirs. No cap (0): nothing is counted."""
+        if not self.settings.max_sandboxes:
+            return
         live = self.sandboxes.list()
         taken = len(live) + self._making({i.id for i in live})
         if taken + need > self.settings.max_sandboxes:
@@ -71,7 +75,7 @@ class Capacity:
 
     def check_for(self, session: Session) -> None:
         """:meth:`check` for a start of ``session`` (a send, an open), when it needs a sandbox."""
-        if needs_sandbox(self.sandboxes, session):
+        if self.settings.max_sandboxes and needs_sandbox(self.sandboxes, session):
             self.check()
 
     def _making(self, live: set[str]) -> int:
@@ -88,7 +92,10 @@ class Capacity:
 
 def admit(settings: Settings, sandboxes: SandboxPolicy, info: SandboxInfo) -> None:
     """After ``info`` was made for a start: when more sandboxes than the cap now live, destroy
-    it (no hooks: it holds nothing yet) and raise CapacityExhausted."""
+    it (no hooks: it holds nothing yet) and raise CapacityExhausted. No cap (0): nothing
+    is counted."""
+    if not settings.max_sandboxes:
+        return
     live = len(sandboxes.list())
     if live > settings.max_sandboxes:
         sandboxes.destroy(info.id, hooks=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -17,6 +18,7 @@ from hangar.errors import CapacityExhausted
 from hangar.keys.local import LocalKeys
 from hangar.models import SessionState, StartStep, TurnOutcome
 from hangar.sandboxes import SandboxSpec
+from hangar.sessions.capacity import Capacity, admit
 from tests.unit.sessions.world import AUTO_KINDS, World, make_world
 
 
@@ -64,3 +66,22 @@ def test_the_default_cap_is_the_machines_memory_over_the_agents_limit_and_at_lea
     assert huge.max_sandboxes == 1
     fixed = Settings.from_env({"HOME": str(tmp_path), "HANGAR_MAX_SANDBOXES": "7"})
     assert fixed.max_sandboxes == 7
+
+
+def test_on_a_cluster_there_is_no_cap_by_default_and_no_start_counts_sandboxes(
+    tmp_path: Path,
+) -> None:
+    gke = "gke://ctx/ns?image=app:1"
+    built = Settings.from_env({"HOME": str(tmp_path), "HANGAR_SANDBOXES": gke})
+    assert built.max_sandboxes == 0
+    capped = Settings.from_env({"HOME": str(tmp_path), "HANGAR_SANDBOXES": gke,
+                                "HANGAR_MAX_SANDBOXES": "3"})  # fmt: skip
+    assert capped.max_sandboxes == 3
+
+    class Uncountable:
+        def list(self, labels: object = None) -> list[object]:
+            raise AssertionError("a start with no cap listed the sandboxes")
+
+    capacity = Capacity(built, cast(Any, None), cast(Any, Uncountable()))
+    capacity.check(need=1000)
+    admit(built, cast(Any, Uncountable()), cast(Any, None))
