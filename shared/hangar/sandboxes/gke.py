@@ -131,7 +131,7 @@ class GkeSandboxes:
         self.pools = WarmPools(self._objects, namespace, self.pod, policy, replicas, translate,
                                _vendor_errors())  # fmt: skip
         self._leases: dict[str, datetime] = {}  # sandbox id -> its claim's shutdownTime
-        self._pods: dict[str, str] = {}  # sandbox name -> pod name (stable for a sandbox)
+        self._pods: dict[str, str] = {}  # sandbox id -> its pod's name (stable for a claim)
         self._pending_env: dict[str, dict[str, str]] = {}  # spec env not yet in its pod
 
     @classmethod
@@ -221,6 +221,7 @@ class GkeSandboxes:
         nothing to do. No hook runs."""
         self._pending_env.pop(sandbox_id, None)
         self._leases.pop(sandbox_id, None)
+        self._pods.pop(sandbox_id, None)
         if not _is_ours(sandbox_id):
             return
         try:
@@ -262,13 +263,12 @@ class GkeSandboxes:
         header = json.dumps({"argv": list(argv), "env": full, "call": check_env(env or {}),
                              "agent": agent, "timeout": timeout, "id": exec_id,
                              "cwd": cwd or (HOME if agent else HANGAR_DIR)}).encode()  # fmt: skip
-        pod = self._pod(sandbox_id)
         spec_env = self._pending_env.pop(sandbox_id, None)
         if spec_env is not None:
             self.put_file(sandbox_id, ENV_FILE, json.dumps(spec_env).encode(), mode=0o600,
                           user=SandboxUser.HANGAR)  # fmt: skip
         deadline = None if timeout is None else time.monotonic() + timeout
-        ws = self._open_exec(sandbox_id, pod)
+        ws = self._connect(sandbox_id)
         try:
             result, cancelled = self._run(ws, sandbox_id, argv, header, stdin, stdout, stderr,
                                           deadline, timeout, cancel)  # fmt: skip
@@ -318,20 +318,31 @@ class GkeSandboxes:
             raise SandboxNotFound(f"sandbox {sandbox_id} is being deleted", sandbox_id=sandbox_id)
         return cast(dict[str, Any], found)
 
+    def _connect(self, sandbox_id: str) -> Any:
+        """An exec stream to the sandbox's pod. The pod, once found, is remembered: an exec
+        costs no read of the claim. A remembered pod that is gone (404) is looked up again
+        from the claim, once: SandboxNotFound when the claim is gone too."""
+        known = self._pods.get(sandbox_id)
+        if known is not None:
+            try:
+                return self._open_exec(sandbox_id, known)
+            except SandboxNotFound:
+                self._pods.pop(sandbox_id, None)
+        return self._open_exec(sandbox_id, self._pod(sandbox_id))
+
     def _pod(self, sandbox_id: str) -> str:
-        """The pod of the sandbox the claim holds (the claim read each time: a claim deleted
-        is a sandbox gone, whatever its pod still does)."""
+        """The pod of the sandbox the claim holds, read from the claim and its Sandbox, and
+        remembered (bounded)."""
         name = objects.bound_sandbox(self._claim(sandbox_id))
         if name is None:
             raise SandboxError(f"sandbox {sandbox_id} is not ready", sandbox_id=sandbox_id)
-        if name not in self._pods:
-            if len(self._pods) >= _POD_CACHE:
-                self._pods.clear()  # names of sandboxes long gone: look the rest up again
-            sandbox = self._call(lambda: self._objects.get_namespaced_custom_object(
-                objects.AGENTS_GROUP, objects.VERSION, self.namespace, objects.SANDBOXES, name),
-                sandbox_id)  # fmt: skip
-            self._pods[name] = objects.pod_name(sandbox)
-        return self._pods[name]
+        sandbox = self._call(lambda: self._objects.get_namespaced_custom_object(
+            objects.AGENTS_GROUP, objects.VERSION, self.namespace, objects.SANDBOXES, name),
+            sandbox_id)  # fmt: skip
+        if len(self._pods) >= _POD_CACHE:
+            self._pods.clear()  # pods of sandboxes long gone: look the rest up again
+        self._pods[sandbox_id] = pod = objects.pod_name(sandbox)
+        return pod
 
     def _call(self, call: Callable[[], Any], sandbox_id: str | None = None) -> Any:
         try:
