@@ -193,7 +193,17 @@ class Turns:
                                            sandbox_expires_at=utcnow() + ttl,
                                            **rebased)  # fmt: skip
         self.schedule.claim_expiry(active)
+        self._renew(active)
         return active
+
+    def _renew(self, session: Session) -> None:
+        """The backend's lease on the sandbox, moved on to the session's new expiry (the
+        reaper's pass renews it too: a failure here is logged, never the turn's)."""
+        if session.sandbox_id and session.sandbox_expires_at:
+            try:
+                self.sandboxes.extend(session.sandbox_id, session.sandbox_expires_at)
+            except HangarError as exc:
+                logger.warning("renewing sandbox %s failed: %s", session.sandbox_id, exc.message)
 
     def _update_turn(self, turn: Turn, **changes: object) -> Turn:
         return self.db.update_turn(turn.model_copy(update=changes))

@@ -1,5 +1,5 @@
-"""The backend's lease on a session's sandbox (``extend``): renewed by the reaper's pass once
-the session's expiry has moved on, never for a sandbox it destroys."""
+"""The backend's lease on a session's sandbox (``extend``): renewed when a turn starts and by
+the reaper's pass once the session's expiry has moved on, never for a sandbox it destroys."""
 
 from __future__ import annotations
 
@@ -42,3 +42,17 @@ def test_the_reaper_renews_nothing_it_destroys(
     world.db.update_session(session.model_copy(update={"sandbox_expires_at": utcnow()}))
     assert world.service.reap() == [session.sandbox_id]
     assert calls == []
+
+
+def test_a_turn_that_starts_renews_the_lease_to_its_new_expiry(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    start(world)
+    before = world.service.resolve("demo").sandbox_expires_at
+    calls = _recorded(world, monkeypatch)
+    world.service.send("demo", "turn two")
+    world.service.wait("demo", timeout=60, poll=0.05)
+    session = world.service.resolve("demo")
+    assert [sandbox_id for sandbox_id, _ in calls] == [session.sandbox_id]
+    assert before is not None and session.sandbox_expires_at is not None
+    assert before < calls[0][1] <= session.sandbox_expires_at  # the expiry activation wrote
