@@ -9,13 +9,14 @@ Then the Cloud Run functions' cold starts (:mod:`tests.bench.cold_imports`), 200
 ``GET /api/sessions/{id}`` on one kept-alive connection to a real ``hangar serve``
 (:mod:`tests.bench.keepalive`), ``hangar session list`` as a new process against one
 (:mod:`tests.bench.cli_list`), every call into the sandbox port while a client follows a
-60-second turn (:mod:`tests.bench.port_calls`) and ``get_session`` on the Firestore emulator
-(:mod:`tests.bench.firestore`).
+60-second turn (:mod:`tests.bench.port_calls`), ``get_session`` on the Firestore emulator
+(:mod:`tests.bench.firestore`) and a resume on ``gke://`` sandboxes on the Kubernetes
+stand-in, warm and cold, with the API requests it makes (:mod:`tests.bench.gke`).
 
-Usage: ``python -m tests.bench.run [--runs N] [--only sessions|start|calls]``: ``sessions``
-runs the checkpoint and restore lines alone, ``start`` only ``sandbox_start`` (sandboxes
-started and destroyed, nothing else), ``calls`` only ``port_calls_followed_turn``, for a quick
-side-by-side comparison.
+Usage: ``python -m tests.bench.run [--runs N] [--only sessions|start|calls|gke]``:
+``sessions`` runs the checkpoint and restore lines alone, ``start`` only ``sandbox_start``
+(sandboxes started and destroyed, nothing else), ``calls`` only ``port_calls_followed_turn``,
+``gke`` only the two GKE resumes, for a quick side-by-side comparison.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from hangar.sandboxes.local import LocalSandboxes
 from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
 from hangar.sessions.restore import Restorer
 from hangar.sessions.workspace import Workspace, clone
-from tests.bench import cli_list, cold_imports, firestore, keepalive, port_calls
+from tests.bench import cli_list, cold_imports, firestore, gke, keepalive, port_calls
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "bench",
@@ -197,12 +198,16 @@ def start_only(runs: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make bench")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--only", choices=("sessions", "start", "calls"), default=None)
+    parser.add_argument("--only", choices=("sessions", "start", "calls", "gke"), default=None)
     args = parser.parse_args(argv)
     if args.only == "start":
         return start_only(args.runs)
     if args.only == "calls":
         print(json.dumps(port_calls.measure()), flush=True)
+        return 0
+    if args.only == "gke":
+        for line in gke.lines(args.runs):
+            print(json.dumps(line), flush=True)
         return 0
 
     with tempfile.TemporaryDirectory(prefix="hangar-bench-") as tmp:
@@ -307,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(cli_list.line(cli_list.run(root / "cli", args.runs * 4))), flush=True)
         print(json.dumps(port_calls.measure()), flush=True)
     for line in firestore.run(args.runs * 20):
+        print(json.dumps(line), flush=True)
+    for line in gke.lines(args.runs):
         print(json.dumps(line), flush=True)
     return 0
 

@@ -69,6 +69,7 @@ from hangar.sandboxes import (
     SandboxCapabilities,
     SandboxInfo,
     SandboxSpec,
+    SandboxState,
     SandboxStatus,
     SandboxUser,
     Stdin,
@@ -132,6 +133,7 @@ class GkeSandboxes:
                                _vendor_errors())  # fmt: skip
         self._leases: dict[str, datetime] = {}  # sandbox id -> its claim's shutdownTime
         self._pods: dict[str, str] = {}  # sandbox id -> its pod's name (stable for a claim)
+        self._bound: dict[str, str] = {}  # sandbox id -> its Sandbox, seen ready by status
         self._pending_env: dict[str, dict[str, str]] = {}  # spec env not yet in its pod
 
     @classmethod
@@ -199,8 +201,16 @@ class GkeSandboxes:
 
     def status(self, sandbox_id: str) -> SandboxStatus:
         """The claim's Ready condition read (:func:`~.agentsandbox.claim_status`);
-        SandboxNotFound once the claim is gone."""
-        return objects.claim_status(self._claim(sandbox_id))
+        SandboxNotFound once the claim is gone. A ready claim's Sandbox is remembered for
+        the first exec."""
+        claim = self._claim(sandbox_id)
+        status = objects.claim_status(claim)
+        bound = objects.bound_sandbox(claim)
+        if status.state is SandboxState.READY and bound and sandbox_id not in self._pods:
+            if len(self._bound) >= _POD_CACHE:
+                self._bound.clear()
+            self._bound[sandbox_id] = bound
+        return status
 
     def get(self, sandbox_id: str) -> SandboxInfo:
         return _info(self._claim(sandbox_id))
@@ -222,6 +232,7 @@ class GkeSandboxes:
         self._pending_env.pop(sandbox_id, None)
         self._leases.pop(sandbox_id, None)
         self._pods.pop(sandbox_id, None)
+        self._bound.pop(sandbox_id, None)
         if not _is_ours(sandbox_id):
             return
         try:
@@ -320,29 +331,40 @@ class GkeSandboxes:
 
     def _connect(self, sandbox_id: str) -> Any:
         """An exec stream to the sandbox's pod. The pod, once found, is remembered: an exec
-        costs no read of the claim. A remembered pod that is gone (404) is looked up again
-        from the claim, once: SandboxNotFound when the claim is gone too."""
+        costs no read of the claim. A remembered pod that is gone (404) is looked up again,
+        once: SandboxNotFound when the claim is gone too. Looking it up costs no request
+        when :meth:`status` saw the claim bound, and no read of the Sandbox when its pod has
+        its name (as it has unless the Sandbox names another, :func:`~.agentsandbox.pod_name`)."""
         known = self._pods.get(sandbox_id)
         if known is not None:
             try:
                 return self._open_exec(sandbox_id, known)
             except SandboxNotFound:
                 self._pods.pop(sandbox_id, None)
-        return self._open_exec(sandbox_id, self._pod(sandbox_id))
+        name = self._bound.pop(sandbox_id, None) or self._bound_sandbox(sandbox_id)
+        try:
+            ws = self._open_exec(sandbox_id, name)
+            pod = name
+        except SandboxNotFound:
+            sandbox = self._call(lambda: self._objects.get_namespaced_custom_object(
+                objects.AGENTS_GROUP, objects.VERSION, self.namespace, objects.SANDBOXES, name),
+                sandbox_id)  # fmt: skip
+            pod = objects.pod_name(sandbox)
+            if pod == name:  # its pod is gone: so is the sandbox, or it is being replaced
+                self._claim(sandbox_id)
+                raise
+            ws = self._open_exec(sandbox_id, pod)
+        if len(self._pods) >= _POD_CACHE:
+            self._pods.clear()  # pods of sandboxes long gone: look the rest up again
+        self._pods[sandbox_id] = pod
+        return ws
 
-    def _pod(self, sandbox_id: str) -> str:
-        """The pod of the sandbox the claim holds, read from the claim and its Sandbox, and
-        remembered (bounded)."""
+    def _bound_sandbox(self, sandbox_id: str) -> str:
+        """The name of the Sandbox the claim holds (one read of the claim)."""
         name = objects.bound_sandbox(self._claim(sandbox_id))
         if name is None:
             raise SandboxError(f"sandbox {sandbox_id} is not ready", sandbox_id=sandbox_id)
-        sandbox = self._call(lambda: self._objects.get_namespaced_custom_object(
-            objects.AGENTS_GROUP, objects.VERSION, self.namespace, objects.SANDBOXES, name),
-            sandbox_id)  # fmt: skip
-        if len(self._pods) >= _POD_CACHE:
-            self._pods.clear()  # pods of sandboxes long gone: look the rest up again
-        self._pods[sandbox_id] = pod = objects.pod_name(sandbox)
-        return pod
+        return name
 
     def _call(self, call: Callable[[], Any], sandbox_id: str | None = None) -> Any:
         try:
