@@ -114,3 +114,45 @@ def test_on_a_backend_that_runs_images_the_view_shows_the_image_set_changed_and_
     assert {"NewEnvironment", "EnvironmentPatch", "EnvironmentView"} <= set(schema)
     assert all("image" in schema[name]["properties"]
                for name in ("NewEnvironment", "EnvironmentPatch", "EnvironmentView"))
+
+
+class OnOtherMachines:
+    """The local backend as a cluster's would be: no host paths, no host ports."""
+
+    def __init__(self, backend: Sandboxes) -> None:
+        self.backend = backend
+        self.capabilities = replace(backend.capabilities, ro_paths=False, host_ports=False)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+
+def test_where_sandboxes_run_elsewhere_a_host_path_repo_or_host_ports_are_refused_at_once(
+    api: TestClient, runtime: Runtime, remote: Path
+) -> None:
+    runtime.sandboxes.backend = OnOtherMachines(runtime.sandboxes.backend)
+    path = api.post("/api/envs", json={"name": "app", "repo": str(remote)})
+    assert (path.status_code, path.json()["error"]["code"]) == (400, "sandbox_capability_missing")
+    assert path.json()["error"]["capability"] == "ro_paths" and "git URL" in path.text
+    url = f"file://{remote}"
+    ports = api.post("/api/envs", json={"name": "app", "repo": url, "host_ports": [8080]})
+    assert ports.json()["error"]["capability"] == "host_ports"
+    assert api.get("/api/envs").json() == [] and runtime.db.list_environments() == []
+
+    made = api.post("/api/envs", json={"name": "app", "repo": url}).json()
+    patched = api.patch("/api/envs/app", json={"host_ports": [8080], "setup": "make"})
+    assert patched.json()["error"]["code"] == "sandbox_capability_missing"
+    assert api.get("/api/envs/app").json() == made
+
+
+def test_a_loopback_url_warns_with_the_fix_the_backend_allows() -> None:
+    from hangar.models import Environment
+    from hangar.sessions.environments import loopback_warnings
+
+    env = Environment(name="app", repo="https://git.example/app", host_ports=[9000],
+                      vars={"MODEL": "http://127.0.0.1:8080", "OK": "http://127.0.0.1:9000"})  # fmt: skip
+    [local] = loopback_warnings(env)
+    assert "MODEL" in local and "--host-port 8080" in local
+    elsewhere = loopback_warnings(env, host_ports=False)
+    assert [w.split(" ")[0] for w in elsewhere] == ["MODEL", "OK"]
+    assert all("--host-port" not in w and "cluster routes" in w for w in elsewhere)

@@ -5,8 +5,11 @@ variables) only."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
+from hangar.models import Environment
 from hangar.operations import wire as w
+from hangar.sessions.sandbox import check_capabilities
 from hangar.sessions.environments import EnvironmentChange
 from hangar.sessions.images import check_image, image_refused
 
@@ -14,9 +17,28 @@ if TYPE_CHECKING:
     from hangar.runtime import Runtime
 
 
+def _view(runtime: Runtime, env: Environment) -> w.EnvironmentView:
+    """The view, its warnings in this hangar's terms: only local sandboxes reach host ports
+    (read from the backend's URL, so a list opens no backend)."""
+    local = urlsplit(runtime.settings.sandboxes).scheme == "local"
+    return w.EnvironmentView.of(env, host_ports=local)
+
+
 def list_all(runtime: Runtime) -> list[w.EnvironmentView]:
     """Every environment."""
-    return [w.EnvironmentView.of(e) for e in runtime.sessions.environments.list()]
+    return [_view(runtime, e) for e in runtime.sessions.environments.list()]
+
+
+def _refuse_unreachable(runtime: Runtime, name: str, repo: str | None,
+                        host_ports: list[int] | None) -> None:  # fmt: skip
+    """At once, before anything changes: SandboxCapabilityMissing for host ports, or a repo
+    that is a path on this machine, where the sandbox backend cannot give them (each start
+    would fail on them). Only then is the backend asked (opening it on first use)."""
+    path_repo = bool(repo) and str(repo).startswith("/")
+    if not host_ports and not path_repo:
+        return
+    env = Environment(name=name, repo=repo or "", host_ports=host_ports or [])
+    check_capabilities(runtime.sessions.sandboxes.capabilities, env, runtime.settings.sandboxes)
 
 
 def _refuse_image(runtime: Runtime, name: str, image: str | None) -> None:
@@ -35,7 +57,8 @@ def add(runtime: Runtime, a: w.NewEnvironment) -> w.EnvironmentView:
     """Add an environment; its repo must answer git ls-remote, and its image (if any) be one
     this hangar's sandboxes can run, or nothing is created."""
     _refuse_image(runtime, a.name, a.image)
-    return w.EnvironmentView.of(runtime.sessions.environments.add(
+    _refuse_unreachable(runtime, a.name, a.repo, a.host_ports)
+    return _view(runtime, runtime.sessions.environments.add(
         a.name, a.repo, branch=a.branch, setup=a.setup, vars=a.vars, secrets=a.secrets,
         host_ports=a.host_ports, turn_timeout_minutes=a.turn_timeout_minutes,
         image=a.image))  # fmt: skip
@@ -43,7 +66,7 @@ def add(runtime: Runtime, a: w.NewEnvironment) -> w.EnvironmentView:
 
 def get(runtime: Runtime, name: str) -> w.EnvironmentView:
     """One environment; EnvironmentNotFound otherwise."""
-    return w.EnvironmentView.of(runtime.sessions.environments.require(name))
+    return _view(runtime, runtime.sessions.environments.require(name))
 
 
 def update(runtime: Runtime, name: str, a: w.EnvironmentPatch) -> w.EnvironmentView:
@@ -52,8 +75,10 @@ def update(runtime: Runtime, name: str, a: w.EnvironmentPatch) -> w.EnvironmentV
     if a.image is not None:
         runtime.sessions.environments.require(name)
     _refuse_image(runtime, name, a.image)
+    if a.host_ports:
+        _refuse_unreachable(runtime, name, None, a.host_ports)
     change = EnvironmentChange.model_validate(a.model_dump(exclude_unset=True))
-    return w.EnvironmentView.of(runtime.sessions.environments.update(name, change))
+    return _view(runtime, runtime.sessions.environments.update(name, change))
 
 
 def delete(runtime: Runtime, name: str, *, force: bool = False) -> None:

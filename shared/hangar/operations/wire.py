@@ -458,11 +458,14 @@ class EnvironmentView(BaseModel):
     created_at: datetime
 
     @classmethod
-    def of(cls, e: Environment) -> EnvironmentView:
+    def of(cls, e: Environment, *, host_ports: bool = True) -> EnvironmentView:
+        """The view; ``host_ports``: whether this hangar's sandboxes can reach host ports
+        (what the warnings say of a loopback URL)."""
         return cls(name=e.name, repo=e.repo, branch=e.branch, setup=e.setup,
                    vars=sorted(e.vars), secrets=sorted(e.secrets), host_ports=e.host_ports,
                    turn_timeout_minutes=e.turn_timeout_minutes, image=e.image,
-                   warnings=loopback_warnings(e), created_at=e.created_at)  # fmt: skip
+                   warnings=loopback_warnings(e, host_ports=host_ports),
+                   created_at=e.created_at)  # fmt: skip
 
 
 class SandboxView(BaseModel):

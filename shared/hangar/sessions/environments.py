@@ -71,9 +71,11 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
-def loopback_warnings(env: Environment) -> list[str]:
-    """One warning per variable whose value is a URL on the server's loopback at a port the
-    environment does not allow: its sandboxes, which have their own network, cannot reach it.
+def loopback_warnings(env: Environment, *, host_ports: bool = True) -> list[str]:
+    """One warning per variable whose value is a URL on the server's loopback that the
+    environment's sandboxes cannot reach: with ``host_ports`` (a backend that relays host
+    ports, the local one), at a port the environment does not allow; without (sandboxes on
+    other machines, a cluster), at any port, since there the address is the sandbox itself.
     (Secrets are sealed and not looked at.)"""
     warnings = []
     for name, value in sorted(env.vars.items()):
@@ -81,7 +83,13 @@ def loopback_warnings(env: Environment) -> list[str]:
         if found is None:
             continue
         port = int(found["port"]) if found["port"] else 443 if found["scheme"] == "https" else 80
-        if port not in env.host_ports:
+        if not host_ports:
+            warnings.append(
+                f"{name} points at {found['host']}:{port}, the server's loopback; this "
+                "hangar's sandboxes run on other machines, where that address is the sandbox "
+                "itself: use an address the sandboxes' cluster routes (a Service, a URL)"
+            )
+        elif port not in env.host_ports:
             warnings.append(
                 f"{name} points at {found['host']}:{port} on the server's loopback, which the "
                 f"environment's sandboxes cannot reach: allow it with --host-port {port}"

@@ -22,7 +22,15 @@ from hangar.sessions.conversations import conversation_dirs
 from hangar.processes.following import RunFollowers
 from hangar.processes.runs import read_run, read_stderr, run_started, start_run, stop_run
 from hangar.models import Checkpoint, CheckpointReason, Environment, Session
-from hangar.sandboxes import HOME, WORKSPACE, SandboxInfo, Sandboxes, SandboxSpec, SandboxStatus
+from hangar.sandboxes import (
+    HOME,
+    WORKSPACE,
+    SandboxCapabilities,
+    SandboxInfo,
+    Sandboxes,
+    SandboxSpec,
+    SandboxStatus,
+)
 from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.capacity import admit
 from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
@@ -97,6 +105,28 @@ class RunState:
         return self.exit_code is not None
 
 
+def check_capabilities(can: SandboxCapabilities, env: Environment, backend: str) -> None:
+    """SandboxCapabilityMissing, in the environment's terms, when a backend with ``can``
+    (``backend`` its URL) cannot give what ``env`` needs: a host path repo, host ports, an
+    image."""
+    if env.repo.startswith("/") and not can.ro_paths:
+        raise SandboxCapabilityMissing(
+            f"environment {env.name}'s repo is a path on this machine ({env.repo}), and "
+            "this sandbox backend cannot show host paths: give the environment a git URL",
+            capability="ro_paths", missing=["ro_paths"], environment=env.name,
+        )  # fmt: skip
+    if env.host_ports and not can.host_ports:
+        raise SandboxCapabilityMissing(
+            f"environment {env.name} asks for host ports {list(env.host_ports)}, and this "
+            "sandbox backend cannot reach the host's ports: remove them from the "
+            "environment", capability="host_ports", missing=["host_ports"],
+            environment=env.name,
+        )  # fmt: skip
+    if env.image and not can.images:
+        raise image_refused(backend, f"environment {env.name} names image {env.image}",
+                            environment=env.name)  # fmt: skip
+
+
 class Provisioner:
     """The pieces of a start, on the session's sandbox."""
 
@@ -121,7 +151,7 @@ class Provisioner:
         CapacityExhausted, with no sandbox left, when it would pass ``HANGAR_MAX_SANDBOXES``
         (:func:`~hangar.sessions.capacity.admit`)."""
         ro_paths = [env.repo] if env.repo.startswith("/") else []
-        self._check_capabilities(env, ro_paths)
+        self._check_capabilities(env)
         self.destroy_all(session.id)
         info = self.sandboxes.create(SandboxSpec(labels={SESSION_LABEL: session.id},
                                                  ro_paths=ro_paths, host_ports=env.host_ports,
@@ -139,25 +169,9 @@ class Provisioner:
         exec, :func:`hangar.agent.install`)."""
         agent.install(self.sandboxes, sandbox_id)
 
-    def _check_capabilities(self, env: Environment, ro_paths: list[str]) -> None:
+    def _check_capabilities(self, env: Environment) -> None:
         """Say in the environment's terms what the backend lacks (before anything is made)."""
-        can = self.sandboxes.capabilities
-        if ro_paths and not can.ro_paths:
-            raise SandboxCapabilityMissing(
-                f"environment {env.name}'s repo is a path on this machine ({env.repo}), and "
-                "this sandbox backend cannot show host paths: give the environment a git URL",
-                capability="ro_paths", missing=["ro_paths"], environment=env.name,
-            )  # fmt: skip
-        if env.host_ports and not can.host_ports:
-            raise SandboxCapabilityMissing(
-                f"environment {env.name} asks for host ports {list(env.host_ports)}, and this "
-                "sandbox backend cannot reach the host's ports: remove them from the "
-                "environment", capability="host_ports", missing=["host_ports"],
-                environment=env.name,
-            )  # fmt: skip
-        if env.image and not can.images:
-            raise image_refused(self.settings.sandboxes, f"environment {env.name} names image "
-                                f"{env.image}", environment=env.name)  # fmt: skip
+        check_capabilities(self.sandboxes.capabilities, env, self.settings.sandboxes)
 
     def destroy_all(self, session_id: str, keep: str | None = None) -> list[str]:
         """Destroy, without hooks, every sandbox labelled with the session but ``keep``."""
