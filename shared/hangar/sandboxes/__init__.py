@@ -10,8 +10,11 @@ backend (checked, all of it, by :mod:`hangar.testing.sandboxes`):
 - ``create`` returns once the sandbox is requested, not when it is ready (on a cluster that can
   take minutes). ``status`` says where it is: :attr:`SandboxState.PENDING` with a reason for
   people, :attr:`SandboxState.READY` (it accepts ``exec`` and file calls), or
-  :attr:`SandboxState.FAILED` with a reason (it never will; destroy it). Callers ``exec`` only
-  into a ready sandbox. A backend that starts sandboxes synchronously reports every live one
+  :attr:`SandboxState.FAILED` with a reason (it never will; destroy it). ``await_status``
+  waits, bounded, for a pending sandbox to be ready or failed: as soon as it is no longer
+  pending, or after its timeout with its pending status (a backend that cannot wait on a
+  change answers ``status`` at once: a caller must handle a pending answer however short its
+  wait was). Callers ``exec`` only into a ready sandbox. A backend that starts sandboxes synchronously reports every live one
   ready. A sandbox outlives the process that made it: any later :class:`Sandboxes` opened on
   the same URL, in this process or another, finds, uses and destroys it.
 - Two users (the uid split): :attr:`SandboxUser.AGENT` runs the agent's side (clone, the
@@ -239,6 +242,13 @@ class Sandboxes(Protocol):
         SandboxNotFound if it is missing."""
         ...
 
+    def await_status(self, sandbox_id: str, timeout: float) -> SandboxStatus:
+        """The sandbox's status as soon as it is no longer pending, or after ``timeout``
+        seconds with its pending status; SandboxNotFound once it is gone. A backend with no
+        way to wait on a change (one that starts sandboxes synchronously) answers
+        :meth:`status` at once."""
+        ...
+
     def get(self, sandbox_id: str) -> SandboxInfo: ...
 
     def list(self, labels: Mapping[str, str] | None = None) -> list[SandboxInfo]:
@@ -328,6 +338,9 @@ class OnFirstUse:
 
     def status(self, sandbox_id: str) -> SandboxStatus:
         return self._opened().status(sandbox_id)
+
+    def await_status(self, sandbox_id: str, timeout: float) -> SandboxStatus:
+        return self._opened().await_status(sandbox_id, timeout)
 
     def get(self, sandbox_id: str) -> SandboxInfo:
         return self._opened().get(sandbox_id)

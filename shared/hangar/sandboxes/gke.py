@@ -17,8 +17,9 @@ Google's default credentials', and the URL's context is ignored.
   server, ``deny`` (default :data:`~.agentsandbox.INTERNAL_RANGES`) and the control plane's
   address (when the API server is named by an IP address).
 - A sandbox is a ``SandboxClaim`` named ``hangar-<8 hex>`` (its id) on its pool; ``create``
-  returns once the claim exists, ``status`` reads its ``Ready`` condition, ``destroy`` deletes
-  it. Its ``lifecycle.shutdownTime`` is :data:`LEASE_MARGIN` past the sandbox's TTL
+  returns once the claim exists, ``status`` reads its ``Ready`` condition, ``await_status``
+  reads it and, while pending, watches it (no polling; a 410 Gone watch is resumed from a
+  fresh read), ``destroy`` deletes it. Its ``lifecycle.shutdownTime`` is :data:`LEASE_MARGIN` past the sandbox's TTL
   (``HANGAR_SANDBOX_TTL_MINUTES``), moved on by ``extend`` (by :data:`LEASE_SLACK` more): the
   cluster deletes a sandbox hangar forgot, never one hangar's reaper would still checkpoint
   first.
@@ -41,6 +42,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import math
 import secrets
 import threading
 import time
@@ -93,6 +95,9 @@ HANGAR_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _TIMEOUT_GRACE = 10.0  # seconds past a deadline before hangar stops waiting for the pod's kill
 _POD_CACHE = 4096  # pod names kept per backend
 _READ_POLL = 0.1  # seconds between looks at cancel and the deadline while output is awaited
+_WATCH_RESUMES = 3  # watches of one await_status resumed after a 410, before it gives up
+_WATCH_GRACE = 10  # seconds past a watch's own timeout before hangar stops reading it
+_CONNECT_TIMEOUT = 10.0  # seconds to connect for a watch
 LEASE_MARGIN = timedelta(minutes=15)
 """How long past hangar's own expiry of a sandbox the cluster's lease on it runs: the reaper
 checkpoints and destroys a sandbox once its TTL has passed (a pass every minute, a checkpoint
@@ -203,7 +208,76 @@ class GkeSandboxes:
         """The claim's Ready condition read (:func:`~.agentsandbox.claim_status`);
         SandboxNotFound once the claim is gone. A ready claim's Sandbox is remembered for
         the first exec."""
+        return self._seen(sandbox_id, self._claim(sandbox_id))
+
+    def await_status(self, sandbox_id: str, timeout: float) -> SandboxStatus:
+        """The claim's status as soon as it is ready or failed, else after ``timeout`` seconds
+        the last pending one; SandboxNotFound once the claim is gone (or deleted meanwhile).
+        One read of the claim; while it is pending, one watch of it (``metadata.name``) from
+        that read's resourceVersion for what is left of ``timeout``, ended at the first event
+        that makes it ready, failed or gone. A watch answered 410 Gone (its resourceVersion
+        expired) is resumed from a fresh read (:meth:`_claim_now`), at most
+        :data:`_WATCH_RESUMES` times."""
+        deadline = time.monotonic() + max(timeout, 0.0)
         claim = self._claim(sandbox_id)
+        since = str(claim["metadata"]["resourceVersion"])
+        for _ in range(_WATCH_RESUMES + 1):
+            status = self._seen(sandbox_id, claim)
+            left = deadline - time.monotonic()
+            if status.state is not SandboxState.PENDING or left <= 0:
+                return status
+            try:
+                return self._watch_claim(sandbox_id, since, status, left)
+            except WatchExpired:
+                logger.info("the watch of sandbox %s expired; reading it again", sandbox_id)
+            claim, since = self._claim_now(sandbox_id)
+        return status
+
+    def _claim_now(self, sandbox_id: str) -> tuple[dict[str, Any], str]:
+        """The claim read by a list of its name, and the list's resourceVersion (the server's
+        now: a watch from it cannot be expired at once, as one from the claim's own version,
+        older than the events just dropped, would be); SandboxNotFound once it is gone."""
+        found = self._call(lambda: self._objects.list_namespaced_custom_object(
+            objects.EXTENSIONS_GROUP, objects.VERSION, self.namespace, objects.CLAIMS,
+            field_selector=f"metadata.name={sandbox_id}"), sandbox_id)  # fmt: skip
+        claims = [c for c in found.get("items") or [] if _live(c)]
+        if not claims:
+            raise SandboxNotFound(f"no sandbox {sandbox_id}", sandbox_id=sandbox_id)
+        return claims[0], str(found["metadata"]["resourceVersion"])
+
+    def _watch_claim(self, sandbox_id: str, since: str, status: SandboxStatus,
+                     seconds: float) -> SandboxStatus:  # fmt: skip
+        """Watch the claim from resourceVersion ``since`` for up to ``seconds``: the status
+        of the first event that is no longer pending, else the last pending one (``status``
+        when none came). WatchExpired on 410 Gone; SandboxNotFound when it is deleted."""
+        from kubernetes import watch
+
+        whole = max(1, math.ceil(seconds))
+        watcher = cast(Any, watch).Watch()  # the client has no types
+        events = watcher.stream(
+            self._objects.list_namespaced_custom_object, objects.EXTENSIONS_GROUP,
+            objects.VERSION, self.namespace, objects.CLAIMS,
+            field_selector=f"metadata.name={sandbox_id}",
+            resource_version=since, timeout_seconds=whole,
+            _request_timeout=(_CONNECT_TIMEOUT, whole + _WATCH_GRACE))  # fmt: skip
+        try:
+            for event in events:  # the request is made, and may fail, at the first look
+                obj = event.get("raw_object") or {}
+                if event.get("type") == "DELETED" or not _live(obj):
+                    raise SandboxNotFound(f"sandbox {sandbox_id} was deleted",
+                                          sandbox_id=sandbox_id)  # fmt: skip
+                status = self._seen(sandbox_id, obj)
+                if status.state is not SandboxState.PENDING:
+                    return status
+        except _vendor_errors() as exc:
+            raise translate(exc, sandbox_id) from exc
+        finally:
+            events.close()  # the stream's response is closed, its connection let go
+        return status
+
+    def _seen(self, sandbox_id: str, claim: Mapping[str, Any]) -> SandboxStatus:
+        """The status of ``claim`` as read (:func:`~.agentsandbox.claim_status`); a ready
+        claim's Sandbox is remembered for the first exec."""
         status = objects.claim_status(claim)
         bound = objects.bound_sandbox(claim)
         if status.state is SandboxState.READY and bound and sandbox_id not in self._pods:
@@ -488,7 +562,12 @@ TABLE: dict[tuple[str, str], type[HangarError]] = {
 transports (a test walks the modules). An ``ApiException`` is read by its status first
 (:func:`translate`): 404 of a sandbox is SandboxNotFound, 409 on create is "already there",
 0 (no connection; the websocket helper wraps its failures so), 429 and 5xx are
-SandboxUnavailable."""
+SandboxUnavailable; 410 Gone (a watch's resourceVersion expired) is :class:`WatchExpired`."""
+
+
+class WatchExpired(SandboxUnavailable):
+    """410 Gone on a watch: its resourceVersion is too old (internal: the watch is resumed
+    from a fresh read)."""
 
 _UNAVAILABLE = {0, 429, 500, 502, 503, 504}
 
@@ -506,6 +585,8 @@ def translate(exc: BaseException, sandbox_id: str | None = None) -> HangarError:
             return SandboxError(f"Kubernetes: not found: {reason}", **data)
         if status == 409:
             return AlreadyThere(f"Kubernetes: already exists: {reason}", **data)
+        if status == 410:
+            return WatchExpired(f"Kubernetes: watch expired: {reason}"[:2000], **data)
         kind = SandboxUnavailable if status in _UNAVAILABLE else SandboxError
         return kind(f"Kubernetes API {status or 'unreachable'}: {reason}"[:2000], status=status,
                     **data)  # fmt: skip

@@ -270,6 +270,11 @@ class LocalSandboxes:
         self._live_record(sandbox_id)
         return READY
 
+    def await_status(self, sandbox_id: str, timeout: float) -> SandboxStatus:
+        """:meth:`status`, at once: a live local sandbox is never pending, so there is
+        nothing to wait for (``timeout`` is unused)."""
+        return self.status(sandbox_id)
+
     def get(self, sandbox_id: str) -> SandboxInfo:
         """The live sandbox ``sandbox_id``; SandboxNotFound if it is missing or dead."""
         return self._live_record(sandbox_id).info()

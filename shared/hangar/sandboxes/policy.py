@@ -90,6 +90,9 @@ class SandboxPolicy:
     def status(self, sandbox_id: str) -> SandboxStatus:
         return self.backend.status(sandbox_id)
 
+    def await_status(self, sandbox_id: str, timeout: float) -> SandboxStatus:
+        return self.backend.await_status(sandbox_id, timeout)
+
     def get(self, sandbox_id: str) -> SandboxInfo:
         return self.backend.get(sandbox_id)
 

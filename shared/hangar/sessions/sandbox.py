@@ -164,6 +164,11 @@ class Provisioner:
         :meth:`prepare`, only once it is ready."""
         return self.sandboxes.status(sandbox_id)
 
+    def await_status(self, sandbox_id: str, timeout: float) -> SandboxStatus:
+        """Where the new sandbox is once it stops pending, or after ``timeout`` seconds (the
+        port's ``await_status``; a backend that cannot wait answers at once)."""
+        return self.sandboxes.await_status(sandbox_id, timeout)
+
     def prepare(self, sandbox_id: str) -> None:
         """Install hangar's scripts and its ``hangar-agent`` command in a ready sandbox (one
         exec, :func:`hangar.agent.install`)."""

@@ -9,8 +9,10 @@ the session's ``phase``::
                                                               -> IDLE            (open, fork)
 
 A new sandbox may be pending for a while (a cluster bringing a node up): ``creating_sandbox``
-then records it with the backend's reason as the phase's detail and the tick comes back until
-``status`` says ready (nothing is exec'd into it before), for at most
+waits for it within the step, up to :func:`sandbox_wait` seconds (the port's
+``await_status``, the claim's lease kept meanwhile), and while it is still pending records it
+with the backend's reason as the phase's detail and the tick comes back until it is ready
+(nothing is exec'd into it before), for at most
 ``HANGAR_SETUP_TIMEOUT_MINUTES`` from its making; a sandbox whose status is failed fails the
 start with its reason. Clone and setup run detached in the sandbox and are polled; nothing
 here waits on them, so no tick comes near a dispatch deadline. A session that already has a
@@ -46,7 +48,7 @@ from hangar.errors import (
 from hangar.models import CheckpointReason, ClaimKind, Environment, Phase, Session
 from hangar.models import SessionState as S, SkippedCheckpoint
 from hangar.models import StartError, StartIntent, StartKind, StartStep, TurnOutcome, utcnow
-from hangar.sandboxes import SandboxState
+from hangar.sandboxes import SandboxState, SandboxStatus
 from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.capacity import Capacity
 from hangar.sessions.checkpoints import Checkpointer
@@ -64,6 +66,20 @@ logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
 """Take-overs of a start whose worker died before it gives up (a step that kills its worker
 every time must not loop for ever)."""
+
+SANDBOX_WAIT_SECONDS = 20.0
+"""The longest one ``creating_sandbox`` step waits for a pending sandbox (:func:`sandbox_wait`):
+a cluster's warm sandbox is ready within it, so a start costs no second tick; a cold one (a
+node added) spans a few ticks, each short of a dispatch deadline."""
+
+
+def sandbox_wait(lease_seconds: float) -> float:
+    """How long a step waits for a new sandbox to stop pending: :data:`SANDBOX_WAIT_SECONDS`,
+    or a third of the claim's lease (``HANGAR_CLAIM_LEASE_SECONDS``) when that is shorter,
+    so that a lease is renewed (:meth:`Transitions.keeping`) at least twice before it would
+    run out, even with a renewal missed."""
+    return max(0.0, min(SANDBOX_WAIT_SECONDS, lease_seconds / 3))
+
 
 _WHAT = {
     StartStep.CREATING_SANDBOX: "making the sandbox",
@@ -205,7 +221,11 @@ class Startup:
                 return
         if step is StartStep.CREATING_SANDBOX:
             info = self.provisioner.create(session, env)
-            status = self.provisioner.status(info.id)
+            try:
+                session, status = self._awaited(session, token, info.id)
+            except SessionNotFound:  # deleted (forced) while its sandbox was made
+                self.provisioner.destroy_all(session.id)
+                raise
             if status.state is SandboxState.FAILED:
                 self.provisioner.destroy_all(session.id)
                 raise SandboxError(f"the sandbox failed to start: {status.reason}",
@@ -241,16 +261,26 @@ class Startup:
         else:
             self.turns.start(session, token)
 
+    def _awaited(self, session: Session, token: str, sandbox_id: str
+                 ) -> tuple[Session, SandboxStatus]:  # fmt: skip
+        """The new sandbox's status once it stops pending, or its pending one after
+        :func:`sandbox_wait` seconds, the claim's lease kept meanwhile; and the session read
+        again (a renewal is a write)."""
+        wait = sandbox_wait(self.transitions.lease_seconds)
+        with self.transitions.keeping(session.id, token):
+            status = self.provisioner.await_status(sandbox_id, wait)
+        return self.db.get_session(session.id), status
+
     def _await_sandbox(self, session: Session, token: str, env: Environment) -> None:
-        """The start's new sandbox was pending: look again. Ready: prepare it and clone.
-        Pending: its reason becomes the phase's detail and the tick comes back (not past
-        ``HANGAR_SETUP_TIMEOUT_MINUTES`` from the sandbox's making). Failed: the start fails
-        with its reason."""
+        """The start's new sandbox was pending: wait for it again (:meth:`_awaited`). Ready:
+        prepare it and clone. Pending: its reason becomes the phase's detail and the tick
+        comes back (not past ``HANGAR_SETUP_TIMEOUT_MINUTES`` from the sandbox's making).
+        Failed: the start fails with its reason."""
         assert session.sandbox_id is not None and session.start is not None
         run = session.start.run
         assert run is not None
         info = self.sandboxes.get(session.sandbox_id)
-        status = self.provisioner.status(info.id)
+        session, status = self._awaited(session, token, info.id)
         if status.state is SandboxState.FAILED:
             raise SandboxError(f"the sandbox failed to start: {status.reason}",
                                sandbox_id=info.id)  # fmt: skip
@@ -273,7 +303,13 @@ class Startup:
         assert session.start is not None and session.phase is not None
         intent, step = session.start, session.phase.step
         run = intent.run or f"{step.value}-{secrets.token_hex(4)}"
-        state = self.provisioner.run_state(session, run)
+        # The read can wait on the sandbox (a follower's first frame, reads when none follows)
+        # longer than a short lease: the claim is kept meanwhile, and its renewals are writes.
+        with self.transitions.keeping(session.id, token):
+            state = self.provisioner.run_state(session, run)
+        session = self.db.get_session(session.id)
+        if session.claim is None or session.claim.token != token or session.phase is None:
+            return  # taken over while it read: the new holder carries on
         if not state.started:  # asked for, then its worker died before it ran
             session = self.transitions.advance(session, token, step, session.phase.detail,
                                                start=intent.model_copy(update={"run": run}))

@@ -373,6 +373,23 @@ class SandboxesConformance:
             with pytest.raises(SandboxNotFound):
                 sandboxes.status(missing)
 
+    def test_await_status_answers_a_new_sandbox_ready_and_a_missing_one_not_found(
+        self, sandboxes: Sandboxes
+    ) -> None:
+        info = sandboxes.create(SandboxSpec(labels={"conformance": uuid.uuid4().hex}))
+        deadline = time.monotonic() + READY_SECONDS
+        status = sandboxes.await_status(info.id, READY_SECONDS)
+        while status.state is SandboxState.PENDING:  # a backend that cannot wait answers at once
+            assert time.monotonic() < deadline, f"{info.id} still pending: {status.reason}"
+            time.sleep(0.05)
+            status = sandboxes.await_status(info.id, READY_SECONDS)
+        assert status == SandboxStatus(SandboxState.READY)
+        assert sandboxes.exec(info.id, ["true"]).ok
+        sandboxes.destroy(info.id)
+        for missing in (info.id, "no-such-sandbox"):
+            with pytest.raises(SandboxNotFound):
+                sandboxes.await_status(missing, 1)
+
     # -- found again ---------------------------------------------------------------------------
 
     def test_a_backend_opened_afresh_on_the_same_url_finds_uses_and_destroys_a_sandbox(

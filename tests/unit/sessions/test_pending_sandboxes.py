@@ -1,7 +1,7 @@
-"""A start over a backend whose sandboxes are not ready at once (as on a cluster): the chain of
-start ticks polls ``status``, shows the backend's reason as its phase, and execs into the
-sandbox only once it is ready; a failed sandbox, or one the backend cannot give, fails the
-start with the reason."""
+"""A start over a backend whose sandboxes are not ready at once (as on a cluster): each start
+tick waits for the sandbox (``await_status``, bounded), shows the backend's reason as its phase
+while it is still pending, and execs into the sandbox only once it is ready; a failed sandbox,
+or one the backend cannot give, fails the start with the reason."""
 
 from __future__ import annotations
 
@@ -17,20 +17,26 @@ from hangar.sandboxes import ExecResult, SandboxCapabilities, SandboxInfo, Sandb
 from hangar.sandboxes import SandboxState, SandboxStatus
 from hangar.sandboxes.local import LocalSandboxes
 from hangar.sessions.sandbox import SESSION_LABEL
+from hangar.sessions.startup import SANDBOX_WAIT_SECONDS, sandbox_wait
 from tests.unit.sessions.world import TURN_ONE, World, make_world
 
 
 class SlowToStart:
     """The local backend, but each new sandbox says pending ``pending`` times before it says
     ready (or failed, with ``fail``); it notes the session's phase at each look, and every
-    exec into a sandbox it has not yet called ready."""
+    exec into a sandbox it has not yet called ready. ``await_status`` answers at once (one
+    look), or with ``waits`` looks until the sandbox is no longer pending, as a backend that
+    waits on a change does; each call's timeout is noted."""
 
     def __init__(self, backend: LocalSandboxes, db: SqliteDb, *, pending: int = 2, fail: str = "",
-                 capabilities: SandboxCapabilities | None = None) -> None:  # fmt: skip
+                 capabilities: SandboxCapabilities | None = None,
+                 waits: bool = False) -> None:  # fmt: skip
         self.backend = backend
         self.db = db
         self.pending = pending
         self.fail = fail
+        self.waits = waits
+        self.timeouts: list[float] = []
         self.capabilities = capabilities or backend.capabilities
         self.left: dict[str, int] = {}
         self.ready: set[str] = set()
@@ -56,6 +62,13 @@ class SlowToStart:
             return SandboxStatus(SandboxState.FAILED, self.fail)
         self.ready.add(sandbox_id)
         return SandboxStatus(SandboxState.READY)
+
+    def await_status(self, sandbox_id: str, timeout: float) -> SandboxStatus:
+        self.timeouts.append(timeout)
+        status = self.status(sandbox_id)
+        while self.waits and status.state is SandboxState.PENDING:
+            status = self.status(sandbox_id)
+        return status
 
     def exec(self, sandbox_id: str, argv: Sequence[str], **options: Any) -> ExecResult:
         if sandbox_id not in self.ready:
@@ -102,6 +115,30 @@ def test_a_start_shows_a_pending_sandboxs_reason_and_clones_only_once_it_is_read
         session = world.service.resolve("demo")
         assert session.state is SessionState.IDLE and session.sandbox_id in backend.ready
         assert world.sh("demo", "cat committed.txt") == "one\n"
+
+
+def test_a_sandbox_ready_within_the_wait_is_awaited_in_the_first_step_with_no_pending_phase(
+    tmp_path: Path, db: SqliteDb, blobs: LocalBlobs, keys: LocalKeys, remote: Path
+) -> None:
+    for world, backend in world_over(tmp_path, db, blobs, keys, remote, waits=True):
+        world.service.new("demo", TURN_ONE, "app", harness="antigravity")
+        turn = world.service.wait("demo", timeout=60, poll=0.05)
+        assert turn.outcome is not None and turn.outcome.value == "exited", turn
+        # Every look was made by the one wait right after the sandbox was requested: the
+        # phase never showed a pending reason, and no tick came back for it.
+        creating = StartStep.CREATING_SANDBOX.value
+        assert backend.phases == [(creating, "")] * 3
+        assert len(backend.timeouts) == 1
+        assert 0 < backend.timeouts[0] <= SANDBOX_WAIT_SECONDS
+        assert backend.timeouts[0] <= world.service.settings.claim_lease_seconds / 3
+        assert backend.too_soon == []
+        assert world.sh("demo", "cat committed.txt") == "one\n"
+
+
+def test_the_wait_for_a_sandbox_is_the_shorter_of_its_bound_and_a_third_of_the_lease() -> None:
+    assert sandbox_wait(300) == SANDBOX_WAIT_SECONDS
+    assert sandbox_wait(30) == 10
+    assert sandbox_wait(0) == 0
 
 
 def test_a_sandbox_that_fails_to_start_fails_the_start_with_its_reason(
