@@ -1,7 +1,8 @@
 """Claim leases that hold while their work goes on: a claim counts its lease from when it is
 written (a contended database can take longer than the lease to write it), a lease kept through
-a block survives a renewal that fails, and a finish taken over halfway leaves its waiter
-waiting, not failing. Time is the test's own clock where the code takes one; nothing sleeps."""
+a block survives a renewal that fails, a start step whose read of its run waits on the
+sandbox keeps its lease meanwhile, and a finish taken over halfway leaves its waiter waiting,
+not failing. Time is the test's own clock where the code takes one; nothing sleeps."""
 
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ from typing import Any
 
 import pytest
 
+from hangar.config import Settings
 from hangar.db.records import modify_session
 from hangar.db.sqlite import SqliteDb
 from hangar.errors import SessionBusy, VersionConflict
 from hangar.models import Claim, ClaimKind, Phase, Session, SessionState as S, StartIntent
-from hangar.models import StartKind, StartStep, TurnOutcome, utcnow
+from hangar.models import Environment, StartKind, StartStep, TurnOutcome, utcnow
 from hangar.sessions import turns as turns_module
+from hangar.sessions.sandbox import RunState
+from hangar.sessions.schedule import StartTick
+from hangar.sessions.startup import Startup
 from hangar.sessions.transitions import Transitions
 from tests.unit.sessions.world import World, start
 
@@ -151,3 +156,53 @@ def test_a_wait_whose_finish_is_taken_over_halfway_waits_for_the_turn_instead_of
     assert turn.n == 2 and turn.outcome is TurnOutcome.EXITED, turn
     assert world.service.resolve(name).state is S.IDLE
     assert not world.ticks.errors, world.ticks.errors
+
+
+class LateRunState:
+    """A provisioner whose run's state comes late (a follower slow to its first frame): it
+    answers once a write landed on the session while it waited (the keeper's renewal), or
+    after a bounded wait; ``renewed`` says which."""
+
+    def __init__(self, writes: SlowWrites) -> None:
+        self.writes = writes
+        self.renewed: bool | None = None
+
+    def run_state(self, session: Session, run_id: str) -> RunState:
+        with self.writes.landed:
+            self.renewed = self.writes.landed.wait_for(lambda: self.writes.writes >= 1,
+                                                       timeout=10)  # fmt: skip
+        return RunState(started=True)
+
+
+class Steps:
+    """The schedule's start steps, remembered."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, str, float]] = []
+
+    def start_step(self, session_id: str, token: str, seconds: float = 0.0) -> None:
+        self.steps.append((session_id, token, seconds))
+
+
+class OneEnvironment:
+    def require(self, name: str) -> Environment:
+        return Environment(name=name, repo="https://example.invalid/app.git")
+
+
+def test_a_start_step_keeps_its_lease_while_the_runs_state_comes_late(
+    db: SqliteDb, settings: Settings
+) -> None:
+    # The keeper's own pace (real time), with a short lease; the claim itself ends far ahead,
+    # so only a renewal's write can end the provisioner's bounded wait early.
+    session = stored(db, S.STARTING, utcnow, claim_for=60)
+    writes = SlowWrites(db, Clock())
+    late, steps = LateRunState(writes), Steps()
+    transitions = Transitions(writes, lease_seconds=0.3)  # type: ignore[arg-type]
+    # Only what a poll of a run uses is given.
+    startup = Startup(settings, writes, None, OneEnvironment(), late,  # type: ignore[arg-type]
+                      None, None, None, transitions, steps, None)  # type: ignore[arg-type]
+    startup.step(StartTick(session=session.id, token=TOKEN))
+    assert late.renewed, "the lease was not renewed while the run's state was read"
+    after = db.get_session(session.id)
+    assert after.state is S.STARTING and after.claim is not None and after.claim.token == TOKEN
+    assert [s[:2] for s in steps.steps] == [(session.id, TOKEN)]  # the poll comes back
