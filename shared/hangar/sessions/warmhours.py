@@ -241,7 +241,8 @@ def _zone_name(name: str) -> str:
 @lru_cache(maxsize=1)
 def _zone_names() -> dict[str, str]:
     """The IANA zone names, by their lowercase spelling: the tzdata package's list, the same on
-    every machine (the system's folder may hold other files, ``localtime`` say)."""
+    every machine (the system's folder may hold other files, ``localtime`` say); the package
+    documents its ``zones`` file as the list of its keys."""
     text = resources.files("tzdata").joinpath("zones").read_text(encoding="utf-8")
     return {key.lower(): key for key in text.split() if key != "Factory"}
 
@@ -281,6 +282,8 @@ def _days_text(days: frozenset[int]) -> str:
             runs[-1].append(d)
         else:
             runs.append([d])
+    if len(runs) > 1 and runs[0][0] == 0 and runs[-1][-1] == 6:
+        runs[0] = runs.pop() + runs[0]  # a run through Sunday into Monday: Fri-Tue
     return ",".join(DAY_NAMES[r[0]] + (f"-{DAY_NAMES[r[-1]]}" if len(r) > 1 else "")
                     for r in runs)
 

@@ -79,10 +79,15 @@ def test_24_00_ends_a_window_at_midnight_and_a_whole_day_is_00_00_to_24_00() -> 
 
 
 def test_the_canonical_spelling_reads_back_as_the_same_hours() -> None:
-    hours = parse("sun,mon,tue,fri-sat 22:00-02:00; wed 00:00-24:00 etc/gmt-5")
+    hours = parse("sun,mon,tue,fri-sat 22:00-02:00; wed,thu 00:00-24:00; sun 10:00-11:00 utc")
 
-    assert str(hours) == "Mon-Tue,Fri-Sun 22:00-02:00; Wed 00:00-24:00 Etc/GMT-5"
+    assert str(hours) == "Fri-Tue 22:00-02:00; Wed-Thu 00:00-24:00; Sun 10:00-11:00 UTC"
     assert parse(str(hours)) == hours
+
+
+def test_a_zone_whose_name_holds_a_dash_is_read_whole_as_the_zone() -> None:
+    assert parse("Mon 08:00-20:00 America/Port-au-Prince").zone == "America/Port-au-Prince"
+    assert parse("Mon 08:00-20:00; Tue 09:00-10:00 etc/gmt-5").zone == "Etc/GMT-5"
 
 
 @pytest.mark.parametrize(("spec", "message", "window"), [
