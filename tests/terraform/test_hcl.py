@@ -124,12 +124,33 @@ def test_every_variable_reference_is_declared(directory: Path) -> None:
         )
 
 
+GOOGLE_PIN = "~> 7.39"
+"""hashicorp/google 7.39.0 is the first release with addons_config.agent_sandbox_config in GA
+(its CHANGELOG); sandbox_config (7.22.0) and Direct VPC egress on Cloud Run functions (7.10.0)
+came before it. Every configuration pins the same, or terraform init finds no version."""
+KUBERNETES_PIN = "~> 3.2"
+
+
 @pytest.mark.parametrize("directory", CONFIG_DIRS, ids=_ids(CONFIG_DIRS))
-def test_google_provider_is_pinned_to_6(directory: Path) -> None:
+def test_every_configuration_pins_the_google_provider_that_has_the_agent_sandbox_addon(
+    directory: Path,
+) -> None:
     terraform_blocks = _parse(directory / "versions.tf")["terraform"]
     providers = terraform_blocks[0]["required_providers"][0]
     assert providers["google"]["source"] == "hashicorp/google"
-    assert providers["google"]["version"] == "~> 6.0"
+    assert providers["google"]["version"] == GOOGLE_PIN
+    if "kubernetes" in providers:
+        assert providers["kubernetes"]["source"] == "hashicorp/kubernetes"
+        assert providers["kubernetes"]["version"] == KUBERNETES_PIN
+
+
+@pytest.mark.parametrize("directory", CONFIG_DIRS, ids=_ids(CONFIG_DIRS))
+def test_a_configuration_with_kubernetes_resources_requires_the_kubernetes_provider(
+    directory: Path,
+) -> None:
+    uses = any(t.startswith("kubernetes_") for t, _, _ in _resources(directory))
+    providers = _parse(directory / "versions.tf")["terraform"][0]["required_providers"][0]
+    assert not uses or "kubernetes" in providers, f"{directory.name} uses kubernetes_*"
 
 
 def test_every_module_call_passes_only_declared_and_all_required_variables() -> None:
@@ -301,3 +322,212 @@ def test_every_composite_index_the_firestore_backend_queries_need_is_declared() 
         ("checkpoints", (("session_id", asc), ("ts", asc))),
     }
     assert needed <= declared, sorted(needed - declared)
+
+
+# --- the sandbox cluster (issue 25 item 4) -----------------------------------------------------
+
+
+def _by_name(directory: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(t, n): b for t, n, b in _resources(directory)}
+
+
+def _dynamic(body: dict[str, Any], name: str) -> dict[str, Any]:
+    [found] = [d[name] for d in body.get("dynamic", []) if name in d]
+    return found  # type: ignore[no-any-return]
+
+
+def _squash(value: Any) -> str:
+    return re.sub(r"\s+", "", _text(value))
+
+
+def test_the_cluster_runs_the_agent_sandbox_addon_and_dataplane_v2() -> None:
+    cluster = _by_name(MODULES / "gke")[("google_container_cluster", "sandboxes")]
+    [addons] = cluster["addons_config"]
+    assert addons["agent_sandbox_config"] == [{"enabled": True}]
+    # Dataplane V2 enforces NetworkPolicy itself; the Calico block would be a second enforcer.
+    assert cluster["datapath_provider"] == "ADVANCED_DATAPATH"
+    assert "network_policy" not in cluster
+    assert cluster["networking_mode"] == "VPC_NATIVE"
+
+
+def test_the_sandbox_pool_runs_gvisor_with_its_opt_in_speedups() -> None:
+    resources = _by_name(MODULES / "gke")
+    [node] = resources[("google_container_node_pool", "sandboxes")]["node_config"]
+    assert node["sandbox_config"] == [{"type": "GVISOR"}]
+    assert node["image_type"] == "COS_CONTAINERD"
+    assert node["disk_size_gb"] == "${var.sandbox_disk_gb}"
+    assert node["workload_metadata_config"] == [{"mode": "GKE_METADATA"}]
+    assert "gcfs_config" not in node, "image streaming must stay opt-in (a dynamic block)"
+    streaming = _dynamic(node, "gcfs_config")
+    assert re.sub(r"\s+", "", streaming["for_each"]) == "${var.image_streaming?[true]:[]}"
+    # GKE Sandbox needs a pool without it for system pods.
+    [system] = resources[("google_container_node_pool", "system")]["node_config"]
+    assert "sandbox_config" not in system
+
+
+def test_the_control_plane_endpoint_is_private_and_public_only_for_operator_networks() -> None:
+    cluster = _by_name(MODULES / "gke")[("google_container_cluster", "sandboxes")]
+    [private] = cluster["private_cluster_config"]
+    assert private["enable_private_nodes"] is True
+    assert private["enable_private_endpoint"] == "${local.private_endpoint_only}"
+    [gke_locals] = _parse(MODULES / "gke" / "main.tf")["locals"]
+    assert _squash(gke_locals["private_endpoint_only"]) == "'${length(var.operator_cidrs)==0}'"
+    authorized = _dynamic(cluster, "master_authorized_networks_config")
+    assert authorized["content"][0]["gcp_public_cidrs_access_enabled"] is False
+    assert _blocks(MODULES / "gke", "variable")["operator_cidrs"]["default"] == []
+    # Private nodes reach the internet (model APIs, git hosts) through Cloud NAT.
+    assert ("google_compute_router_nat", "nat") in _by_name(MODULES / "gke")
+
+
+def test_the_nodes_read_images_only_from_the_named_artifact_registry_repositories() -> None:
+    resources = _by_name(MODULES / "gke")
+    project_roles = resources[("google_project_iam_member", "nodes")]["for_each"]
+    assert "artifactregistry" not in _text(project_roles), "no project-wide image reader"
+    grant = resources[("google_artifact_registry_repository_iam_member", "nodes")]
+    assert grant["role"] == "roles/artifactregistry.reader"
+    assert grant["member"] == "serviceAccount:${google_service_account.nodes.email}"
+    assert "var.image_repositories" in grant["for_each"]
+    for pool in ("system", "sandboxes"):
+        [node] = resources[("google_container_node_pool", pool)]["node_config"]
+        assert node["service_account"] == "${google_service_account.nodes.email}"
+
+
+EXPECTED_RULES = [
+    (["agents.x-k8s.io"], ["sandboxes"], ["get", "list", "watch"]),
+    (["agents.x-k8s.io"], ["sandboxes/status"], ["get"]),
+    (
+        ["extensions.agents.x-k8s.io"],
+        ["sandboxtemplates", "sandboxwarmpools", "sandboxclaims"],
+        ["create", "get", "list", "watch", "patch", "delete"],
+    ),
+    (["extensions.agents.x-k8s.io"], ["sandboxwarmpools/status", "sandboxclaims/status"], ["get"]),
+    (["extensions.agents.x-k8s.io"], ["sandboxwarmpools/scale"], ["get", "patch"]),
+    ([""], ["pods"], ["get", "list", "watch"]),
+    ([""], ["pods/exec"], ["create", "get"]),
+    ([""], ["events"], ["get", "list", "watch"]),
+]
+
+
+def test_the_control_planes_role_is_exactly_the_agent_sandbox_kinds_pods_exec_and_events() -> (
+    None
+):
+    access = _by_name(MODULES / "cluster_access")
+    role = access[("kubernetes_role_v1", "control_plane")]
+    rules = [(r["api_groups"], r["resources"], r["verbs"]) for r in role["rule"]]
+    assert rules == EXPECTED_RULES
+    assert role["metadata"][0]["namespace"] == "${local.namespace}"
+    # A Role, never a ClusterRole: nothing outside the namespace.
+    assert not any(t.startswith("kubernetes_cluster_role") for t, _ in access)
+
+
+def test_the_role_is_bound_to_the_functions_google_service_accounts_as_users() -> None:
+    access = _by_name(MODULES / "cluster_access")
+    binding = access[("kubernetes_role_binding_v1", "control_plane")]
+    assert binding["role_ref"] == [
+        {
+            "api_group": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "${kubernetes_role_v1.control_plane.metadata[0].name}",
+        }
+    ]
+    subject = _dynamic(binding, "subject")
+    assert subject["for_each"] == "${var.control_plane_service_accounts}"
+    assert subject["content"] == [
+        {"api_group": "rbac.authorization.k8s.io", "kind": "User", "name": "${subject.value}"}
+    ]
+    # IAM lets them authenticate to the cluster and nothing more (no Kubernetes object).
+    viewer = access[("google_project_iam_member", "cluster_viewer")]
+    assert viewer["role"] == "roles/container.clusterViewer"
+    assert viewer["for_each"] == "${var.control_plane_service_accounts}"
+    calls = _blocks(DEV, "module")
+    assert calls["cluster_access"]["control_plane_service_accounts"] == "${local.control_plane}"
+
+
+def test_the_namespace_baseline_policy_allows_no_ingress_and_only_dns_egress() -> None:
+    access = _by_name(MODULES / "cluster_access")
+    [spec] = access[("kubernetes_network_policy_v1", "baseline")]["spec"]
+    assert spec["pod_selector"] == [{}], "every pod in the namespace"
+    assert spec["policy_types"] == ["Ingress", "Egress"]
+    assert "ingress" not in spec
+    [egress] = spec["egress"]
+    assert egress["ports"] == [{"protocol": "UDP", "port": "53"}, {"protocol": "TCP", "port": "53"}]
+    assert "ip_block" not in _text(egress), "no address range: never the metadata server"
+    peers = _dynamic(egress, "to")
+    assert peers["for_each"] == "${var.dns_peers}"
+    [peer] = peers["content"]
+    assert peer["namespace_selector"] == [
+        {"match_labels": {"kubernetes.io/metadata.name": "kube-system"}}
+    ]
+    defaults = _blocks(MODULES / "cluster_access", "variable")["dns_peers"]["default"]
+    assert defaults == [{"k8s-app": "kube-dns"}, {"k8s-app": "node-local-dns"}]
+
+
+def test_the_functions_get_the_cluster_endpoint_and_ca_file_from_the_gke_outputs() -> None:
+    [fn_locals] = _parse(MODULES / "functions" / "main.tf")["locals"]
+    gke_env = _squash(fn_locals["gke_env"])
+    assert "HANGAR_GKE_ENDPOINT=var.gke_endpoint" in gke_env
+    assert 'HANGAR_GKE_CA="${local.gke_ca_dir}/${local.gke_ca_file}"' in gke_env
+    assert "HANGAR_SANDBOXES=var.sandboxes_url" in _squash(fn_locals["sandboxes_env"])
+    assert _squash(fn_locals["common_env"]) == (
+        "'${merge(var.extra_env,local.backend_env,local.gke_env,local.sandboxes_env)}'"
+    )
+    functions = _by_name(MODULES / "functions")
+    for name in ("api", "ticks"):
+        [config] = functions[("google_cloudfunctions2_function", name)]["service_config"]
+        assert "local.common_env" in _text(config["environment_variables"])
+        [mount] = _dynamic(config, "secret_volumes")["content"]
+        assert mount["mount_path"] == "${local.gke_ca_dir}"
+        assert mount["versions"][0]["path"] == "${local.gke_ca_file}"
+    grant = functions[("google_secret_manager_secret_iam_member", "gke_ca")]
+    assert grant["role"] == "roles/secretmanager.secretAccessor"
+    assert grant["secret_id"] == "${google_secret_manager_secret.gke_ca[0].secret_id}"
+    outputs = _blocks(MODULES / "gke", "output")
+    assert "private_endpoint" in outputs["endpoint"]["value"]
+    assert "cluster_ca_certificate" in outputs["ca_certificate"]["value"]
+    call = _blocks(DEV, "module")["functions"]
+    assert call["gke_access"] is True
+    assert call["gke_endpoint"] == "${module.gke.endpoint}"
+    assert call["gke_ca_certificate"] == "${module.gke.ca_certificate}"
+    assert call["sandboxes_url"] == "${local.sandboxes_url}"
+
+
+def test_hangar_sandboxes_is_built_from_the_namespace_and_image_variables() -> None:
+    [dev_locals] = _parse(DEV / "main.tf")["locals"]
+    url = _squash(dev_locals["sandboxes_url"])
+    assert url.startswith("'gke://${local.cluster_name}/${var.sandbox_namespace}?"), url
+    options = _squash(dev_locals["sandbox_options"])
+    assert "image=${urlencode(var.sandbox_image)}" in options
+    assert "runtime_class=gvisor" in options
+    variables = _blocks(DEV, "variable")
+    assert variables["sandbox_image"]["default"] is None
+    assert _blocks(DEV, "module")["cluster_access"]["namespace"] == "${var.sandbox_namespace}"
+
+
+def test_the_functions_reach_the_private_endpoint_through_direct_vpc_egress() -> None:
+    functions = _by_name(MODULES / "functions")
+    for name in ("api", "ticks"):
+        [config] = functions[("google_cloudfunctions2_function", name)]["service_config"]
+        interface = _dynamic(config, "direct_vpc_network_interface")
+        assert interface["content"] == [
+            {"network": "${var.vpc_network}", "subnetwork": "${var.vpc_subnetwork}"}
+        ]
+        assert "VPC_EGRESS_PRIVATE_RANGES_ONLY" in config["direct_vpc_egress"]
+        assert "vpc_connector" not in config
+    call = _blocks(DEV, "module")
+    assert call["functions"]["vpc_network"] == call["gke"]["network"] == "${var.network}"
+    assert call["functions"]["vpc_subnetwork"] == call["gke"]["subnetwork"]
+
+
+@pytest.mark.parametrize(
+    "directory", [MODULES / "gke", MODULES / "cluster_access", MODULES / "functions", DEV],
+    ids=["gke", "cluster_access", "functions", "dev"],
+)
+def test_the_sandbox_cluster_variables_are_typed_and_described_in_full_sentences(
+    directory: Path,
+) -> None:
+    for name, body in _blocks(directory, "variable").items():
+        description = str(body.get("description", ""))
+        assert len(description) >= 20 and description.rstrip().endswith((".", ")")), (
+            f"{directory.name}: var.{name}: {description!r}"
+        )
+        assert "type" in body

@@ -7,6 +7,16 @@ locals {
   session_bucket_name = coalesce(var.session_bucket_name, "${var.project_id}-${var.name_prefix}-sessions")
   gke_location        = coalesce(var.gke_location, "${var.region}-b")
   control_plane       = module.functions.control_plane_service_accounts
+  cluster_name        = "${var.name_prefix}-sandboxes"
+
+  # HANGAR_SANDBOXES: with HANGAR_GKE_ENDPOINT set the URL's context is not read, so it names
+  # the cluster for people. The gVisor RuntimeClass is GKE Sandbox's; the image is the default
+  # of environments that name none.
+  sandbox_options = concat(
+    var.sandbox_image == null ? [] : ["image=${urlencode(var.sandbox_image)}"],
+    ["runtime_class=gvisor"],
+  )
+  sandboxes_url = "gke://${local.cluster_name}/${var.sandbox_namespace}?${join("&", local.sandbox_options)}"
 }
 
 resource "google_project_service" "apis" {
@@ -18,7 +28,9 @@ resource "google_project_service" "apis" {
     "container.googleapis.com",
     "firestore.googleapis.com",
     "iam.googleapis.com",
+    "compute.googleapis.com",
     "run.googleapis.com",
+    "secretmanager.googleapis.com",
     "storage.googleapis.com",
   ])
 
@@ -87,6 +99,15 @@ module "functions" {
   tasks_service_account_email = module.tasks.service_account_email
   extra_env                   = var.settings
 
+  # The sandbox cluster: its private endpoint through Direct VPC egress in the cluster's own
+  # subnetwork (whose primary range the private endpoint admits), and its CA.
+  gke_access         = true
+  gke_endpoint       = module.gke.endpoint
+  gke_ca_certificate = module.gke.ca_certificate
+  sandboxes_url      = local.sandboxes_url
+  vpc_network        = var.network
+  vpc_subnetwork     = var.subnetwork
+
   depends_on = [google_project_service.apis]
 }
 
@@ -95,7 +116,11 @@ module "gke" {
 
   project_id           = var.project_id
   location             = local.gke_location
-  cluster_name         = "${var.name_prefix}-sandboxes"
+  cluster_name         = local.cluster_name
+  network              = var.network
+  subnetwork           = var.subnetwork
+  operator_cidrs       = var.operator_cidrs
+  image_repositories   = var.image_repositories
   deletion_protection  = false
   image_streaming      = var.image_streaming
   sandbox_disk_gb      = var.sandbox_disk_gb
@@ -104,4 +129,14 @@ module "gke" {
   sandbox_max_nodes    = var.sandbox_max_nodes
 
   depends_on = [google_project_service.apis]
+}
+
+# The namespace, the control plane's Role in it and the namespace's baseline NetworkPolicy,
+# applied through the kubernetes provider (versions.tf) as the person running terraform.
+module "cluster_access" {
+  source = "../../modules/cluster_access"
+
+  project_id                     = var.project_id
+  namespace                      = var.sandbox_namespace
+  control_plane_service_accounts = local.control_plane
 }

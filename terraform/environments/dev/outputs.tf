@@ -21,10 +21,28 @@ output "settings" {
     HANGAR_KEYS          = module.kms.keys_url
     HANGAR_TICKS         = module.tasks.ticks_url
     HANGAR_TICKS_URL     = module.functions.ticks_url
+    HANGAR_SANDBOXES     = local.sandboxes_url
+    HANGAR_GKE_ENDPOINT  = module.gke.endpoint
+    HANGAR_GKE_CA        = "/etc/hangar/gke/ca.crt"
   }
 }
 
 output "gke_cluster" {
   description = "Name of the sandbox cluster."
   value       = module.gke.cluster_name
+}
+
+output "gke_endpoint" {
+  description = "HANGAR_GKE_ENDPOINT: the sandbox cluster's private API endpoint, as the functions get it."
+  value       = module.gke.endpoint
+}
+
+output "gke_ca" {
+  description = "The PEM of the sandbox cluster's CA, mounted in the functions at the path HANGAR_GKE_CA names."
+  value       = module.gke.ca_certificate
+}
+
+output "sandbox_namespace" {
+  description = "Namespace of the sandboxes."
+  value       = module.cluster_access.namespace
 }

@@ -97,3 +97,43 @@ variable "sandbox_max_nodes" {
   type        = number
   default     = 3
 }
+
+variable "network" {
+  description = "VPC network of the sandbox cluster, which the functions join through Direct VPC egress."
+  type        = string
+  default     = "default"
+}
+
+variable "subnetwork" {
+  description = "Subnetwork, in region, of the cluster's nodes and of the functions' Direct VPC egress (the private endpoint admits the cluster subnetwork's primary range)."
+  type        = string
+  default     = "default"
+}
+
+variable "operator_cidrs" {
+  description = "Networks allowed to reach a public control plane endpoint (to run terraform's kubernetes part and kubectl from outside the VPC); empty: no public endpoint."
+  type        = list(string)
+  default     = []
+}
+
+variable "image_repositories" {
+  description = "Artifact Registry repositories of the environments' images (project, location, repository); the nodes may read these and no other."
+  type = list(object({
+    project    = string
+    location   = string
+    repository = string
+  }))
+  default = []
+}
+
+variable "sandbox_namespace" {
+  description = "Kubernetes namespace of the sandboxes (the NAMESPACE of HANGAR_SANDBOXES)."
+  type        = string
+  default     = "hangar-sandboxes"
+}
+
+variable "sandbox_image" {
+  description = "Image of environments that name none (the image= of HANGAR_SANDBOXES); null: every environment must name its image."
+  type        = string
+  default     = null
+}

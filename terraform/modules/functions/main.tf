@@ -27,7 +27,54 @@ locals {
     HANGAR_TASKS_INVOKER = var.tasks_service_account_email
     FUNCTION_USE_ASGI    = "true"
   }
-  common_env = merge(var.extra_env, local.backend_env)
+
+  # HANGAR_GKE_CA names a file: the cluster's CA is kept in Secret Manager and mounted there.
+  gke_ca_dir  = "/etc/hangar/gke"
+  gke_ca_file = "ca.crt"
+  gke_env = {
+    for k, v in {
+      HANGAR_GKE_ENDPOINT = var.gke_endpoint
+      HANGAR_GKE_CA       = "${local.gke_ca_dir}/${local.gke_ca_file}"
+    } : k => v if var.gke_access
+  }
+  sandboxes_env = {
+    for k, v in { HANGAR_SANDBOXES = var.sandboxes_url } : k => v if var.sandboxes_url != null
+  }
+  common_env = merge(var.extra_env, local.backend_env, local.gke_env, local.sandboxes_env)
+}
+
+# The sandbox cluster's CA certificate (public, but Cloud Run mounts files only from secrets).
+resource "google_secret_manager_secret" "gke_ca" {
+  count = var.gke_access ? 1 : 0
+
+  project   = var.project_id
+  secret_id = "${var.name_prefix}-gke-ca"
+
+  replication {
+    auto {}
+  }
+}
+
+resource "google_secret_manager_secret_version" "gke_ca" {
+  count = var.gke_access ? 1 : 0
+
+  secret      = google_secret_manager_secret.gke_ca[0].id
+  secret_data = var.gke_ca_certificate
+}
+
+# Each function reads this one secret, nothing else in Secret Manager.
+resource "google_secret_manager_secret_iam_member" "gke_ca" {
+  for_each = {
+    for name, email in {
+      api   = google_service_account.api.email
+      ticks = google_service_account.ticks.email
+    } : name => email if var.gke_access
+  }
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.gke_ca[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${each.value}"
 }
 
 resource "google_cloudfunctions2_function" "ticks" {
@@ -56,7 +103,36 @@ resource "google_cloudfunctions2_function" "ticks" {
     ingress_settings               = "ALLOW_ALL"
     all_traffic_on_latest_revision = true
     environment_variables          = local.common_env
+
+    # Direct VPC egress, private ranges only: the cluster's private endpoint is reached through
+    # the VPC; Google APIs and everything else keep the default path.
+    dynamic "direct_vpc_network_interface" {
+      for_each = var.vpc_network == null ? [] : [true]
+
+      content {
+        network    = var.vpc_network
+        subnetwork = var.vpc_subnetwork
+      }
+    }
+    direct_vpc_egress = var.vpc_network == null ? null : "VPC_EGRESS_PRIVATE_RANGES_ONLY"
+
+    dynamic "secret_volumes" {
+      for_each = var.gke_access ? [true] : []
+
+      content {
+        mount_path = local.gke_ca_dir
+        project_id = var.project_id
+        secret     = one(google_secret_manager_secret.gke_ca[*].secret_id)
+
+        versions {
+          version = one(google_secret_manager_secret_version.gke_ca[*].version)
+          path    = local.gke_ca_file
+        }
+      }
+    }
   }
+
+  depends_on = [google_secret_manager_secret_iam_member.gke_ca]
 }
 
 resource "google_cloudfunctions2_function" "api" {
@@ -88,7 +164,34 @@ resource "google_cloudfunctions2_function" "api" {
       # Cloud Tasks posts every tick to this URL, signed as the tasks service account.
       HANGAR_TICKS_URL = google_cloudfunctions2_function.ticks.service_config[0].uri
     })
+
+    dynamic "direct_vpc_network_interface" {
+      for_each = var.vpc_network == null ? [] : [true]
+
+      content {
+        network    = var.vpc_network
+        subnetwork = var.vpc_subnetwork
+      }
+    }
+    direct_vpc_egress = var.vpc_network == null ? null : "VPC_EGRESS_PRIVATE_RANGES_ONLY"
+
+    dynamic "secret_volumes" {
+      for_each = var.gke_access ? [true] : []
+
+      content {
+        mount_path = local.gke_ca_dir
+        project_id = var.project_id
+        secret     = one(google_secret_manager_secret.gke_ca[*].secret_id)
+
+        versions {
+          version = one(google_secret_manager_secret_version.gke_ca[*].version)
+          path    = local.gke_ca_file
+        }
+      }
+    }
   }
+
+  depends_on = [google_secret_manager_secret_iam_member.gke_ca]
 }
 
 # Public on the network: app auth (hangar's bearer tokens) is the gate.

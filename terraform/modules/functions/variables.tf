@@ -106,3 +106,40 @@ variable "ticks_max_instances" {
   type        = number
   default     = 10
 }
+
+variable "gke_access" {
+  description = "Give the functions the sandbox cluster: HANGAR_GKE_ENDPOINT and HANGAR_GKE_CA (the CA kept in a Secret Manager secret each function may read, mounted as a file). A plain bool, so it is known when planning."
+  type        = bool
+  default     = false
+}
+
+variable "gke_endpoint" {
+  description = "HANGAR_GKE_ENDPOINT: URL of the sandbox cluster's API server (its private endpoint); used when gke_access is true."
+  type        = string
+  default     = null
+}
+
+variable "gke_ca_certificate" {
+  description = "PEM of the sandbox cluster's CA, written to the file HANGAR_GKE_CA names; used when gke_access is true."
+  type        = string
+  default     = null
+  sensitive   = true
+}
+
+variable "sandboxes_url" {
+  description = "HANGAR_SANDBOXES for both functions, for example gke://CLUSTER/NAMESPACE?image=REF&runtime_class=gvisor; null leaves it to extra_env. Wins over the same key in extra_env."
+  type        = string
+  default     = null
+}
+
+variable "vpc_network" {
+  description = "VPC network the functions join through Direct VPC egress (private ranges only), to reach the cluster's private endpoint; null: no VPC egress."
+  type        = string
+  default     = null
+}
+
+variable "vpc_subnetwork" {
+  description = "Subnetwork in the functions' region that Direct VPC egress takes addresses from; null uses the subnetwork named like vpc_network."
+  type        = string
+  default     = null
+}

@@ -25,6 +25,18 @@ variable "subnetwork" {
   default     = null
 }
 
+variable "master_ipv4_cidr_block" {
+  description = "A /28 for the control plane's private addresses (clusters peered with the Google-managed VPC need one); null lets GKE choose (Private Service Connect clusters)."
+  type        = string
+  default     = null
+}
+
+variable "operator_cidrs" {
+  description = "Networks (CIDRs) allowed to reach a public control plane endpoint, for running terraform or kubectl from outside the VPC. Empty: no public endpoint at all; the API is reachable only from the VPC (the functions, through Direct VPC egress)."
+  type        = list(string)
+  default     = []
+}
+
 variable "release_channel" {
   description = "GKE release channel: RAPID, REGULAR or STABLE."
   type        = string
@@ -35,6 +47,28 @@ variable "deletion_protection" {
   description = "Refuse to delete the cluster on terraform destroy."
   type        = bool
   default     = true
+}
+
+variable "system_machine_type" {
+  description = "Machine type of the system pool's nodes (kube-dns and other system pods, which cannot run on gVisor nodes)."
+  type        = string
+  default     = "e2-medium"
+}
+
+variable "system_nodes" {
+  description = "Nodes in the system pool (per zone of the cluster's location)."
+  type        = number
+  default     = 1
+}
+
+variable "image_repositories" {
+  description = "Artifact Registry repositories holding the environments' images; the node service account gets roles/artifactregistry.reader on each, and nothing wider."
+  type = list(object({
+    project    = string
+    location   = string
+    repository = string
+  }))
+  default = []
 }
 
 variable "sandbox_machine_type" {
