@@ -49,8 +49,10 @@ rely on the image's defaults.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import queue
+import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler
@@ -79,6 +81,9 @@ STDIN_FRAMES = 64
 """stdin messages held between the websocket and the command before the client is slowed."""
 MAX_MESSAGE = 16 << 20
 """The largest message a client may send (uvicorn's default limit, kept on both fronts)."""
+CLOSE_WAIT = 5.0
+"""Seconds the ``http.server`` front waits for the client to answer its close before it cuts
+the connection."""
 
 Resolve = Callable[[str, str], tuple[Sandboxes, str]]
 """(namespace, pod name) -> the pod's sandbox backend and sandbox id; raises
@@ -302,12 +307,20 @@ def exec_handler(resolve: Resolve, user: SandboxUser = SandboxUser.HANGAR) -> Ha
         reader = threading.Thread(target=_read, args=(request, ws, lock, flush, session),
                                   daemon=True)  # fmt: skip
         reader.start()
-        session.send(ERROR, json.dumps(session.run()).encode())
-        if session.connected:
-            with lock:
-                ws.send_close(1000)
-                flush()
-        reader.join(5.0)  # the client answers the close; a silent one is dropped
+        try:
+            session.send(ERROR, json.dumps(session.run()).encode())
+            if session.connected:
+                with lock:
+                    ws.send_close(1000)
+                    flush()
+            reader.join(CLOSE_WAIT)  # the client answers the close; a silent one is cut off
+        finally:
+            # The server closes the request's files once this returns: the reader must be done
+            # with them first, or its next read or answer fails on a closed file.
+            if reader.is_alive():
+                with contextlib.suppress(OSError):
+                    request.connection.shutdown(socket.SHUT_RDWR)  # its read ends at once
+                reader.join()
 
     return handle
 

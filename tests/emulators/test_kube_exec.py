@@ -31,6 +31,9 @@ from hangar.sandboxes.local import LocalSandboxes
 EXEC = re.compile(r"^/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/exec$")
 WAIT = 120.0  # the bound on every wait; a healthy run takes a fraction of it
 
+# A thread of the stand-in failing (its reader on a closed file) is an error, not a warning.
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
 
 class Recording:
     """The pod's sandboxes, telling the test each exec's result as it returns."""

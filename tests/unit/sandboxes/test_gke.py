@@ -50,7 +50,8 @@ from hangar.testing.sandboxes import SandboxesConformance, make, run
 
 from emulators.kube import KubeStandIn
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox,  # a thread of the stand-in failing is an error here
+              pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")]
 
 IMAGE = "hangar-conformance/agent:1"
 
