@@ -23,7 +23,7 @@ output "settings" {
     HANGAR_TICKS_URL     = module.functions.ticks_url
     HANGAR_SANDBOXES     = local.sandboxes_url
     HANGAR_GKE_ENDPOINT  = module.gke.endpoint
-    HANGAR_GKE_CA        = "/etc/hangar/gke/ca.crt"
+    HANGAR_GKE_CA        = module.functions.gke_ca_file
   }
 }
 

@@ -123,7 +123,6 @@ variable "gke_ca_certificate" {
   description = "PEM of the sandbox cluster's CA, written to the file HANGAR_GKE_CA names; used when gke_access is true."
   type        = string
   default     = null
-  sensitive   = true
 }
 
 variable "sandboxes_url" {
