@@ -149,7 +149,9 @@ def test_a_configuration_with_kubernetes_resources_requires_the_kubernetes_provi
     directory: Path,
 ) -> None:
     uses = any(t.startswith("kubernetes_") for t, _, _ in _resources(directory))
-    providers = _parse(directory / "versions.tf")["terraform"][0]["required_providers"][0]
+    providers = _parse(directory / "versions.tf")["terraform"][0]["required_providers"][
+        0
+    ]
     assert not uses or "kubernetes" in providers, f"{directory.name} uses kubernetes_*"
 
 
@@ -308,7 +310,10 @@ def test_the_dev_environment_outputs_the_bucket_and_both_urls() -> None:
 
 def test_every_composite_index_the_firestore_backend_queries_need_is_declared() -> None:
     declared = {
-        (body["collection"], tuple((f["field_path"], f["order"]) for f in body["fields"]))
+        (
+            body["collection"],
+            tuple((f["field_path"], f["order"]) for f in body["fields"]),
+        )
         for rtype, _, body in _resources(MODULES / "firestore")
         if rtype == "google_firestore_index"
     }
@@ -357,21 +362,30 @@ def test_the_sandbox_pool_runs_gvisor_with_its_opt_in_speedups() -> None:
     assert node["image_type"] == "COS_CONTAINERD"
     assert node["disk_size_gb"] == "${var.sandbox_disk_gb}"
     assert node["workload_metadata_config"] == [{"mode": "GKE_METADATA"}]
-    assert "gcfs_config" not in node, "image streaming must stay opt-in (a dynamic block)"
+    assert "gcfs_config" not in node, (
+        "image streaming must stay opt-in (a dynamic block)"
+    )
     streaming = _dynamic(node, "gcfs_config")
-    assert re.sub(r"\s+", "", streaming["for_each"]) == "${var.image_streaming?[true]:[]}"
+    assert (
+        re.sub(r"\s+", "", streaming["for_each"]) == "${var.image_streaming?[true]:[]}"
+    )
     # GKE Sandbox needs a pool without it for system pods.
     [system] = resources[("google_container_node_pool", "system")]["node_config"]
     assert "sandbox_config" not in system
 
 
-def test_the_control_plane_endpoint_is_private_and_public_only_for_operator_networks() -> None:
+def test_the_control_plane_endpoint_is_private_and_public_only_for_operator_networks() -> (
+    None
+):
     cluster = _by_name(MODULES / "gke")[("google_container_cluster", "sandboxes")]
     [private] = cluster["private_cluster_config"]
     assert private["enable_private_nodes"] is True
     assert private["enable_private_endpoint"] == "${local.private_endpoint_only}"
     [gke_locals] = _parse(MODULES / "gke" / "main.tf")["locals"]
-    assert _squash(gke_locals["private_endpoint_only"]) == "'${length(var.operator_cidrs)==0}'"
+    assert (
+        _squash(gke_locals["private_endpoint_only"])
+        == "'${length(var.operator_cidrs)==0}'"
+    )
     authorized = _dynamic(cluster, "master_authorized_networks_config")
     assert authorized["content"][0]["gcp_public_cidrs_access_enabled"] is False
     assert _blocks(MODULES / "gke", "variable")["operator_cidrs"]["default"] == []
@@ -379,10 +393,14 @@ def test_the_control_plane_endpoint_is_private_and_public_only_for_operator_netw
     assert ("google_compute_router_nat", "nat") in _by_name(MODULES / "gke")
 
 
-def test_the_nodes_read_images_only_from_the_named_artifact_registry_repositories() -> None:
+def test_the_nodes_read_images_only_from_the_named_artifact_registry_repositories() -> (
+    None
+):
     resources = _by_name(MODULES / "gke")
     project_roles = resources[("google_project_iam_member", "nodes")]["for_each"]
-    assert "artifactregistry" not in _text(project_roles), "no project-wide image reader"
+    assert "artifactregistry" not in _text(project_roles), (
+        "no project-wide image reader"
+    )
     grant = resources[("google_artifact_registry_repository_iam_member", "nodes")]
     assert grant["role"] == "roles/artifactregistry.reader"
     assert grant["member"] == "serviceAccount:${google_service_account.nodes.email}"
@@ -400,7 +418,11 @@ EXPECTED_RULES = [
         ["sandboxtemplates", "sandboxwarmpools", "sandboxclaims"],
         ["create", "get", "list", "watch", "patch", "delete"],
     ),
-    (["extensions.agents.x-k8s.io"], ["sandboxwarmpools/status", "sandboxclaims/status"], ["get"]),
+    (
+        ["extensions.agents.x-k8s.io"],
+        ["sandboxwarmpools/status", "sandboxclaims/status"],
+        ["get"],
+    ),
     (["extensions.agents.x-k8s.io"], ["sandboxwarmpools/scale"], ["get", "patch"]),
     ([""], ["pods"], ["get", "list", "watch"]),
     ([""], ["pods/exec"], ["create", "get"]),
@@ -433,14 +455,21 @@ def test_the_role_is_bound_to_the_functions_google_service_accounts_as_users() -
     subject = _dynamic(binding, "subject")
     assert subject["for_each"] == "${var.control_plane_service_accounts}"
     assert subject["content"] == [
-        {"api_group": "rbac.authorization.k8s.io", "kind": "User", "name": "${subject.value}"}
+        {
+            "api_group": "rbac.authorization.k8s.io",
+            "kind": "User",
+            "name": "${subject.value}",
+        }
     ]
     # IAM lets them authenticate to the cluster and nothing more (no Kubernetes object).
     viewer = access[("google_project_iam_member", "cluster_viewer")]
     assert viewer["role"] == "roles/container.clusterViewer"
     assert viewer["for_each"] == "${var.control_plane_service_accounts}"
     calls = _blocks(DEV, "module")
-    assert calls["cluster_access"]["control_plane_service_accounts"] == "${local.control_plane}"
+    assert (
+        calls["cluster_access"]["control_plane_service_accounts"]
+        == "${local.control_plane}"
+    )
 
 
 def test_the_namespace_baseline_policy_allows_no_ingress_and_only_dns_egress() -> None:
@@ -450,8 +479,13 @@ def test_the_namespace_baseline_policy_allows_no_ingress_and_only_dns_egress() -
     assert spec["policy_types"] == ["Ingress", "Egress"]
     assert "ingress" not in spec
     [egress] = spec["egress"]
-    assert egress["ports"] == [{"protocol": "UDP", "port": "53"}, {"protocol": "TCP", "port": "53"}]
-    assert "ip_block" not in _text(egress), "no address range: never the metadata server"
+    assert egress["ports"] == [
+        {"protocol": "UDP", "port": "53"},
+        {"protocol": "TCP", "port": "53"},
+    ]
+    assert "ip_block" not in _text(egress), (
+        "no address range: never the metadata server"
+    )
     peers = _dynamic(egress, "to")
     assert peers["for_each"] == "${var.dns_peers}"
     [peer] = peers["content"]
@@ -462,7 +496,9 @@ def test_the_namespace_baseline_policy_allows_no_ingress_and_only_dns_egress() -
     assert defaults == [{"k8s-app": "kube-dns"}, {"k8s-app": "node-local-dns"}]
 
 
-def test_the_functions_get_the_cluster_endpoint_and_ca_file_from_the_gke_outputs() -> None:
+def test_the_functions_get_the_cluster_endpoint_and_ca_file_from_the_gke_outputs() -> (
+    None
+):
     [fn_locals] = _parse(MODULES / "functions" / "main.tf")["locals"]
     gke_env = _squash(fn_locals["gke_env"])
     assert "HANGAR_GKE_ENDPOINT=var.gke_endpoint" in gke_env
@@ -473,7 +509,9 @@ def test_the_functions_get_the_cluster_endpoint_and_ca_file_from_the_gke_outputs
     )
     functions = _by_name(MODULES / "functions")
     for name in ("api", "ticks"):
-        [config] = functions[("google_cloudfunctions2_function", name)]["service_config"]
+        [config] = functions[("google_cloudfunctions2_function", name)][
+            "service_config"
+        ]
         assert "local.common_env" in _text(config["environment_variables"])
         [mount] = _dynamic(config, "secret_volumes")["content"]
         assert mount["mount_path"] == "${local.gke_ca_dir}"
@@ -500,13 +538,18 @@ def test_hangar_sandboxes_is_built_from_the_namespace_and_image_variables() -> N
     assert "runtime_class=gvisor" in options
     variables = _blocks(DEV, "variable")
     assert variables["sandbox_image"]["default"] is None
-    assert _blocks(DEV, "module")["cluster_access"]["namespace"] == "${var.sandbox_namespace}"
+    assert (
+        _blocks(DEV, "module")["cluster_access"]["namespace"]
+        == "${var.sandbox_namespace}"
+    )
 
 
 def test_the_functions_reach_the_private_endpoint_through_direct_vpc_egress() -> None:
     functions = _by_name(MODULES / "functions")
     for name in ("api", "ticks"):
-        [config] = functions[("google_cloudfunctions2_function", name)]["service_config"]
+        [config] = functions[("google_cloudfunctions2_function", name)][
+            "service_config"
+        ]
         interface = _dynamic(config, "direct_vpc_network_interface")
         assert interface["content"] == [
             {"network": "${var.vpc_network}", "subnetwork": "${var.vpc_subnetwork}"}
@@ -514,12 +557,15 @@ def test_the_functions_reach_the_private_endpoint_through_direct_vpc_egress() ->
         assert "VPC_EGRESS_PRIVATE_RANGES_ONLY" in config["direct_vpc_egress"]
         assert "vpc_connector" not in config
     call = _blocks(DEV, "module")
-    assert call["functions"]["vpc_network"] == call["gke"]["network"] == "${var.network}"
+    assert (
+        call["functions"]["vpc_network"] == call["gke"]["network"] == "${var.network}"
+    )
     assert call["functions"]["vpc_subnetwork"] == call["gke"]["subnetwork"]
 
 
 @pytest.mark.parametrize(
-    "directory", [MODULES / "gke", MODULES / "cluster_access", MODULES / "functions", DEV],
+    "directory",
+    [MODULES / "gke", MODULES / "cluster_access", MODULES / "functions", DEV],
     ids=["gke", "cluster_access", "functions", "dev"],
 )
 def test_the_sandbox_cluster_variables_are_typed_and_described_in_full_sentences(
