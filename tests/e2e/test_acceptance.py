@@ -85,6 +85,13 @@ def test_a_suspended_session_resumes_in_a_new_sandbox_with_its_work_and_conversa
     assert suspended["state"] == "suspended" and suspended["sandbox_id"] is None
     assert server.sandboxes().list() == []
 
+    resume_and_check(server, stub, harness, first)
+
+
+def resume_and_check(server: Server, stub: ModelStub, harness: str,
+                     first: dict[str, Any]) -> None:  # fmt: skip
+    """Send turn two to the suspended session ``work``: it resumes in a new sandbox with turn
+    one's commit, edit and file, and the model is sent the whole conversation."""
     server.ok("session", "send", "work", TURN_TWO, "-w")
     second = get(server, "work")
     assert second["harness_session"] == first["harness_session"]

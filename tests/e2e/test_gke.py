@@ -25,14 +25,13 @@ from emulators.model import ModelStub
 from hangar.sandboxes import agentsandbox
 from tests.e2e.conftest import HANGAR, Server, _server, free_port
 from tests.e2e.test_acceptance import (
-    API,
     IDENTITY,
-    MARKER,
     MODELS,
     SCENARIO,
     TURN_ONE,
     TURN_TWO,
     get,
+    resume_and_check,
     until,
 )
 from tests.harness.conftest import harness_dir
@@ -139,16 +138,7 @@ def test_a_session_on_gke_runs_suspends_and_resumes_in_a_new_pod_with_its_work_a
     assert suspended["state"] == "suspended" and suspended["sandbox_id"] is None
     assert claims(cluster) == []
 
-    server.ok("session", "send", "work", TURN_TWO, "-w")
-    second = get(server, "work")
-    assert second["harness_session"] == first["harness_session"]
-    assert second["sandbox_id"] and second["sandbox_id"] != first["sandbox_id"]
-    shown = server.ok("session", "shell", "work", "--", "sh", "-c",
-                      "git log -1 --format=%s; cat notes.txt; git diff --stat | tail -1")  # fmt: skip
-    assert shown == "first change\nnote\n 1 file changed, 1 insertion(+)\n"
-    requests = [r for r in stub.requests(API[harness]) if r["body"].get("tools")]
-    sent = ModelStub.transcript(requests[-1]["body"])
-    assert TURN_ONE in sent and MARKER in sent and TURN_TWO in sent
+    resume_and_check(server, stub, harness, first)
 
 
 def test_on_gke_a_session_forks_survives_its_claim_deleted_opens_a_terminal_and_idles_out(
