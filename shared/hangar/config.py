@@ -74,8 +74,9 @@ class Settings(BaseModel):
     gke_endpoint: str | None = Field(
         None, description="GKE API server URL for gke:// (Cloud Run); unset: the kubeconfig's"
     )
-    gke_ca: Path | None = Field(
-        None, description="CA file of HANGAR_GKE_ENDPOINT's certificate (with gke_endpoint)"
+    gke_ca: str | None = Field(
+        None, description="The CA of HANGAR_GKE_ENDPOINT's certificate (with gke_endpoint): its "
+        "PEM text, or the path of a file holding it",
     )
     run_endpoint: str | None = Field(
         None, description="Cloud Run Admin REST endpoint (the stand-in); unset: the real service"

@@ -496,13 +496,11 @@ def test_the_namespace_baseline_policy_allows_no_ingress_and_only_dns_egress() -
     assert defaults == [{"k8s-app": "kube-dns"}, {"k8s-app": "node-local-dns"}]
 
 
-def test_the_functions_get_the_cluster_endpoint_and_ca_file_from_the_gke_outputs() -> (
-    None
-):
+def test_the_functions_get_the_cluster_endpoint_and_ca_pem_from_the_gke_outputs() -> None:
     [fn_locals] = _parse(MODULES / "functions" / "main.tf")["locals"]
     gke_env = _squash(fn_locals["gke_env"])
     assert "HANGAR_GKE_ENDPOINT=var.gke_endpoint" in gke_env
-    assert 'HANGAR_GKE_CA="${local.gke_ca_dir}/${local.gke_ca_file}"' in gke_env
+    assert "HANGAR_GKE_CA=var.gke_ca_certificate" in gke_env
     assert "HANGAR_SANDBOXES=var.sandboxes_url" in _squash(fn_locals["sandboxes_env"])
     assert _squash(fn_locals["common_env"]) == (
         "'${merge(var.extra_env,local.backend_env,local.gke_env,local.sandboxes_env)}'"
@@ -513,12 +511,8 @@ def test_the_functions_get_the_cluster_endpoint_and_ca_file_from_the_gke_outputs
             "service_config"
         ]
         assert "local.common_env" in _text(config["environment_variables"])
-        [mount] = _dynamic(config, "secret_volumes")["content"]
-        assert mount["mount_path"] == "${local.gke_ca_dir}"
-        assert mount["versions"][0]["path"] == "${local.gke_ca_file}"
-    grant = functions[("google_secret_manager_secret_iam_member", "gke_ca")]
-    assert grant["role"] == "roles/secretmanager.secretAccessor"
-    assert grant["secret_id"] == "${google_secret_manager_secret.gke_ca[0].secret_id}"
+        assert "secret_volumes" not in _text(config)  # the CA is public: no secret holds it
+    assert not [k for k in functions if k[0].startswith("google_secret_manager")]
     outputs = _blocks(MODULES / "gke", "output")
     assert "private_endpoint" in outputs["endpoint"]["value"]
     assert "cluster_ca_certificate" in outputs["ca_certificate"]["value"]

@@ -7,8 +7,11 @@ Nothing imports ``kubernetes`` until :func:`configuration` is called.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -45,6 +48,28 @@ def parse_url(url: str) -> tuple[str, str, dict[str, str]]:
     return unquote(head), unquote(namespace), options
 
 
+def ca_file(ca: str) -> str:
+    """A file holding the CA ``ca`` names: ``ca`` itself when it is a path; PEM text
+    (``-----BEGIN``, as Terraform passes a cluster's CA in an environment variable) is written
+    once to a file of its own (named by its hash, 0600, in the temporary folder), since the
+    client takes CA files only. A CA certificate is public: nothing secret is written."""
+    if not ca.lstrip().startswith("-----BEGIN"):
+        return ca
+    data = ca.strip().encode() + b"\n"
+    name = f"hangar-gke-ca-{hashlib.sha256(data).hexdigest()[:16]}.pem"
+    path = Path(tempfile.gettempdir()) / name
+    try:
+        if path.read_bytes() == data:
+            return str(path)
+    except OSError:
+        pass
+    fd, temp = tempfile.mkstemp(prefix=".hangar-gke-ca-", dir=path.parent)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    os.replace(temp, path)
+    return str(path)
+
+
 def configuration(context: str, settings: Settings) -> Any:
     """The client's Configuration: HANGAR_GKE_ENDPOINT with HANGAR_GKE_CA and a token of
     Google's default credentials (refreshed before it expires) when set, else the kubeconfig's
@@ -54,7 +79,7 @@ def configuration(context: str, settings: Settings) -> Any:
     cfg: Any = client.Configuration()
     if settings.gke_endpoint:
         cfg.host = settings.gke_endpoint
-        cfg.ssl_ca_cert = str(settings.gke_ca) if settings.gke_ca else None
+        cfg.ssl_ca_cert = ca_file(settings.gke_ca) if settings.gke_ca else None
         cfg.api_key_prefix = {"authorization": "Bearer"}
         cfg.refresh_api_key_hook = _google_token
         return cfg

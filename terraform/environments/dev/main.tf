@@ -30,7 +30,6 @@ resource "google_project_service" "apis" {
     "iam.googleapis.com",
     "compute.googleapis.com",
     "run.googleapis.com",
-    "secretmanager.googleapis.com",
     "storage.googleapis.com",
   ])
 

@@ -23,7 +23,7 @@ output "settings" {
     HANGAR_TICKS_URL     = module.functions.ticks_url
     HANGAR_SANDBOXES     = local.sandboxes_url
     HANGAR_GKE_ENDPOINT  = module.gke.endpoint
-    HANGAR_GKE_CA        = module.functions.gke_ca_file
+    HANGAR_GKE_CA        = module.gke.ca_certificate
   }
 }
 
@@ -38,7 +38,7 @@ output "gke_endpoint" {
 }
 
 output "gke_ca" {
-  description = "The PEM of the sandbox cluster's CA, mounted in the functions at the path HANGAR_GKE_CA names."
+  description = "HANGAR_GKE_CA: the PEM of the sandbox cluster's CA, as the functions get it (text)."
   value       = module.gke.ca_certificate
 }
 

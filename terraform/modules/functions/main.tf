@@ -28,53 +28,17 @@ locals {
     FUNCTION_USE_ASGI    = "true"
   }
 
-  # HANGAR_GKE_CA names a file: the cluster's CA is kept in Secret Manager and mounted there.
-  gke_ca_dir  = "/etc/hangar/gke"
-  gke_ca_file = "ca.crt"
+  # HANGAR_GKE_CA takes the cluster's CA as PEM text (public: no secret holds it).
   gke_env = {
     for k, v in {
       HANGAR_GKE_ENDPOINT = var.gke_endpoint
-      HANGAR_GKE_CA       = "${local.gke_ca_dir}/${local.gke_ca_file}"
+      HANGAR_GKE_CA       = var.gke_ca_certificate
     } : k => v if var.gke_access
   }
   sandboxes_env = {
     for k, v in { HANGAR_SANDBOXES = var.sandboxes_url } : k => v if var.sandboxes_url != null
   }
   common_env = merge(var.extra_env, local.backend_env, local.gke_env, local.sandboxes_env)
-}
-
-# The sandbox cluster's CA certificate (public, but Cloud Run mounts files only from secrets).
-resource "google_secret_manager_secret" "gke_ca" {
-  count = var.gke_access ? 1 : 0
-
-  project   = var.project_id
-  secret_id = "${var.name_prefix}-gke-ca"
-
-  replication {
-    auto {}
-  }
-}
-
-resource "google_secret_manager_secret_version" "gke_ca" {
-  count = var.gke_access ? 1 : 0
-
-  secret      = google_secret_manager_secret.gke_ca[0].id
-  secret_data = var.gke_ca_certificate
-}
-
-# Each function reads this one secret, nothing else in Secret Manager.
-resource "google_secret_manager_secret_iam_member" "gke_ca" {
-  for_each = {
-    for name, email in {
-      api   = google_service_account.api.email
-      ticks = google_service_account.ticks.email
-    } : name => email if var.gke_access
-  }
-
-  project   = var.project_id
-  secret_id = google_secret_manager_secret.gke_ca[0].secret_id
-  role      = "roles/secretmanager.secretAccessor"
-  member    = "serviceAccount:${each.value}"
 }
 
 resource "google_cloudfunctions2_function" "ticks" {
@@ -116,23 +80,7 @@ resource "google_cloudfunctions2_function" "ticks" {
     }
     direct_vpc_egress = var.vpc_network == null ? null : "VPC_EGRESS_PRIVATE_RANGES_ONLY"
 
-    dynamic "secret_volumes" {
-      for_each = var.gke_access ? [true] : []
-
-      content {
-        mount_path = local.gke_ca_dir
-        project_id = var.project_id
-        secret     = one(google_secret_manager_secret.gke_ca[*].secret_id)
-
-        versions {
-          version = one(google_secret_manager_secret_version.gke_ca[*].version)
-          path    = local.gke_ca_file
-        }
-      }
-    }
   }
-
-  depends_on = [google_secret_manager_secret_iam_member.gke_ca]
 }
 
 resource "google_cloudfunctions2_function" "api" {
@@ -175,23 +123,7 @@ resource "google_cloudfunctions2_function" "api" {
     }
     direct_vpc_egress = var.vpc_network == null ? null : "VPC_EGRESS_PRIVATE_RANGES_ONLY"
 
-    dynamic "secret_volumes" {
-      for_each = var.gke_access ? [true] : []
-
-      content {
-        mount_path = local.gke_ca_dir
-        project_id = var.project_id
-        secret     = one(google_secret_manager_secret.gke_ca[*].secret_id)
-
-        versions {
-          version = one(google_secret_manager_secret_version.gke_ca[*].version)
-          path    = local.gke_ca_file
-        }
-      }
-    }
   }
-
-  depends_on = [google_secret_manager_secret_iam_member.gke_ca]
 }
 
 # Public on the network: app auth (hangar's bearer tokens) is the gate.

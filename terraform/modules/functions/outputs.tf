@@ -15,8 +15,3 @@ output "control_plane_service_accounts" {
     ticks = google_service_account.ticks.email
   }
 }
-
-output "gke_ca_file" {
-  description = "HANGAR_GKE_CA: where the functions find the sandbox cluster's CA (a mounted secret)."
-  value       = "${local.gke_ca_dir}/${local.gke_ca_file}"
-}

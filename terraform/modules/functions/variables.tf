@@ -108,7 +108,7 @@ variable "ticks_max_instances" {
 }
 
 variable "gke_access" {
-  description = "Give the functions the sandbox cluster: HANGAR_GKE_ENDPOINT and HANGAR_GKE_CA (the CA kept in a Secret Manager secret each function may read, mounted as a file). A plain bool, so it is known when planning."
+  description = "Give the functions the sandbox cluster: HANGAR_GKE_ENDPOINT and HANGAR_GKE_CA (the CA's PEM, as text). A plain bool, so it is known when planning."
   type        = bool
   default     = false
 }
@@ -120,7 +120,7 @@ variable "gke_endpoint" {
 }
 
 variable "gke_ca_certificate" {
-  description = "PEM of the sandbox cluster's CA, written to the file HANGAR_GKE_CA names; used when gke_access is true."
+  description = "HANGAR_GKE_CA: PEM of the sandbox cluster's CA (public), passed as text; used when gke_access is true."
   type        = string
   default     = null
 }

@@ -498,11 +498,24 @@ def test_an_endpoint_setting_configures_the_client_with_its_ca_and_a_bearer_toke
     ca = tmp_path / "ca.pem"
     ca.write_text("not read until a request")
     settings = Settings.build(data_dir=tmp_path, harness_dir=tmp_path,
-                              gke_endpoint="https://10.0.0.1", gke_ca=ca)  # fmt: skip
+                              gke_endpoint="https://10.0.0.1", gke_ca=str(ca))  # fmt: skip
     cfg = configuration("ignored", settings)
     assert cfg.host == "https://10.0.0.1" and cfg.ssl_ca_cert == str(ca)
     assert cfg.api_key_prefix == {"authorization": "Bearer"}
     assert callable(cfg.refresh_api_key_hook)
+
+
+def test_a_ca_given_as_pem_text_is_written_once_to_a_private_file_the_client_reads(
+    tmp_path: Path,
+) -> None:
+    pem = f"-----BEGIN CERTIFICATE-----\n{uuid.uuid4().hex}\n-----END CERTIFICATE-----"
+    settings = Settings.build(data_dir=tmp_path, harness_dir=tmp_path,
+                              gke_endpoint="https://10.0.0.1", gke_ca=pem)  # fmt: skip
+    first = configuration("ignored", settings).ssl_ca_cert
+    assert Path(first).read_text() == pem + "\n"
+    assert Path(first).stat().st_mode & 0o777 == 0o600
+    assert configuration("ignored", settings).ssl_ca_cert == first
+    Path(first).unlink()
 
 
 def test_the_backend_reads_kubeconfig_as_it_is_when_it_opens_not_at_import(
