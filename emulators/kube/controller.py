@@ -20,7 +20,10 @@ shutdown time), waiting at most ``tick`` seconds otherwise.
   False ``EnvVarsInjectionRejected``). Its Ready condition forwards the Sandbox's. Past
   ``lifecycle.shutdownTime`` its sandbox is deleted (Ready False ``ClaimExpired``), and the
   claim too under shutdownPolicy Delete or DeleteForeground (default Retain).
-- Deleting a claim deletes its sandbox and pod (owner references, in the store).
+- Each pod gets the core/v1 Events a real cluster records as it starts (:func:`.pods.start_events`,
+  worded in :mod:`.events`), each recorded once, in order, named ``POD.<16 hex>``.
+- Deleting a claim deletes its sandbox and pod (owner references, in the store); events stay,
+  as on a cluster until their time to live.
 - ``on_pod_created(pod)`` / ``on_pod_deleted(pod)`` are called for every pod added to or
   deleted from the store (from the thread that changed it); exceptions they raise are logged.
 """
@@ -34,15 +37,26 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from . import kinds
-from .pods import LAUNCH_TYPE, POD_NAME, QUOTA_MESSAGE, Knobs, condition, not_ready_reason, pod_status, ready
-from .store import Event, Obj, Store, StoreError
+from .events import KUBELET, NODE, Said
+from .pods import (
+    LAUNCH_TYPE,
+    POD_NAME,
+    Knobs,
+    condition,
+    not_ready_reason,
+    pod_status,
+    ready,
+    start_events,
+)
+from .store import Event, Obj, Store, StoreError, now
 
 logger = logging.getLogger(__name__)
 POOL_LABEL = "agents.x-k8s.io/warm-pool-sandbox"
 TEMPLATE_REF = "agents.x-k8s.io/sandbox-template-ref"
 PodHook = Callable[[Obj], None]
-SB, POD, CLAIM, POOL, TPL = (k.resource for k in (kinds.SANDBOXES, kinds.PODS, kinds.CLAIMS,
-                                                  kinds.WARM_POOLS, kinds.TEMPLATES))  # fmt: skip
+SB, POD, CLAIM, POOL, TPL, EV = (k.resource for k in (kinds.SANDBOXES, kinds.PODS, kinds.CLAIMS,
+                                                      kinds.WARM_POOLS, kinds.TEMPLATES,
+                                                      kinds.EVENTS))  # fmt: skip
 
 
 def _owner(kind: kinds.Kind, obj: Obj) -> Obj:
@@ -82,6 +96,8 @@ class Controller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_ip = 2
+        self._said: dict[str, set[tuple[str, str]]] = {}  # pod uid -> (reason, message) recorded
+        self._events = 0
         store.subscribe(self._on_event)
 
     def start(self) -> None:
@@ -107,6 +123,8 @@ class Controller:
         hook = self.on_pod_deleted if event.type == "DELETED" else hook
         if event.type == "ADDED":
             self._born[event.obj["metadata"]["uid"]] = time.monotonic()
+        if event.type == "DELETED":
+            self._said.pop(event.obj["metadata"]["uid"], None)
         if hook is not None:
             try:
                 hook(event.obj)
@@ -194,24 +212,21 @@ class Controller:
         pod = self.store.find(POD, ns, pod_name)
         wait = self.tick if left is None else -left
         if pod is None:
-            if self.knobs.quota_exhausted:
-                cond = ("False", "DependenciesNotReady", QUOTA_MESSAGE.format(name=pod_name))
-            else:
-                pod = self.store.create(POD, ns, self._pod_doc(sandbox, pod_name))
-        if pod is not None:
-            age = time.monotonic() - self._born.get(pod["metadata"]["uid"], time.monotonic())
-            ip = (pod.get("status") or {}).get("podIP") or f"10.4.0.{self._next_ip % 250 + 2}"
-            status = pod_status(pod, self.knobs, age, ip)
-            if status != pod.get("status"):
-                self._next_ip += status.get("podIP") == ip
-                pod = self.store.update(POD, ns, pod_name, lambda p: {**p, "status": status})
-            if ready(pod):
-                cond = ("True", "DependenciesReady", "Pod is Ready")
-            else:
-                cond = ("False", "DependenciesNotReady", not_ready_reason(pod) or "Pod is not Ready")
-                if age < self.knobs.ready_delay:  # else only a knob change (a poke) moves it
-                    wait = min(wait, self.knobs.ready_delay - age)
-        ips = [p["ip"] for p in (pod or {}).get("status", {}).get("podIPs") or []]
+            pod = self.store.create(POD, ns, self._pod_doc(sandbox, pod_name))
+        age = time.monotonic() - self._born.get(pod["metadata"]["uid"], time.monotonic())
+        ip = (pod.get("status") or {}).get("podIP") or f"10.4.0.{self._next_ip % 250 + 2}"
+        status = pod_status(pod, self.knobs, age, ip)
+        if status != pod.get("status"):
+            self._next_ip += status.get("podIP") == ip
+            pod = self.store.update(POD, ns, pod_name, lambda p: {**p, "status": status})
+        self._record(pod, start_events(pod, self.knobs))
+        if ready(pod):
+            cond = ("True", "DependenciesReady", "Pod is Ready")
+        else:
+            cond = ("False", "DependenciesNotReady", not_ready_reason(pod) or "Pod is not Ready")
+            if age < self.knobs.ready_delay:  # else only a knob change (a poke) moves it
+                wait = min(wait, self.knobs.ready_delay - age)
+        ips = [p["ip"] for p in pod.get("status", {}).get("podIPs") or []]
 
         def change(s: Obj) -> Obj:
             st = dict(s.get("status") or {})
@@ -221,6 +236,29 @@ class Controller:
 
         self.store.update(SB, ns, name, change)
         return wait
+
+    def _record(self, pod: Obj, said: list[Said]) -> None:
+        """Record on ``pod`` each of ``said`` it does not carry yet, in order (a real cluster
+        would count a repeat; the stand-in records each once)."""
+        meta = pod["metadata"]
+        done = self._said.setdefault(meta["uid"], set())
+        for event in said:
+            if (event.reason, event.message) in done:
+                continue
+            done.add((event.reason, event.message))
+            self._events += 1
+            stamp = now()
+            host = {"host": NODE} if event.component == KUBELET else {}
+            doc = {"apiVersion": "v1", "kind": "Event",
+                   "metadata": {"name": f"{meta['name']}.{self._events:016x}"},
+                   "involvedObject": {"kind": "Pod", "namespace": meta["namespace"],
+                                      "name": meta["name"], "uid": meta["uid"], "apiVersion": "v1",
+                                      "resourceVersion": meta.get("resourceVersion", "")},
+                   "reason": event.reason, "message": event.message, "type": event.type,
+                   "source": {"component": event.component, **host},
+                   "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+                   "reportingComponent": event.component, "reportingInstance": ""}  # fmt: skip
+            self.store.create(EV, meta["namespace"], doc)
 
     def _pod_doc(self, sandbox: Obj, pod_name: str) -> Obj:
         template = sandbox["spec"]["podTemplate"]

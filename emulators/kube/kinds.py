@@ -98,6 +98,11 @@ WARM_POOL = {
     "status": {"replicas": INT, "readyReplicas": INT, "selector": STR, "observedGeneration": INT},
 }
 LOOSE = {"spec": ANY, "status": ANY}
+# core/v1 Event: its fields sit beside metadata (no spec or status).
+EVENT = {"involvedObject!": ANY, "reason": STR, "message": STR, "source": ANY, "type": STR,
+         "firstTimestamp": ANY, "lastTimestamp": ANY, "count": INT, "eventTime": ANY,
+         "series": ANY, "action": STR, "related": ANY, "reportingComponent": STR,
+         "reportingInstance": STR}  # fmt: skip
 
 
 def violations(doc: Any, schema: Any, path: str = "") -> tuple[list[str], list[str]]:
@@ -184,7 +189,8 @@ TEMPLATES = Kind(EXTENSIONS, V1B1, "sandboxtemplates", "SandboxTemplate", schema
                  short_names=("sandboxtemplate",))  # fmt: skip
 WARM_POOLS = Kind(EXTENSIONS, V1B1, "sandboxwarmpools", "SandboxWarmPool", schema=WARM_POOL,
                   subresources=("status", "scale"), short_names=("swp",))  # fmt: skip
-ALL: tuple[Kind, ...] = (NAMESPACES, PODS, SANDBOXES, CLAIMS, TEMPLATES, WARM_POOLS)
+EVENTS = Kind("", "v1", "events", "Event", schema=EVENT, short_names=("ev",))
+ALL: tuple[Kind, ...] = (NAMESPACES, PODS, EVENTS, SANDBOXES, CLAIMS, TEMPLATES, WARM_POOLS)
 
 
 def find(group: str, version: str, plural: str) -> Kind | None:

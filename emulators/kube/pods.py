@@ -1,16 +1,19 @@
 """Pods as records: what the controller creates for a Sandbox and how their status moves.
 
 A pod here runs nothing; its status is a function of its age and the :class:`Knobs` in force
-while it is not yet Ready (a Ready pod stays Ready). Reasons and messages are the ones a real
-cluster shows, so a client can report them as start-up reasons:
+while it is not yet Ready (a Ready pod stays Ready). Conditions, reasons and the events
+(:func:`start_events`, worded in :mod:`.events`) are the ones a real cluster shows, so a client
+can report them as start-up reasons:
 
-- ``quota_exhausted``: the pod cannot be created (the Sandbox says ``forbidden: exceeded
-  quota``);
-- ``node_scale_up``: Pending, ``PodScheduled`` False, reason ``Unschedulable``, message naming
-  ``pod triggered scale-up``;
-- ``image_pull_failure``: Pending, its container waiting with ``ErrImagePull``;
-- otherwise Pending (``ContainerCreating``) until ``ready_delay`` seconds after creation, then
-  Running and Ready.
+- ``node_scale_up``: Pending, ``PodScheduled`` False ``Unschedulable`` (the scheduler's
+  message); events FailedScheduling, TriggeredScaleUp;
+- ``quota_exhausted`` (true, or a quota's name): as ``node_scale_up``, and the scale-up fails
+  on a Google Cloud quota: events FailedScaleUp, NotTriggerScaleUp;
+- ``image_pull_failure``: scheduled, Pending, its container waiting with ``ErrImagePull``;
+  events Scheduled, Pulling, Failed, BackOff;
+- otherwise scheduled and Pending (``ContainerCreating``, events Scheduled, Pulling) until
+  ``ready_delay`` seconds after creation, then Running and Ready (events Pulled, Created,
+  Started).
 """
 
 from __future__ import annotations
@@ -18,14 +21,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from . import events
+from .events import Said
 from .store import Obj, now
 
 LAUNCH_TYPE = "agents.x-k8s.io/launch-type"
 POD_NAME = "agents.x-k8s.io/pod-name"
-QUOTA_MESSAGE = ('pods "{name}" is forbidden: exceeded quota: sandbox-quota, requested: '
-                 "cpu=2, used: cpu=8, limited: cpu=8")  # fmt: skip
-SCALE_UP_MESSAGE = ("0/3 nodes are available: 3 Insufficient cpu. "
-                    "pod triggered scale-up: [{sandbox-pool 3->4 (max: 10)}]")  # fmt: skip
 
 
 @dataclass
@@ -34,7 +35,8 @@ class Knobs:
 
     ready_delay: float = 0.0
     image_pull_failure: bool = False
-    quota_exhausted: bool = False
+    quota_exhausted: bool | str = False
+    """True, or the name of the Google Cloud quota the node's creation exceeds."""
     node_scale_up: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -50,6 +52,9 @@ class Knobs:
                 if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                     raise ValueError("ready_delay must be a number of seconds >= 0")
                 value = float(value)
+            elif key == "quota_exhausted" and isinstance(value, str):
+                if not value.replace("_", "").isalnum():
+                    raise ValueError("quota_exhausted must be true, false or a quota's name")
             elif not isinstance(value, bool):
                 raise ValueError(f"{key} must be true or false")
             setattr(self, key, value)
@@ -94,8 +99,8 @@ def pod_status(pod: Obj, knobs: Knobs, age: float, ip: str) -> Obj:
     first: Obj = next(iter(pod.get("spec", {}).get("containers") or []), {})
     image = str(first.get("image", ""))
     status["phase"] = "Pending"
-    if knobs.node_scale_up:
-        conds = condition(conds, "PodScheduled", "False", "Unschedulable", SCALE_UP_MESSAGE)
+    if knobs.node_scale_up or knobs.quota_exhausted:
+        conds = condition(conds, "PodScheduled", "False", "Unschedulable", events.FAILED_SCHEDULING)
         status["conditions"] = conds
         return status
     conds = condition(conds, "PodScheduled", "True", "")
@@ -124,3 +129,22 @@ def pod_status(pod: Obj, knobs: Knobs, age: float, ip: str) -> Obj:
                       f"containers with unready status: [{' '.join(containers)}]")  # fmt: skip
     status["conditions"] = conds
     return status
+
+
+def start_events(pod: Obj, knobs: Knobs) -> list[Said]:
+    """Every event ``pod`` should carry by now, in order, given its status (set by
+    :func:`pod_status`) and ``knobs``: the controller records those not yet recorded."""
+    meta, status = pod.get("metadata", {}), pod.get("status") or {}
+    containers = [c.get("name", "main") for c in pod.get("spec", {}).get("containers") or []]
+    first: Obj = next(iter(pod.get("spec", {}).get("containers") or []), {})
+    image = str(first.get("image", ""))
+    conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    if conds.get("PodScheduled") == "False":
+        quota = knobs.quota_exhausted
+        return events.unschedulable(None if quota is False else "" if quota is True else quota)
+    said = events.scheduled(str(meta.get("namespace", "")), str(meta.get("name", "")), image)
+    if ready(pod):
+        return said + events.started(image, containers)
+    if knobs.image_pull_failure:
+        return said + events.pull_failed(image)
+    return said

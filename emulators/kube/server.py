@@ -1,5 +1,7 @@
 """The stand-in's HTTP front: the Kubernetes REST paths the official client calls.
 
+- Core v1 ``events`` (namespaced; list and watch with a ``fieldSelector`` on
+  ``involvedObject.name``, ``involvedObject.kind`` and the other Event field labels).
 - Discovery: ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/GROUP/VERSION``.
 - Resources: ``/api/v1[/namespaces/NS]/PLURAL[/NAME[/SUB]]`` and
   ``/apis/GROUP/VERSION[/namespaces/NS]/PLURAL[/NAME[/SUB]]`` with GET (get, list, watch),
@@ -197,7 +199,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         def match(obj: Obj) -> bool:
             meta = obj.get("metadata", {})
-            return labels(meta.get("labels") or {}) and fields(meta)
+            return labels(meta.get("labels") or {}) and fields(obj)
 
         store = self.server.store
         if query.get("watch") in ("1", "true", "True"):
@@ -321,7 +323,8 @@ def _checked(kind: Kind, body: Any, ns: str, name: str | None = None) -> Obj:
 def _empty_namespace(store: Store, ns: str) -> None:
     """Delete every object in namespace ``ns`` (dependents go with their owners)."""
     # owners first, so the controller has nothing left to refill
-    for kind in (kinds.CLAIMS, kinds.WARM_POOLS, kinds.TEMPLATES, kinds.SANDBOXES, kinds.PODS):
+    for kind in (kinds.CLAIMS, kinds.WARM_POOLS, kinds.TEMPLATES, kinds.SANDBOXES, kinds.PODS,
+                 kinds.EVENTS):  # fmt: skip
         for obj in store.list(kind.resource, ns)[0]:
             try:
                 store.delete(kind.resource, ns, obj["metadata"]["name"])
@@ -342,20 +345,34 @@ def _scale(kind: Kind, obj: Obj) -> Obj:
                        "selector": obj.get("status", {}).get("selector", "")}}  # fmt: skip
 
 
+_FIELDS = re.compile(r"^\s*(metadata\.(?:name|namespace)|involvedObject\.(?:name|namespace|kind|uid)"
+                     r"|reason|type)\s*(==|=|!=)\s*(\S*)\s*$")  # fmt: skip
+"""The field labels served: ``metadata.name`` and ``metadata.namespace`` on every kind, and an
+Event's ``involvedObject.{name,namespace,kind,uid}``, ``reason`` and ``type``, as the API
+server's field label conversion for core/v1 events allows them."""
+
+
 def _field_selector(text: str | None) -> Callable[[Obj], bool]:
-    """``metadata.name`` and ``metadata.namespace`` equality (``=``, ``==``, ``!=``)."""
+    """Equality (``=``, ``==``, ``!=``) on the field labels of :data:`_FIELDS`, all terms
+    ANDed; 400 BadRequest on another label."""
     tests: list[Callable[[Obj], bool]] = []
     for term in filter(None, (text or "").split(",")):
-        m = re.match(r"^\s*metadata\.(name|namespace)\s*(==|=|!=)\s*(\S*)\s*$", term)
+        m = _FIELDS.match(term)
         if m is None:
             raise StoreError(400, "BadRequest", f"field label not supported: {term}")
-        tests.append(_field_test(m[1], m[2] != "!=", m[3]))
+        tests.append(_field_test(m[1].split("."), m[2] != "!=", m[3]))
 
-    def match(meta: Obj) -> bool:
-        return all(test(meta) for test in tests)
+    def match(obj: Obj) -> bool:
+        return all(test(obj) for test in tests)
 
     return match
 
 
-def _field_test(field: str, equal: bool, value: str) -> Callable[[Obj], bool]:
-    return lambda meta: (meta.get(field) == value) == equal
+def _field_test(path: list[str], equal: bool, value: str) -> Callable[[Obj], bool]:
+    def test(obj: Obj) -> bool:
+        found: Any = obj
+        for part in path:
+            found = found.get(part) if isinstance(found, dict) else None
+        return bool((found == value) == equal)
+
+    return test

@@ -372,8 +372,8 @@ def test_a_deleted_pod_is_seen_by_a_pod_watch_and_the_delete_hook() -> None:
 
 @pytest.mark.parametrize(
     ("knob", "reason"),
-    [("image_pull_failure", "ErrImagePull"), ("node_scale_up", "pod triggered scale-up"),
-     ("quota_exhausted", "exceeded quota")],
+    [("image_pull_failure", "ErrImagePull"), ("node_scale_up", "Insufficient cpu"),
+     ("quota_exhausted", "Insufficient cpu")],
 )  # fmt: skip
 def test_a_start_up_knob_shows_as_the_claims_not_ready_reason_until_cleared(
     stand_in: KubeStandIn, api: client.ApiClient, ns: str, knob: str, reason: str
