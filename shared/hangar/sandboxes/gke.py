@@ -31,15 +31,19 @@ Google's default credentials', and the URL's context is ignored.
   command's process group at its deadline or when told to stop; the rest of stdin is the
   command's. A cancelled exec also kills its command by a second exec (:data:`~.podexec.KILL`):
   a runtime need not kill an exec's command when its stream closes.
+- ``put_file`` streams a file in one exec, renamed into place only once all of it came; when
+  that exec breaks off (a connection dropped mid-way) and the data can be read again (bytes, a
+  file that seeks), it is written again in chunks of 8 MiB, each its own exec at its offset
+  into a temp file of hangar's, then one exec checks the size and renames it into place with
+  the mode (:mod:`hangar.sandboxes.gkefiles`): a 50 MB file survives a connection that drops.
 - Every exception the client and its transports raise is turned into hangar's by one table
-  (:data:`TABLE`) inside this module.
+  (:data:`~.gkeerrors.TABLE`, :mod:`hangar.sandboxes.gkeerrors`) inside this backend.
 
 Nothing imports ``kubernetes`` until a ``gke://`` backend is opened.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import math
@@ -53,9 +57,7 @@ from typing import Any, BinaryIO, NoReturn, cast
 from hangar.config import Settings
 from hangar.errors import (
     ExecTimeout,
-    HangarError,
     InvalidInput,
-    InvalidSettings,
     SandboxError,
     SandboxNotFound,
     SandboxUnavailable,
@@ -65,7 +67,6 @@ from hangar.sandboxes import (
     HANGAR_DIR,
     HANGAR_TMP,
     HOME,
-    PUT_FILE_SCRIPT,
     CountingWriter,
     ExecResult,
     SandboxCapabilities,
@@ -80,9 +81,11 @@ from hangar.sandboxes import (
     stderr_tail,
 )
 from hangar.sandboxes import agentsandbox as objects
+from hangar.sandboxes import gkefiles as files
 from hangar.sandboxes.agentsandbox import Network, PodSettings
 from hangar.sandboxes.gkeconfig import configuration, control_plane, parse_url
-from hangar.sandboxes.gkepools import AlreadyThere, WarmPools
+from hangar.sandboxes.gkeerrors import TABLE, WatchExpired, translate, vendor_errors
+from hangar.sandboxes.gkepools import WarmPools
 from hangar.sandboxes.podexec import BOOT_ARGV, ENV_FILE, KILL, drain, exit_code, feed
 
 __all__ = ["TABLE", "GkeSandboxes", "configuration", "parse_url", "translate"]
@@ -135,7 +138,7 @@ class GkeSandboxes:
         self._objects = client.CustomObjectsApi(self._api)
         policy = objects.network_policy(self.network, control_plane(cfg.host))
         self.pools = WarmPools(self._objects, namespace, self.pod, policy, replicas, translate,
-                               _vendor_errors())  # fmt: skip
+                               vendor_errors())  # fmt: skip
         self._leases: dict[str, datetime] = {}  # sandbox id -> its claim's shutdownTime
         self._pods: dict[str, str] = {}  # sandbox id -> its pod's name (stable for a claim)
         self._bound: dict[str, str] = {}  # sandbox id -> its Sandbox, seen ready by status
@@ -269,7 +272,7 @@ class GkeSandboxes:
                 status = self._seen(sandbox_id, obj)
                 if status.state is not SandboxState.PENDING:
                     return status
-        except _vendor_errors() as exc:
+        except vendor_errors() as exc:
             raise translate(exc, sandbox_id) from exc
         finally:
             events.close()  # the stream's response is closed, its connection let go
@@ -368,12 +371,10 @@ class GkeSandboxes:
 
     def put_file(self, sandbox_id: str, path: str, data: bytes | BinaryIO, *, mode: int = 0o644,
                  user: SandboxUser = SandboxUser.AGENT) -> None:  # fmt: skip
-        """Write a file as ``user`` (parents made), replaced atomically; one exec."""
-        argv = ["/bin/sh", "-c", PUT_FILE_SCRIPT, "sh", path, format(mode & 0o7777, "o")]
-        result = self.exec(sandbox_id, argv, stdin=data, user=user)
-        if not result.ok:
-            message = f"cannot write {path} in sandbox {sandbox_id}: {stderr_tail(result.stderr)}"
-            raise SandboxError(message, sandbox_id=sandbox_id, path=path)
+        """Write a file as ``user`` (parents made), replaced atomically: one streamed exec,
+        with the chunked path as its fallback when that exec breaks off
+        (:func:`~.gkefiles.put_file`)."""
+        files.put_file(self.exec, sandbox_id, path, data, mode=mode, user=user)
 
     def get_file(self, sandbox_id: str, path: str, out: BinaryIO, *,
                  user: SandboxUser = SandboxUser.AGENT) -> int:  # fmt: skip
@@ -443,7 +444,7 @@ class GkeSandboxes:
     def _call(self, call: Callable[[], Any], sandbox_id: str | None = None) -> Any:
         try:
             return call()
-        except _vendor_errors() as exc:
+        except vendor_errors() as exc:
             raise translate(exc, sandbox_id) from exc
 
     # -- exec -------------------------------------------------------------------------------
@@ -485,7 +486,7 @@ class GkeSandboxes:
             1: out.append if stdout is None else stdout.write,
             2: err.append if stderr is None else stderr.write,
         }
-        feeder = threading.Thread(target=feed, args=(ws, header, stdin, _vendor_errors()),
+        feeder = threading.Thread(target=feed, args=(ws, header, stdin, vendor_errors()),
                                   daemon=True)  # fmt: skip
         feeder.start()
         try:
@@ -499,7 +500,7 @@ class GkeSandboxes:
                 drain(ws, sinks)
             drain(ws, sinks)
             raw = ws.read_channel(3)
-        except _vendor_errors() as exc:
+        except vendor_errors() as exc:
             raise translate(exc, sandbox_id) from exc
         finally:
             ws.close()
@@ -521,98 +522,6 @@ class GkeSandboxes:
 def _timed_out(sandbox_id: str, argv: Sequence[str], timeout: float | None) -> NoReturn:
     raise ExecTimeout(f"{argv[0]} timed out after {timeout} s in sandbox {sandbox_id}",
                       sandbox_id=sandbox_id, argv=list(argv), timeout=timeout)  # fmt: skip
-
-
-# -- errors --------------------------------------------------------------------------------
-
-_K = "kubernetes.client.exceptions"
-_C = "kubernetes.config.config_exception"
-_U = "urllib3.exceptions"
-_W = "websocket._exceptions"
-
-_U_DOWN = ("ProtocolError", "ConnectionError", "MaxRetryError", "TimeoutError", "ReadTimeoutError",
-           "ConnectTimeoutError", "NewConnectionError", "NameResolutionError", "EmptyPoolError",
-           "ClosedPoolError", "SSLError", "ProxyError", "IncompleteRead")  # fmt: skip
-_U_OTHER = ("HTTPError", "HTTPWarning", "PoolError", "RequestError", "DecodeError",
-            "HostChangedError", "TimeoutStateError", "FullPoolError", "LocationValueError",
-            "LocationParseError", "URLSchemeUnknown", "ResponseError", "SecurityWarning",
-            "InsecureRequestWarning", "NotOpenSSLWarning", "SystemTimeWarning",
-            "InsecurePlatformWarning", "DependencyWarning", "ResponseNotChunked",
-            "BodyNotHttplibCompatible", "InvalidChunkLength", "InvalidHeader",
-            "ProxySchemeUnknown", "ProxySchemeUnsupported", "HeaderParsingError",
-            "UnrewindableBodyError")  # fmt: skip
-_W_DOWN = ("WebSocketConnectionClosedException", "WebSocketTimeoutException",
-           "WebSocketAddressException", "WebSocketProxyException")  # fmt: skip
-_W_OTHER = ("WebSocketException", "WebSocketProtocolException", "WebSocketPayloadException",
-            "WebSocketBadStatusException")  # fmt: skip
-_K_ALL = ("OpenApiException", "ApiTypeError", "ApiValueError", "ApiAttributeError", "ApiKeyError",
-          "ApiException", "BadRequestException", "NotFoundException", "UnauthorizedException",
-          "ForbiddenException", "ServiceException", "ConflictException",
-          "UnprocessableEntityException")  # fmt: skip
-
-TABLE: dict[tuple[str, str], type[HangarError]] = {
-    **{(_K, name): SandboxError for name in _K_ALL},  # ApiException: by status, in translate
-    (_C, "ConfigException"): InvalidSettings,
-    **{(_U, name): SandboxUnavailable for name in _U_DOWN},
-    **{(_U, name): SandboxError for name in _U_OTHER},
-    **{(_W, name): SandboxUnavailable for name in _W_DOWN},
-    **{(_W, name): SandboxError for name in _W_OTHER},
-}
-"""Module, class name -> hangar's error, for every exception class of the client and its
-transports (a test walks the modules). An ``ApiException`` is read by its status first
-(:func:`translate`): 404 of a sandbox is SandboxNotFound, 409 on create is "already there",
-0 (no connection; the websocket helper wraps its failures so), 429 and 5xx are
-SandboxUnavailable; 410 Gone (a watch's resourceVersion expired) is :class:`WatchExpired`."""
-
-
-class WatchExpired(SandboxUnavailable):
-    """410 Gone on a watch: its resourceVersion is too old (internal: the watch is resumed
-    from a fresh read)."""
-
-_UNAVAILABLE = {0, 429, 500, 502, 503, 504}
-
-
-def translate(exc: BaseException, sandbox_id: str | None = None) -> HangarError:
-    """hangar's error for a client exception (see :data:`TABLE`)."""
-    status = getattr(exc, "status", None)
-    reason = str(getattr(exc, "reason", "") or exc)
-    name = type(exc).__name__
-    data: dict[str, Any] = {"sandbox_id": sandbox_id} if sandbox_id else {}
-    if isinstance(status, int) and hasattr(exc, "body"):  # an ApiException
-        if status == 404 or (status == 0 and "Handshake status 404" in reason):
-            if sandbox_id:
-                return SandboxNotFound(f"no sandbox {sandbox_id}", **data)
-            return SandboxError(f"Kubernetes: not found: {reason}", **data)
-        if status == 409:
-            return AlreadyThere(f"Kubernetes: already exists: {reason}", **data)
-        if status == 410:
-            return WatchExpired(f"Kubernetes: watch expired: {reason}"[:2000], **data)
-        kind = SandboxUnavailable if status in _UNAVAILABLE else SandboxError
-        return kind(f"Kubernetes API {status or 'unreachable'}: {reason}"[:2000], status=status,
-                    **data)  # fmt: skip
-    for klass in type(exc).__mro__:
-        mapped = TABLE.get((klass.__module__, klass.__name__))
-        if mapped is not None:
-            if mapped is InvalidSettings:
-                return InvalidSettings(f"HANGAR_SANDBOXES: kubeconfig: {exc}",
-                                       setting="HANGAR_SANDBOXES")  # fmt: skip
-            return mapped(f"Kubernetes client: {name}: {exc}"[:2000], **data)
-    if isinstance(exc, OSError):
-        return SandboxUnavailable(f"Kubernetes API unreachable: {exc}", **data)
-    return SandboxError(f"Kubernetes client: {name}: {exc}"[:2000], **data)
-
-
-_CAUGHT: tuple[type[BaseException], ...] = ()
-
-
-def _vendor_errors() -> tuple[type[BaseException], ...]:
-    """The roots of what the client and its transports raise (what this module catches)."""
-    global _CAUGHT
-    if not _CAUGHT:
-        roots = ((_K, "OpenApiException"), (_C, "ConfigException"), (_U, "HTTPError"),
-                 (_W, "WebSocketException"))  # fmt: skip
-        _CAUGHT = (*(getattr(importlib.import_module(m), n) for m, n in roots), OSError)
-    return _CAUGHT
 
 
 # -- small pieces --------------------------------------------------------------------------
