@@ -128,6 +128,9 @@ class Settings(BaseModel):
         10, gt=0, description="How long the repair turn for a missing or invalid result may run")
     checkpoint_timeout_seconds: float = Field(300, gt=0)
     sandbox_ttl_minutes: float = Field(120, gt=0)
+    prebuild_environments: str = Field(
+        "", description="Environments whose sandbox templates and warm pools are made at start "
+        "(comma separated names, or all), so that their first session does not wait; gke://")
     activity_grace_seconds: float = Field(90, ge=0)
     setup_timeout_minutes: float = Field(15, gt=0)
     turn_timeout_minutes: float = Field(

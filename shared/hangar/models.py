@@ -519,6 +519,12 @@ class Environment(Record):
     image: str | None = Field(
         default=None, description="the container image its sandboxes run, on a backend that "
         "runs images (None, as in a record made before the field: the backend's own system)")
+    warm_pool: int = Field(
+        default=0, ge=0, description="ready sandboxes its warm pool keeps, on a sandbox backend "
+        "with warm pools (gke://); 0: none of its own")
+    warm_pool_hours: str | None = Field(
+        default=None, description="when the warm pool is kept (hangar.sessions.warmhours; "
+        "outside them it holds none); None: always, while warm_pool > 0")
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 

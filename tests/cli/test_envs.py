@@ -102,3 +102,37 @@ def test_env_add_and_update_with_an_image_are_refused_on_the_local_backend_chang
     assert code == 2 and "not allowed with" in err
     assert cli("env", "update", "app", "--no-image")[0] == 0
     assert env_json(cli, "app") == before
+
+
+def test_a_warm_pool_is_refused_on_the_local_backend_as_a_gke_feature_changing_nothing(
+    server: Server, cli: Cli, remote: Path
+) -> None:
+    code, _, err = cli("env", "add", "app", "--repo", str(remote), "--warm-pool", "1")
+    line = one_error_line(err, "invalid_input")
+    assert code == 1 and "a warm pool is a GKE feature" in line
+    assert cli("env", "list")[1] == "no environments\n"
+    assert cli("env", "add", "app", "--repo", str(remote))[0] == 0
+    before = env_json(cli, "app")
+    code, _, err = cli("env", "update", "app", "--warm-pool", "2", "--var", "MODE=fast")
+    assert code == 1 and "GKE feature" in one_error_line(err, "invalid_input")
+    assert env_json(cli, "app") == before
+
+
+def test_warm_pool_hours_round_trip_through_the_cli_and_rest_in_their_canonical_spelling(
+    server: Server, cli: Cli, remote: Path
+) -> None:
+    code, _, err = cli("env", "add", "app", "--repo", str(remote), "--warm-pool-hours",
+                       "mon-fri 08:00-20:00; sat 10:00-14:00 america/new_york")  # fmt: skip
+    assert code == 0, err
+    hours = "Mon-Fri 08:00-20:00; Sat 10:00-14:00 America/New_York"
+    env = env_json(cli, "app")
+    assert (env["warm_pool"], env["warm_pool_hours"]) == (0, hours)
+    assert "warm pool:  (none)" in cli("env", "get", "app")[1]
+    code, _, err = cli("env", "update", "app", "--warm-pool-hours", "Mon 25:00-26:00 UTC")
+    assert code == 1 and "warm_pool_hours" in one_error_line(err, "invalid_input")
+    assert env_json(cli, "app")["warm_pool_hours"] == hours
+    code, _, err = cli("env", "update", "app", "--warm-pool-hours", "Mon 08:00-09:00 UTC",
+                       "--no-warm-pool-hours")  # fmt: skip
+    assert code == 2 and "not allowed with" in err
+    assert cli("env", "update", "app", "--no-warm-pool-hours")[0] == 0
+    assert env_json(cli, "app")["warm_pool_hours"] is None

@@ -96,6 +96,24 @@ IMAGE_HELP = ("the container image its sandboxes run, such as registry.example/t
               "(needs a sandbox backend that runs images: gke://)")
 
 
+WARM_POOL_HELP = ("keep N ready sandboxes for its sessions (within --warm-pool-hours), so a "
+                  "start or resume does not wait for one; a GKE feature (gke://)")
+WARM_HOURS_HELP = ("when the warm pool is kept, e.g. 'Mon-Fri 08:00-20:00; Sat 10:00-14:00 "
+                   "America/New_York'; outside them it holds none (default: always)")
+
+
+def _warm_pool(p: argparse.ArgumentParser, update: bool) -> None:
+    p.add_argument("--warm-pool", type=int, metavar="N",
+                   help=WARM_POOL_HELP + ("; 0: none" if update else ""))  # fmt: skip
+    if not update:
+        p.add_argument("--warm-pool-hours", metavar="SPEC", help=WARM_HOURS_HELP)
+        return
+    hours = p.add_mutually_exclusive_group()
+    hours.add_argument("--warm-pool-hours", metavar="SPEC", help=WARM_HOURS_HELP)
+    hours.add_argument("--no-warm-pool-hours", action="store_true",
+                       help="keep the warm pool at all hours")  # fmt: skip
+
+
 def _turn_timeout(p: argparse.ArgumentParser, help_: str) -> None:
     p.add_argument("--turn-timeout", type=float, metavar="MIN", help=help_)
 
@@ -134,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     _turn_timeout(add, "stop a turn of its sessions after MIN minutes (it ends timed_out; "
                   "default HANGAR_TURN_TIMEOUT_MINUTES, 120)")
     add.add_argument("--image", help=IMAGE_HELP)
+    _warm_pool(add, update=False)
     _json(add)
     _json(env_cmd.add_parser("list", help="list environments (never secret values)"))
     get_env = env_cmd.add_parser("get", help="show an environment (never secret values)")
@@ -159,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     image.add_argument("--image", help=IMAGE_HELP)
     image.add_argument("--no-image", action="store_true", help="run no image (the sandbox "
                        "backend's own system)")  # fmt: skip
+    _warm_pool(upd, update=True)
     _json(upd)
     delete_env = env_cmd.add_parser("delete", help="delete an environment no session uses")
     delete_env.add_argument("name")

@@ -105,7 +105,9 @@ def _env(api: Client, args: argparse.Namespace) -> int:
         body = {"name": args.name, "repo": args.repo, "branch": args.branch,
                 "setup": args.setup, "vars": _pairs(args.var, "--var"),
                 "secrets": _pairs(args.secret, "--secret"), "host_ports": args.host_port,
-                "turn_timeout_minutes": args.turn_timeout, "image": args.image}  # fmt: skip
+                "turn_timeout_minutes": args.turn_timeout, "image": args.image,
+                "warm_pool": args.warm_pool or 0,
+                "warm_pool_hours": args.warm_pool_hours}  # fmt: skip
         env = api.call("POST", "/api/envs", body)
         if args.json:
             print_json(env)
@@ -149,9 +151,14 @@ def _env_change(args: argparse.Namespace) -> dict[str, Any]:
         body["turn_timeout_minutes"] = args.turn_timeout or None
     if args.image is not None or args.no_image:
         body["image"] = args.image
+    if args.warm_pool is not None:
+        body["warm_pool"] = args.warm_pool
+    if args.warm_pool_hours is not None or args.no_warm_pool_hours:
+        body["warm_pool_hours"] = args.warm_pool_hours or None
     if not body:
         raise UsageError("env update: nothing to change (give --branch, --setup, --var, "
-                         "--secret, --unset, --host-port, --turn-timeout or --image)")  # fmt: skip
+                         "--secret, --unset, --host-port, --turn-timeout, --image, "
+                         "--warm-pool or --warm-pool-hours)")  # fmt: skip
     return body
 
 

@@ -169,6 +169,7 @@ def print_envs(envs: list[dict[str, Any]]) -> None:
         ports = e.get("host_ports") or []
         extra += [f"host ports: {', '.join(str(p) for p in ports)}"] if ports else []
         extra += [f"image: {e['image']}"] if e.get("image") else []
+        extra += [f"warm pool: {warm_pool(e)}"] if e.get("warm_pool") else []
         branch = f" @ {e['branch']}" if e["branch"] else ""
         say(f"{e['name']}: {e['repo']}{branch}{'  (' + '; '.join(extra) + ')' if extra else ''}")
 
@@ -184,6 +185,12 @@ def print_env(e: dict[str, Any]) -> None:
     limit = e.get("turn_timeout_minutes")
     say(f"  turn limit: {f'{limit:g} minutes' if limit else '(HANGAR_TURN_TIMEOUT_MINUTES)'}")
     say(f"  image:      {e.get('image') or '(none)'}")
+    say(f"  warm pool:  {warm_pool(e) if e.get('warm_pool') else '(none)'}")
+
+
+def warm_pool(e: dict[str, Any]) -> str:
+    """An environment's warm pool in words: its size, and its hours or ``always``."""
+    return f"{e['warm_pool']} ready, {e.get('warm_pool_hours') or 'at all hours'}"
 
 
 def print_sandboxes(boxes: list[dict[str, Any]]) -> None:

@@ -56,6 +56,12 @@ TURN_LIMIT_DOC = ("the turn's time limit in minutes (fractions allowed, at most 
                   "HANGAR_TURN_TIMEOUT_MINUTES (120)")
 ENV_LIMIT_DOC = ("its sessions' turns' time limit in minutes (null: HANGAR_TURN_TIMEOUT_MINUTES, "
                  "120); a send may give its own")
+WARM_POOL_DOC = ("ready sandboxes its warm pool keeps (within its warm_pool_hours), so a session "
+                 "starts or resumes without waiting for one; a GKE feature (gke://), refused "
+                 "elsewhere; 0: none of its own")
+WARM_HOURS_DOC = ("when its warm pool is kept, e.g. 'Mon-Fri 08:00-20:00; Sat 10:00-14:00 "
+                  "America/New_York' (windows DAYS HH:MM-HH:MM separated by ';', then one IANA "
+                  "time zone); outside them it holds none; null: always")
 IMAGE_DOC = ("the container image its sandboxes run ([HOST[:PORT]/]PATH[:TAG][@sha256:HEX]), "
              "on a sandbox backend that runs images (null: none, the backend's own system)")
 CONTEXT_DOC = ("what comes with the message: files for $HANGAR_IO/in/<turn>/, links, a patch "
@@ -140,6 +146,8 @@ class NewEnvironment(Body):
     turn_timeout_minutes: float | None = Field(None, gt=0, le=MAX_TURN_MINUTES,
                                                allow_inf_nan=False, description=ENV_LIMIT_DOC)
     image: str | None = Field(None, description=IMAGE_DOC)
+    warm_pool: int = Field(0, ge=0, le=100, description=WARM_POOL_DOC)
+    warm_pool_hours: str | None = Field(None, max_length=1000, description=WARM_HOURS_DOC)
 
 
 class EnvironmentPatch(Body):
@@ -155,6 +163,9 @@ class EnvironmentPatch(Body):
     turn_timeout_minutes: float | None = Field(None, gt=0, le=MAX_TURN_MINUTES,
                                                allow_inf_nan=False, description=ENV_LIMIT_DOC)
     image: str | None = Field(None, description=f"{IMAGE_DOC}; null: none")
+    warm_pool: int | None = Field(None, ge=0, le=100, description=WARM_POOL_DOC)
+    warm_pool_hours: str | None = Field(None, max_length=1000,
+                                        description=f"{WARM_HOURS_DOC}")  # fmt: skip
 
 
 class TurnArtifactView(BaseModel):
@@ -453,6 +464,8 @@ class EnvironmentView(BaseModel):
     host_ports: list[int] = Field(description="host loopback ports its sandboxes reach")
     turn_timeout_minutes: float | None = Field(description=ENV_LIMIT_DOC)
     image: str | None = Field(description=IMAGE_DOC)
+    warm_pool: int = Field(description=WARM_POOL_DOC)
+    warm_pool_hours: str | None = Field(description=WARM_HOURS_DOC)
     warnings: list[str] = Field(description="what would keep its sandboxes from working, such "
                                 "as a variable naming a loopback port they cannot reach")
     created_at: datetime
@@ -464,6 +477,7 @@ class EnvironmentView(BaseModel):
         return cls(name=e.name, repo=e.repo, branch=e.branch, setup=e.setup,
                    vars=sorted(e.vars), secrets=sorted(e.secrets), host_ports=e.host_ports,
                    turn_timeout_minutes=e.turn_timeout_minutes, image=e.image,
+                   warm_pool=e.warm_pool, warm_pool_hours=e.warm_pool_hours,
                    warnings=loopback_warnings(e, host_ports=host_ports),
                    created_at=e.created_at)  # fmt: skip
 

@@ -49,6 +49,12 @@ backend (checked, all of it, by :mod:`hangar.testing.sandboxes`):
   ``127.0.0.1:PORT``, and no other host loopback port is reachable; ``image`` is the container
   image the sandbox runs (the contract above holds in it: ``python3``, ``git`` and ``tar``
   are the image's to provide).
+- Warm pools (:attr:`SandboxCapabilities.pools`): ``keep_pool(pool, image=, replicas=)`` keeps
+  the named pool (an environment's, the spec's ``pool``) holding ``replicas`` ready sandboxes
+  of ``image``'s template: made if missing, its replicas set only when they differ, and answers
+  what it was told and how many are ready (:class:`PoolState`). ``create`` never changes an
+  existing pool's replicas. A backend without pools refuses with
+  :class:`~hangar.errors.SandboxCapabilityMissing`.
 """
 
 from __future__ import annotations
@@ -157,12 +163,25 @@ class SandboxCapabilities:
     a backend without it runs its own system.
     ``host_reads``: hangar reads a sandbox's files from the host, with no exec (no call of the
     port uses it yet; the layer that follows a run's output will).
+    ``pools``: warm pools of ready sandboxes, kept at a size hangar sets
+    (:meth:`Sandboxes.keep_pool`).
     """
 
     ro_paths: bool = False
     host_ports: bool = False
     host_reads: bool = False
     images: bool = False
+    pools: bool = False
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """A warm pool after :meth:`Sandboxes.keep_pool`: ``replicas`` it was told to keep, of
+    which ``ready`` are ready now (they come over the next minutes)."""
+
+    pool: str
+    replicas: int
+    ready: int = 0
 
 
 @dataclass(frozen=True)
@@ -305,6 +324,22 @@ class Sandboxes(Protocol):
         sandbox is nothing to do."""
         ...
 
+    def keep_pool(self, pool: str, *, image: str | None, replicas: int) -> PoolState:
+        """Keep warm pool ``pool`` (an environment's name) at ``replicas`` ready sandboxes of
+        ``image`` (None: the backend's default image): the pool and its template made if
+        missing, its replicas set when they differ. InvalidInput for a negative count or, for
+        a pool to make, no image at all; SandboxCapabilityMissing on a backend without pools."""
+        ...
+
+
+def refuse_pools(backend: str, pool: str) -> SandboxCapabilityMissing:
+    """What ``keep_pool`` raises on a backend without warm pools."""
+    return SandboxCapabilityMissing(
+        f"the {backend} sandbox backend has no warm pools (asked to keep pool {pool}): warm "
+        "pools are a GKE feature (gke://)", capability="pools", missing=["pools"],
+        backend=backend,
+    )  # fmt: skip
+
 
 def _open_local(url: str, settings: Settings) -> Sandboxes:
     from hangar.sandboxes.local import LocalSandboxes
@@ -362,6 +397,9 @@ class OnFirstUse:
 
     def extend(self, sandbox_id: str, until: datetime) -> None:
         self._opened().extend(sandbox_id, until)
+
+    def keep_pool(self, pool: str, *, image: str | None, replicas: int) -> PoolState:
+        return self._opened().keep_pool(pool, image=image, replicas=replicas)
 
 
 def _open_gke(url: str, settings: Settings) -> Sandboxes:

@@ -6,13 +6,16 @@ file) and the namespace the sandboxes live in; with ``HANGAR_GKE_ENDPOINT`` (and
 ``HANGAR_GKE_CA``) set, as on Cloud Run, the API server is that endpoint and the token is
 Google's default credentials', and the URL's context is ignored.
 
-- One ``SandboxWarmPool`` per spec ``pool`` (an environment), ``warm_pool`` ready sandboxes
-  (default 0), over one ``SandboxTemplate`` named by the pool and a hash of the image, pod
-  settings and network (:mod:`hangar.sandboxes.agentsandbox`). A ``create`` that finds the
-  pool on another template makes the new one, repoints the pool and deletes the pool's old
-  templates no live claim was made on; what it found is cached, so a ``create`` with nothing
-  changed is one request (the claim). ``image`` is required: the spec's, else the URL's
-  (InvalidInput without either).
+- One ``SandboxWarmPool`` per spec ``pool`` (an environment) over one ``SandboxTemplate``
+  named by the pool and a hash of the image, pod settings and network
+  (:mod:`hangar.sandboxes.agentsandbox`). A pool ``create`` makes starts with the URL's
+  ``warm_pool`` ready sandboxes (default 0: the count for an environment with no warm pool of
+  its own); after that its replicas are ``keep_pool``'s alone (the session service's pool
+  ticks set an environment's ``warm_pool`` on its hours), never ``create``'s. A ``create``
+  that finds the pool on another template makes the new one, repoints the pool and deletes
+  the pool's old templates no live claim was made on; what it found is cached, so a
+  ``create`` with nothing changed is one request (the claim). ``image`` is required: the
+  spec's, else the URL's (InvalidInput without either).
 - The template's NetworkPolicy: no ingress; egress to DNS and everywhere but the metadata
   server, ``deny`` (default :data:`~.agentsandbox.INTERNAL_RANGES`) and the control plane's
   address (when the API server is named by an IP address).
@@ -69,6 +72,7 @@ from hangar.sandboxes import (
     HOME,
     CountingWriter,
     ExecResult,
+    PoolState,
     SandboxCapabilities,
     SandboxInfo,
     SandboxSpec,
@@ -113,14 +117,16 @@ class GkeSandboxes:
     """The ``gke://`` backend of :class:`hangar.sandboxes.Sandboxes` (the module's docstring).
 
     ``image`` is the default image of a spec without one; ``pod`` and ``network`` the pod
-    settings and network of every template made; ``replicas`` every pool's; ``ttl`` a new
+    settings and network of every template made; ``replicas`` what a pool made by ``create``
+    starts with; ``ttl`` a new
     sandbox's (its claim's lease, :data:`LEASE_MARGIN` later). Thread-safe: each exec has a
     client of its own (the client's websocket helper swaps a method of the client it is given
     while it runs).
     """
 
-    capabilities = SandboxCapabilities(images=True)
-    """Images, yes; no host paths, host ports or host reads (the pod is on another machine)."""
+    capabilities = SandboxCapabilities(images=True, pools=True)
+    """Images and warm pools, yes; no host paths, host ports or host reads (the pod is on
+    another machine)."""
 
     def __init__(self, cfg: Any, namespace: str, *, image: str | None = None,
                  pod: PodSettings | None = None, network: Network | None = None,
@@ -159,8 +165,9 @@ class GkeSandboxes:
     # -- the port ---------------------------------------------------------------------------
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
-        """Bring the spec's pool and its template in step (made, repointed, rescaled as
-        needed; nothing asked when this backend already did so), then claim a sandbox of it;
+        """Bring the spec's pool and its template in step (made or repointed as needed, its
+        replicas left as they are; nothing asked when this backend already did so), then
+        claim a sandbox of it;
         returns once the claim exists. InvalidInput without an image; SandboxCapabilityMissing
         for ro_paths or host_ports."""
         refuse_missing(self.capabilities, spec, "gke")
@@ -181,6 +188,22 @@ class GkeSandboxes:
             self._pending_env[sandbox_id] = spec_env
         self._remember(sandbox_id, lease)
         return _info(made)
+
+    def keep_pool(self, pool: str, *, image: str | None, replicas: int) -> PoolState:
+        """Keep the environment ``pool``'s SandboxWarmPool at ``replicas`` (the port's
+        contract): in step for ``image`` (None: the URL's; neither: the pool is only scaled,
+        InvalidInput if it is missing), then one read and, when the count differs, one patch."""
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise InvalidInput(f"a warm pool's replicas must be a whole number of at least 0, "
+                               f"not {replicas!r}", field="warm_pool")  # fmt: skip
+        image = image or self.image
+        try:
+            wanted, ready = self.pools.keep(objects.pool_name(pool), image, replicas)
+        except SandboxNotFound:
+            raise InvalidInput(f"warm pool {pool} does not exist and there is no image to make "
+                               "it with: set the environment's image (hangar env update "
+                               "--image IMAGE)", field="image") from None  # fmt: skip
+        return PoolState(pool=pool, replicas=wanted, ready=ready)
 
     def extend(self, sandbox_id: str, until: datetime) -> None:
         """Keep the claim's shutdownTime at least ``until`` plus :data:`LEASE_MARGIN`: when it

@@ -3,10 +3,12 @@
 makes the manifests).
 
 Contract of :meth:`WarmPools.ensure`: after it returns, the pool exists, points at the template
-of the image, pod settings and network asked for (made if missing), keeps ``replicas`` ready
-sandboxes and recreates its unclaimed ones on a repointing; a pool found on another template
-has that template and any older one deleted unless a live claim was made on it (a template's
-NetworkPolicy goes with the template, and so would the policy of that claim's sandbox). What
+of the image, pod settings and network asked for (made if missing, with the backend's default
+``replicas``) and recreates its unclaimed ones on a repointing; an existing pool's replicas are
+never changed by it (they are :meth:`WarmPools.keep`'s, which sets them when they differ); a
+pool found on another template has that template and any older one deleted unless a live
+claim was made on it (a template's NetworkPolicy goes with the template, and so would the
+policy of that claim's sandbox). What
 it did is cached per pool: asked again for the same within :attr:`WarmPools.fresh` seconds, it
 makes no request; later, one (the pool read; another process may have repointed it meanwhile).
 Not locked: two threads racing do the same idempotent requests twice.
@@ -20,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hangar.errors import HangarError, SandboxError
+from hangar.errors import HangarError, SandboxError, SandboxNotFound
 from hangar.sandboxes import agentsandbox as objects
 from hangar.sandboxes.agentsandbox import PodSettings
 
@@ -55,11 +57,12 @@ class WarmPools:
         self._caught = caught
         self._known: dict[str, tuple[str, float]] = {}  # pool -> (template, when checked)
 
-    def ensure(self, pool: str, image: str) -> str:
+    def ensure(self, pool: str, image: str, replicas: int | None = None) -> str:
         """Bring ``pool`` in step for ``image`` (the module's contract); returns the name of
-        its template."""
+        its template. ``replicas``: what a pool made here starts with (default: the
+        backend's); an existing pool's are left as they are."""
         template = objects.template_name(pool, image, self.pod, self.policy)
-        want = objects.pool_spec(template, self.replicas)
+        want = _without_replicas(objects.pool_spec(template, 0))
         known, checked = self._known.get(pool, ("", 0.0))
         if known == template:
             if time.monotonic() < checked + self.fresh:
@@ -75,8 +78,9 @@ class WarmPools:
         except AlreadyThere:
             pass  # made by an earlier create, here or elsewhere
         try:
+            made = self.replicas if replicas is None else replicas
             self._request("create", objects.POOLS,
-                          objects.warm_pool(pool, template, self.replicas))  # fmt: skip
+                          objects.warm_pool(pool, template, made))  # fmt: skip
         except AlreadyThere:
             found = self._request("get", objects.POOLS, pool)
             if not self._in_step(found, want):
@@ -84,6 +88,30 @@ class WarmPools:
             if ((found.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name") != template:
                 self._collect(pool, template)
         return self._checked(pool, template)
+
+    def keep(self, pool: str, image: str | None, replicas: int) -> tuple[int, int]:
+        """Keep ``pool`` at ``replicas``: in step for ``image`` first (:meth:`ensure`; None:
+        only scaled, and SandboxNotFound if it is missing), then one read, and a patch of the
+        count only when it differs. Returns the replicas asked for and those ready now."""
+        if image is not None:
+            self.ensure(pool, image, replicas)
+        found = self._read(pool)
+        if found is None:
+            raise SandboxNotFound(f"no warm pool {pool}", pool=pool)
+        if (found.get("spec") or {}).get("replicas") != replicas:
+            found = self._request("patch", objects.POOLS, pool, {"spec": {"replicas": replicas}})
+        ready = (found.get("status") or {}).get("readyReplicas") or 0
+        return replicas, min(int(ready), replicas)
+
+    def _read(self, pool: str) -> dict[str, Any] | None:
+        """The pool, or None when it is missing (404)."""
+        try:
+            return self.api.get_namespaced_custom_object(  # type: ignore[no-any-return]
+                objects.EXTENSIONS_GROUP, objects.VERSION, self.namespace, objects.POOLS, pool)
+        except self._caught as exc:
+            if getattr(exc, "status", None) == 404:
+                return None
+            raise self._translate(exc) from exc
 
     def _checked(self, pool: str, template: str) -> str:
         if len(self._known) >= _CACHE:
@@ -129,3 +157,8 @@ class WarmPools:
             return functools.partial(call, *args, **options)()
         except self._caught as exc:
             raise self._translate(exc) from exc
+
+
+def _without_replicas(spec: dict[str, Any]) -> dict[str, Any]:
+    """A pool's spec less its replicas (what :meth:`WarmPools.ensure` keeps in step)."""
+    return {key: value for key, value in spec.items() if key != "replicas"}

@@ -54,7 +54,7 @@ from hangar.errors import SandboxError
 from hangar.errors import SandboxNotFound, SandboxUnavailable
 from hangar.sandboxes import HANGAR_BIN, HANGAR_DIR, HANGAR_TMP, HOME, READY, ExecResult
 from hangar.sandboxes import CountingWriter, PUT_FILE_SCRIPT, check_env, first_on_path
-from hangar.sandboxes import refuse_missing, stderr_tail
+from hangar.sandboxes import PoolState, refuse_missing, refuse_pools, stderr_tail
 from hangar.sandboxes import SandboxCapabilities, SandboxInfo, SandboxStatus
 from hangar.sandboxes import SandboxSpec, SandboxUser, Stdin
 from hangar.sandboxes import layout, network
@@ -435,6 +435,10 @@ class LocalSandboxes:
     def extend(self, sandbox_id: str, until: datetime) -> None:
         """Nothing to do: a local sandbox has no lease (it lives until destroyed; hangar's
         reaper alone ends it)."""
+
+    def keep_pool(self, pool: str, *, image: str | None, replicas: int) -> PoolState:
+        """Refused: local sandboxes have no warm pools (SandboxCapabilityMissing)."""
+        raise refuse_pools("local", pool)
 
     def network_rules(self, sandbox_id: str) -> str:
         """The packet filter the kernel holds for the sandbox's network namespace, as ``nft``

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 from hangar.errors import DestroyVetoed, HangarError, SandboxNotFound
 from hangar.sandboxes import ExecResult, SandboxCapabilities, SandboxInfo, Sandboxes
-from hangar.sandboxes import SandboxSpec, SandboxStatus
+from hangar.sandboxes import PoolState, SandboxSpec, SandboxStatus
 
 __all__ = ["PreDestroyHook", "SandboxPolicy", "guarded"]
 
@@ -110,6 +110,9 @@ class SandboxPolicy:
 
     def extend(self, sandbox_id: str, until: datetime) -> None:
         self.backend.extend(sandbox_id, until)
+
+    def keep_pool(self, pool: str, *, image: str | None, replicas: int) -> PoolState:
+        return self.backend.keep_pool(pool, image=image, replicas=replicas)
 
 
 def guarded(sandboxes: Sandboxes) -> SandboxPolicy:

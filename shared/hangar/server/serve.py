@@ -107,6 +107,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
             _say(f"the admin token is in {token_file}")
         migrate(runtime.db)
         runtime.sessions.recover()
+        runtime.sessions.prebuild()
         replaced = runtime.sessions.replace_outdated_sandboxes()
         if replaced:
             _say(f"checkpointed and replaced {len(replaced)} sandbox(es) of an older, weaker "

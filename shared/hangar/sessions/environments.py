@@ -25,6 +25,7 @@ from hangar.errors import (
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal_bytes, unseal_bytes
 from hangar.models import NAME_PATTERN, Environment, utcnow
+from hangar.sessions import warmhours
 from hangar.sessions.images import check_image
 from hangar.sessions.timeouts import check_minutes
 
@@ -44,7 +45,8 @@ class EnvironmentChange(BaseModel):
     and secrets given are added or replaced; ``unset`` removes variables or secrets by name;
     ``host_ports`` replaces the list; ``branch`` None is the remote's HEAD, ``setup`` None or
     empty is none; ``turn_timeout_minutes`` None is HANGAR_TURN_TIMEOUT_MINUTES; ``image`` None
-    is none (the backend's own system). The repo cannot change: sessions' checkpoints are
+    is none (the backend's own system); ``warm_pool`` 0 is no warm pool of its own,
+    ``warm_pool_hours`` None is always. The repo cannot change: sessions' checkpoints are
     commits of it."""
 
     branch: str | None = None
@@ -55,6 +57,32 @@ class EnvironmentChange(BaseModel):
     host_ports: list[int] | None = None
     turn_timeout_minutes: float | None = None
     image: str | None = None
+    warm_pool: int = 0
+    warm_pool_hours: str | None = None
+
+
+MAX_WARM_POOL = 100
+"""The most ready sandboxes one environment's warm pool may keep."""
+
+
+def check_warm_pool(size: int) -> int:
+    """A warm pool's size: a whole number from 0 to :data:`MAX_WARM_POOL`."""
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_WARM_POOL:
+        raise InvalidInput(f"warm_pool must be a whole number from 0 to {MAX_WARM_POOL}, not "
+                           f"{size!r}", field="warm_pool")  # fmt: skip
+    return size
+
+
+def check_warm_hours(spec: str | None) -> str | None:
+    """A ``warm_pool_hours`` spec in its canonical spelling (None stays None; empty is None);
+    InvalidInput naming the field, first in its message, for a bad one
+    (:func:`hangar.sessions.warmhours.parse`)."""
+    if not spec:
+        return None
+    try:
+        return str(warmhours.parse(spec))
+    except InvalidInput as exc:
+        raise InvalidInput(f"{warmhours.FIELD}: {exc.message}", **exc.data) from None
 
 
 def _aad(env_name: str, secret: str) -> bytes:
@@ -137,12 +165,17 @@ class Environments:
         host_ports: list[int] | None = None,
         turn_timeout_minutes: float | None = None,
         image: str | None = None,
+        warm_pool: int = 0,
+        warm_pool_hours: str | None = None,
     ) -> Environment:
         """Check everything, including that the repo (and branch) can be reached with
         ``git ls-remote``, then create the environment. Creates nothing on any error.
         ``turn_timeout_minutes``: its sessions' turns' time limit (None: the setting's);
         ``image``: the container image its sandboxes run (:func:`check_image`; whether the
-        backend runs images is checked above, where it is known, and again at each start)."""
+        backend runs images is checked above, where it is known, and again at each start);
+        ``warm_pool``, ``warm_pool_hours``: its warm pool's size and hours
+        (:func:`check_warm_pool`, :func:`check_warm_hours`; whether the backend has pools is
+        checked above)."""
         check_name("environment", name)
         check_vars(vars or {})
         check_vars(secrets or {})
@@ -150,11 +183,14 @@ class Environments:
         limit = check_minutes(turn_timeout_minutes, "turn_timeout_minutes")
         if image is not None:
             check_image(image)
+        pool = check_warm_pool(warm_pool)
+        hours = check_warm_hours(warm_pool_hours)
         self._check_reachable(repo, branch)
         sealed = {k: self._seal(name, k, v) for k, v in (secrets or {}).items()}
         env = Environment(name=name, repo=repo, branch=branch, setup=setup, vars=vars or {},
                           secrets=sealed, host_ports=ports,
-                          turn_timeout_minutes=limit, image=image)  # fmt: skip
+                          turn_timeout_minutes=limit, image=image, warm_pool=pool,
+                          warm_pool_hours=hours)  # fmt: skip
         return self.db.create_environment(env)
 
     def _check_reachable(self, repo: str, branch: str | None) -> None:
@@ -210,6 +246,8 @@ class Environments:
         limit = check_minutes(change.turn_timeout_minutes, "turn_timeout_minutes")
         if change.image is not None:
             check_image(change.image)
+        pool = check_warm_pool(change.warm_pool)
+        hours = check_warm_hours(change.warm_pool_hours)
         both = sorted(set(change.unset) & (set(change.vars) | set(change.secrets)))
         if both:
             raise InvalidInput(f"cannot both set and unset {', '.join(both)}", names=both)
@@ -232,6 +270,8 @@ class Environments:
                 "turn_timeout_minutes": (limit if "turn_timeout_minutes" in given
                                          else env.turn_timeout_minutes),
                 "image": change.image if "image" in given else env.image,
+                "warm_pool": pool if "warm_pool" in given else env.warm_pool,
+                "warm_pool_hours": hours if "warm_pool_hours" in given else env.warm_pool_hours,
                 "updated_at": utcnow(),
             })  # fmt: skip
             try:

@@ -10,7 +10,10 @@ themselves are in :mod:`hangar.sessions.schedule`).
 - ``interval``: checkpoint if something changed;
 - ``reap``: destroy the sandboxes past their TTL, through the pre-destroy checkpoint, and
   renew the backend's lease on the others (``extend``: a cluster deletes a sandbox at a time
-  of its own, set a margin past the TTL the session had when its sandbox was made).
+  of its own, set a margin past the TTL the session had when its sandbox was made); then
+  check every kept warm pool (:meth:`.pools.PoolKeeper.check`: a wrong count, a missing pool
+  or a lost ``pool`` tick repaired);
+- ``pool``: an environment's warm pool hours reached a boundary (:mod:`.pools`).
 
 Contracts: ticks are hints, delivered at least once and never early, possibly forged or stale.
 :meth:`Housekeeping.handle_tick` drops a payload that does not parse, re-reads the session and
@@ -42,7 +45,9 @@ from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.records import Records
 from hangar.sessions.sandbox import SESSION_LABEL, sandbox_alive, take_checkpoint
-from hangar.sessions.schedule import REAP_SECONDS, ClaimTick, IdleTick, IntervalTick, ReapTick
+from hangar.sessions.pools import PoolKeeper
+from hangar.sessions.schedule import REAP_SECONDS, ClaimTick, IdleTick, IntervalTick, PoolTick
+from hangar.sessions.schedule import ReapTick
 from hangar.sessions.schedule import Schedule, StartTick, WatchTick, later, parse
 from hangar.sessions.shells import live
 from hangar.sessions.startup import Startup
@@ -71,6 +76,7 @@ class Housekeeping:
         turns: Turns,
         startup: Startup,
         suspends: Suspends,
+        pools: PoolKeeper | None = None,
     ) -> None:
         self.settings = settings
         self.db = db
@@ -82,6 +88,7 @@ class Housekeeping:
         self.turns = turns
         self.startup = startup
         self.suspends = suspends
+        self.pools = pools
 
     def handle_tick(self, due: TickDue) -> None:
         """Deliver a tick (see the module docstring)."""
@@ -91,7 +98,13 @@ class Housekeeping:
         if isinstance(tick, ReapTick):
             self.recover()
             self.reap()
+            if self.pools is not None:
+                self.pools.check()
             self.schedule.reap()
+            return
+        if isinstance(tick, PoolTick):
+            if self.pools is not None:
+                self.pools.handle(tick)
             return
         try:
             session = self.db.get_session(tick.session)

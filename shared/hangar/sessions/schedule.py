@@ -9,7 +9,10 @@ Keys (one due-time each; scheduling a key again moves it):
 - ``watch:<session>``: every WATCH_SECONDS while a turn runs (finish it once it has ended).
 - ``idle:<session>``: when an IDLE session's idle time (or its longest shell lease) runs out.
 - ``interval:<session>``: every ``session_checkpoint_minutes`` (checkpoint if something changed).
-- ``reap`` (:class:`ReapTick`): every REAP_SECONDS (sandboxes past their TTL).
+- ``reap`` (:class:`ReapTick`): every REAP_SECONDS (sandboxes past their TTL, and the warm
+  pools checked).
+- ``pool:<environment>`` (:class:`PoolTick`): the next boundary of an environment's warm pool
+  hours (:mod:`hangar.sessions.pools`), when its pool grows to its size or shrinks to none.
 
 A payload that does not parse (a forged or stale tick) is dropped by :func:`parse`.
 """
@@ -68,10 +71,15 @@ class ReapTick(_Tick):
     kind: Literal["reap"] = "reap"
 
 
-Tick = StartTick | ClaimTick | WatchTick | IdleTick | IntervalTick | ReapTick
+class PoolTick(_Tick):
+    kind: Literal["pool"] = "pool"
+    environment: str
+
+
+Tick = StartTick | ClaimTick | WatchTick | IdleTick | IntervalTick | ReapTick | PoolTick
 _KINDS: dict[str, type[_Tick]] = {
     "start": StartTick, "claim": ClaimTick, "watch": WatchTick, "idle": IdleTick,
-    "interval": IntervalTick, "reap": ReapTick,
+    "interval": IntervalTick, "reap": ReapTick, "pool": PoolTick,
 }  # fmt: skip
 
 
@@ -164,6 +172,14 @@ class Schedule:
         if minutes > 0:
             self._put(f"interval:{session.id}", IntervalTick(session=session.id),
                       later(minutes * 60))  # fmt: skip
+
+    def pool(self, environment: str, due_at: datetime | None) -> None:
+        """The environment's next warm pool boundary at ``due_at`` (None: none, cancelled)."""
+        key = f"pool:{environment}"
+        if due_at is None:
+            self.ticks.cancel(key)
+            return
+        self._put(key, PoolTick(environment=environment), due_at)
 
     def cancel_all(self, session_id: str) -> None:
         """Cancel every per-session tick (the shared reaper keeps running)."""

@@ -75,6 +75,7 @@ from hangar.sessions.environments import Environments, check_name
 from hangar.sessions.forks import Forks
 from hangar.sessions.handbacks import HandBacks
 from hangar.sessions.housekeeping import Housekeeping
+from hangar.sessions.pools import PoolKeeper
 from hangar.sessions.messages import Kept, MessageStore
 from hangar.sessions import pull
 from hangar.sessions.pull import PullAnswer
@@ -156,9 +157,12 @@ class SessionService:
         self._shells = Shells(settings, sandboxes, self.environments, self._records,
                               self._schedule, self._turns)  # fmt: skip
         self._forks = Forks(db, sandboxes, self.checkpointer, self._records, self._startup)
+        self.pools = PoolKeeper(settings, db, sandboxes, self._schedule)
+        """The environments' warm pools on their hours (:mod:`.pools`); its ``clock`` is the
+        seam tests set."""
         self._housekeeping = Housekeeping(
             settings, db, sandboxes, self.checkpointer, self._records, self._transitions,
-            self._schedule, self._turns, self._startup, self._suspends,
+            self._schedule, self._turns, self._startup, self._suspends, self.pools,
         )  # fmt: skip
         sandboxes.add_pre_destroy_hook(self._before_destroy)
 
@@ -622,6 +626,12 @@ class SessionService:
         recovered = self._housekeeping.recover()
         self._schedule.reap()
         return recovered
+
+    def prebuild(self) -> list[str]:
+        """``hangar serve`` at start: the templates and pools of the environments
+        HANGAR_PREBUILD_ENVIRONMENTS names made, each kept pool applied (an unknown name is a
+        warning in the log). Returns the environments applied."""
+        return self.pools.prebuild()
 
     def reap(self) -> list[str]:
         """Destroy every sandbox whose session's TTL has passed (not during a turn), each

@@ -556,6 +556,25 @@ class SandboxesConformance:
         tools = "python3 --version && git --version && tar --version | head -1"
         assert sandboxes.exec(info.id, ["sh", "-c", tools]).ok
 
+    def test_keep_pool_reports_the_replicas_it_was_told_or_is_refused_without_pools(
+        self, sandboxes: Sandboxes, request: pytest.FixtureRequest
+    ) -> None:
+        pool = f"conformance-{uuid.uuid4().hex[:8]}"
+        if not sandboxes.capabilities.pools:
+            with pytest.raises(SandboxCapabilityMissing) as refused:
+                sandboxes.keep_pool(pool, image=None, replicas=1)
+            assert refused.value.data["capability"] == "pools"
+            return
+        image = str(request.getfixturevalue("sandboxes_image"))
+        try:
+            made = sandboxes.keep_pool(pool, image=image, replicas=1)
+            assert (made.pool, made.replicas) == (pool, 1) and 0 <= made.ready <= 1
+            again = sandboxes.keep_pool(pool, image=image, replicas=1)
+            assert (again.pool, again.replicas) == (pool, 1)
+        finally:
+            down = sandboxes.keep_pool(pool, image=image, replicas=0)
+        assert (down.replicas, down.ready) == (0, 0)
+
     @staticmethod
     def _refused(sandboxes: Sandboxes, spec: SandboxSpec, capability: str) -> None:
         label = uuid.uuid4().hex
