@@ -81,6 +81,7 @@ from hangar.sandboxes import (
     SandboxUser,
     Stdin,
     check_env,
+    gkereasons,
     refuse_missing,
     stderr_tail,
 )
@@ -148,6 +149,7 @@ class GkeSandboxes:
         self._leases: dict[str, datetime] = {}  # sandbox id -> its claim's shutdownTime
         self._pods: dict[str, str] = {}  # sandbox id -> its pod's name (stable for a claim)
         self._bound: dict[str, str] = {}  # sandbox id -> its Sandbox, seen ready by status
+        self._holding: dict[str, str] = {}  # sandbox id -> its Sandbox, seen not ready
         self._pending_env: dict[str, dict[str, str]] = {}  # spec env not yet in its pod
 
     @classmethod
@@ -231,10 +233,10 @@ class GkeSandboxes:
         self._remember(sandbox_id, current)
 
     def status(self, sandbox_id: str) -> SandboxStatus:
-        """The claim's Ready condition read (:func:`~.agentsandbox.claim_status`);
-        SandboxNotFound once the claim is gone. A ready claim's Sandbox is remembered for
-        the first exec."""
-        return self._seen(sandbox_id, self._claim(sandbox_id))
+        """The claim's Ready condition read (:func:`~.agentsandbox.claim_status`), explained
+        by its pod's events while it is not ready (:meth:`_explained`); SandboxNotFound once
+        the claim is gone. A ready claim's Sandbox is remembered for the first exec."""
+        return self._explained(sandbox_id, self._seen(sandbox_id, self._claim(sandbox_id)))
 
     def await_status(self, sandbox_id: str, timeout: float) -> SandboxStatus:
         """The claim's status as soon as it is ready or failed, else after ``timeout`` seconds
@@ -243,17 +245,20 @@ class GkeSandboxes:
         that read's resourceVersion for what is left of ``timeout``, ended at the first event
         that makes it ready, failed or gone. A watch answered 410 Gone (its resourceVersion
         expired) is resumed from a fresh read (:meth:`_claim_now`), at most
-        :data:`_WATCH_RESUMES` times."""
+        :data:`_WATCH_RESUMES` times. A claim not ready is explained by its pod's events
+        (:meth:`_explained`) before the watch and at its end, so a pod whose image cannot be
+        pulled fails the wait at once, and a pending answer says why."""
         deadline = time.monotonic() + max(timeout, 0.0)
         claim = self._claim(sandbox_id)
         since = str(claim["metadata"]["resourceVersion"])
         for _ in range(_WATCH_RESUMES + 1):
-            status = self._seen(sandbox_id, claim)
+            status = self._explained(sandbox_id, self._seen(sandbox_id, claim))
             left = deadline - time.monotonic()
             if status.state is not SandboxState.PENDING or left <= 0:
                 return status
             try:
-                return self._watch_claim(sandbox_id, since, status, left)
+                watched = self._watch_claim(sandbox_id, since, status, left)
+                return self._explained(sandbox_id, watched)
             except WatchExpired:
                 logger.info("the watch of sandbox %s expired; reading it again", sandbox_id)
             claim, since = self._claim_now(sandbox_id)
@@ -306,11 +311,43 @@ class GkeSandboxes:
         claim's Sandbox is remembered for the first exec."""
         status = objects.claim_status(claim)
         bound = objects.bound_sandbox(claim)
+        if status.state is not SandboxState.READY and bound:
+            if len(self._holding) >= _POD_CACHE:
+                self._holding.clear()
+            self._holding[sandbox_id] = bound
         if status.state is SandboxState.READY and bound and sandbox_id not in self._pods:
             if len(self._bound) >= _POD_CACHE:
                 self._bound.clear()
             self._bound[sandbox_id] = bound
         return status
+
+    def _explained(self, sandbox_id: str, status: SandboxStatus) -> SandboxStatus:
+        """``status``, or what the pod's events say instead (:func:`~.gkereasons.explain`)
+        while the claim, last seen not ready, holds a Sandbox: one list of the pod's events
+        (field selector on ``involvedObject``). Nothing is asked for a ready status, nor for
+        a claim that holds no Sandbox yet (a warm claim being bound). The pod is named after
+        the Sandbox unless this backend found it under another name. Events never turn a
+        failed status pending; a refused or failed read leaves ``status`` as it was
+        (logged: a Role without ``events`` costs the reasons, not the start)."""
+        from hangar.errors import HangarError  # kept out of the module's import block
+
+        bound = self._holding.get(sandbox_id)
+        if status.state is SandboxState.READY or bound is None:
+            return status
+        from kubernetes import client
+
+        selector = f"involvedObject.kind=Pod,involvedObject.name={self._pods.get(sandbox_id, bound)}"
+        try:
+            found = self._call(lambda: client.CoreV1Api(self._api).list_namespaced_event(
+                self.namespace, field_selector=selector), sandbox_id)  # fmt: skip
+        except HangarError as exc:
+            logger.warning("cannot read the events of sandbox %s: %s", sandbox_id, exc)
+            return status
+        events = cast(Any, self._api).sanitize_for_serialization(found).get("items") or []
+        told = gkereasons.explain(events)
+        if told is None or (status.state is SandboxState.FAILED and told.state is not SandboxState.FAILED):
+            return status
+        return told
 
     def get(self, sandbox_id: str) -> SandboxInfo:
         return _info(self._claim(sandbox_id))
