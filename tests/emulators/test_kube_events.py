@@ -12,8 +12,15 @@ import pytest
 from kubernetes import client, watch
 
 from emulators.kube import KubeStandIn
-from tests.emulators.test_kube_standin import api, claim, create, is_ready, ns, ready_pool
-from tests.emulators.test_kube_standin import wait_for
+from tests.emulators.test_kube_standin import (
+    api,
+    claim,
+    create,
+    is_ready,
+    ns,
+    ready_pool,
+    wait_for,
+)
 
 __all__ = ["api", "ns"]  # fixtures, used by name
 
@@ -24,8 +31,8 @@ EXPECTED = {
                         ("NotTriggerScaleUp", "cluster-autoscaler",
                          "pod didn't trigger scale-up: 1 in backoff after failed scale-up")],
     "image_pull_failure": [("Pulling", "kubelet", 'Pulling image "example/env:1"'),
-                           ("Failed", "kubelet", 'Failed to pull image "example/env:1": rpc error: '
-                                                 "code = NotFound"),
+                           ("Failed", "kubelet", ('Failed to pull image "example/env:1": rpc error: '
+                                                 "code = NotFound")),
                            ("Failed", "kubelet", "Error: ErrImagePull"),
                            ("BackOff", "kubelet", 'Back-off pulling image "example/env:1"')],
 }  # fmt: skip
@@ -39,11 +46,14 @@ def stand_in() -> Iterator[KubeStandIn]:
 
 def pod_events(api: client.ApiClient, ns: str, pod: str) -> list[Any]:
     found = client.CoreV1Api(api).list_namespaced_event(
-        ns, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod}")
+        ns, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod}"
+    )
     return list(found.items)
 
 
-def wait_events(api: client.ApiClient, ns: str, pod: str, reason: str, timeout: float = 20) -> list[Any]:
+def wait_events(
+    api: client.ApiClient, ns: str, pod: str, reason: str, timeout: float = 20
+) -> list[Any]:
     """The pod's events once one has ``reason`` (bounded wait)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -65,8 +75,13 @@ def test_a_start_up_knob_gives_the_pod_the_events_a_cluster_records(
     events = wait_events(api, ns, "k", last)
     said = [(e.reason, e.source.component, e.message, e.type) for e in events]
     for reason, component, text in EXPECTED[knob]:
-        assert any(r == reason and c == component and text in m for r, c, m, _ in said), said
-    assert all(e.involved_object.kind == "Pod" and e.involved_object.name == "k" for e in events)
+        assert any(
+            r == reason and c == component and text in m for r, c, m, _ in said
+        ), said
+    assert all(
+        e.involved_object.kind == "Pod" and e.involved_object.name == "k"
+        for e in events
+    )
     assert {t for *_, t in said} <= {"Normal", "Warning"}
 
 
@@ -78,7 +93,9 @@ def test_a_named_quota_is_named_in_the_failed_scale_up(
     create(api, ns, "sandboxclaims", claim("q"))
     events = wait_events(api, ns, "q", "FailedScaleUp")
     failed = next(e for e in events if e.reason == "FailedScaleUp")
-    assert "Quota 'SSD_TOTAL_GB' exceeded" in failed.message and failed.type == "Warning"
+    assert (
+        "Quota 'SSD_TOTAL_GB' exceeded" in failed.message and failed.type == "Warning"
+    )
 
 
 def test_a_pod_that_starts_records_pulled_created_and_started_after_pulling(
@@ -89,7 +106,9 @@ def test_a_pod_that_starts_records_pulled_created_and_started_after_pulling(
     assert is_ready(wait_for(api, ns, "sandboxclaims", lambda c: c["metadata"]["name"] == "ok"
                              and is_ready(c)))  # fmt: skip
     events = wait_events(api, ns, "ok", "Started")
-    reasons = [e.reason for e in sorted(events, key=lambda e: int(e.metadata.resource_version))]
+    reasons = [
+        e.reason for e in sorted(events, key=lambda e: int(e.metadata.resource_version))
+    ]
     assert reasons == ["Scheduled", "Pulling", "Pulled", "Created", "Started"]
 
 
@@ -102,8 +121,14 @@ def test_a_cleared_knob_lets_the_pod_start_and_its_later_events_say_so(
     wait_events(api, ns, "n", "TriggeredScaleUp")
     stand_in.set_knobs(node_scale_up=False)
     events = wait_events(api, ns, "n", "Started")
-    reasons = [e.reason for e in sorted(events, key=lambda e: int(e.metadata.resource_version))]
-    assert reasons.index("TriggeredScaleUp") < reasons.index("Scheduled") < reasons.index("Pulled")
+    reasons = [
+        e.reason for e in sorted(events, key=lambda e: int(e.metadata.resource_version))
+    ]
+    assert (
+        reasons.index("TriggeredScaleUp")
+        < reasons.index("Scheduled")
+        < reasons.index("Pulled")
+    )
 
 
 def test_events_are_watched_by_field_selector_and_another_pods_are_not_seen(
@@ -124,7 +149,11 @@ def test_events_are_watched_by_field_selector_and_another_pods_are_not_seen(
     assert seen and set(seen) == {"w2"}
 
 
-def test_an_unknown_event_field_label_is_refused(api: client.ApiClient, ns: str) -> None:
+def test_an_unknown_event_field_label_is_refused(
+    api: client.ApiClient, ns: str
+) -> None:
     with pytest.raises(client.ApiException) as exc:
-        client.CoreV1Api(api).list_namespaced_event(ns, field_selector="involvedObject.fieldPath=x")
+        client.CoreV1Api(api).list_namespaced_event(
+            ns, field_selector="involvedObject.fieldPath=x"
+        )
     assert exc.value.status == 400

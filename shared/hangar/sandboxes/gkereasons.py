@@ -74,7 +74,9 @@ def explain(events: Iterable[Mapping[str, Any]]) -> SandboxStatus | None:
         elif reason == "Failed" and (m := _PULL_FAILED.match(message)):
             failed = f"the image {m[1]} cannot be pulled (ErrImagePull): {m[2]}"
         elif failed is None and _pull_error(reason, message):
-            failed = f"the image {_image(message)} cannot be pulled ({reason}): {message}"
+            failed = (
+                f"the image {_image(message)} cannot be pulled ({reason}): {message}"
+            )
     if failed is not None:
         return SandboxStatus(SandboxState.FAILED, failed)
     if pulling is not None:
@@ -105,6 +107,11 @@ def _order(event: Mapping[str, Any]) -> tuple[str, int]:
     """Oldest first: by when it was last seen (``lastTimestamp``, else ``eventTime``, else
     ``firstTimestamp``; RFC 3339 strings in UTC sort as times), then by resourceVersion where
     it is a number (within one second)."""
-    when = event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or ""
+    when = (
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or event.get("firstTimestamp")
+        or ""
+    )
     rv = str((event.get("metadata") or {}).get("resourceVersion") or "")
     return (str(when)[:19], int(rv) if rv.isdigit() else 0)

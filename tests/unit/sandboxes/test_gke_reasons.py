@@ -16,8 +16,13 @@ from hangar.sandboxes import SandboxSpec, SandboxState, SandboxStatus
 from hangar.sandboxes.gke import GkeSandboxes
 
 from emulators.kube import KubeStandIn
-from tests.unit.sandboxes.test_gke import IMAGE, _counted, sandboxes, sandboxes_settings
-from tests.unit.sandboxes.test_gke import stand_in
+from tests.unit.sandboxes.test_gke import (
+    IMAGE,
+    _counted,
+    sandboxes,
+    sandboxes_settings,
+    stand_in,
+)
 
 __all__ = ["sandboxes", "sandboxes_settings", "stand_in"]  # fixtures, used by name
 
@@ -58,7 +63,11 @@ def spec() -> SandboxSpec:
      ("ready_delay", 600.0, f"pulling the image {IMAGE}")],
 )  # fmt: skip
 def test_a_start_up_reason_is_shown_while_it_lasts_and_cleared_after(
-    sandboxes: GkeSandboxes, knobs: Callable[..., Any], knob: str, value: Any, reason: str
+    sandboxes: GkeSandboxes,
+    knobs: Callable[..., Any],
+    knob: str,
+    value: Any,
+    reason: str,
 ) -> None:
     knobs(**{knob: value})
     info = sandboxes.create(spec())
@@ -77,8 +86,9 @@ def test_an_image_that_cannot_be_pulled_fails_the_wait_at_once_with_the_registry
     info = sandboxes.create(spec())
     status = sandboxes.await_status(info.id, 600)
     assert status.state is SandboxState.FAILED, status
-    assert status.reason.startswith(f"the image {IMAGE} cannot be pulled (ErrImagePull): rpc error: "
-                                    "code = NotFound")
+    assert status.reason.startswith(
+        f"the image {IMAGE} cannot be pulled (ErrImagePull): rpc error: code = NotFound"
+    )
 
 
 def test_a_ready_claim_costs_no_events_read(

@@ -29,11 +29,17 @@ def test_no_events_say_nothing() -> None:
     assert explain([]) is None
 
 
-def test_failed_scheduling_alone_is_waiting_for_a_node_with_the_schedulers_words() -> None:
-    assert explain([ev("FailedScheduling", SCHEDULING)]) == pending(f"waiting for a node: {SCHEDULING}")
+def test_failed_scheduling_alone_is_waiting_for_a_node_with_the_schedulers_words() -> (
+    None
+):
+    assert explain([ev("FailedScheduling", SCHEDULING)]) == pending(
+        f"waiting for a node: {SCHEDULING}"
+    )
 
 
-def test_triggered_scale_up_is_adding_a_node_even_while_scheduling_keeps_failing() -> None:
+def test_triggered_scale_up_is_adding_a_node_even_while_scheduling_keeps_failing() -> (
+    None
+):
     events = [ev("FailedScheduling", SCHEDULING, 1, 1),
               ev("TriggeredScaleUp", "pod triggered scale-up: [{mig 3->4 (max: 10)}]", 2, 2),
               ev("FailedScheduling", SCHEDULING, 9, 3)]  # fmt: skip
@@ -43,7 +49,9 @@ def test_triggered_scale_up_is_adding_a_node_even_while_scheduling_keeps_failing
 def test_gkes_failed_scale_up_on_a_quota_is_a_google_cloud_quota_exhausted() -> None:
     message = ("Node scale up in zones us-central1-a associated with this pod failed: GCE quota "
                "exceeded. Pod is at risk of not being scheduled.")  # fmt: skip
-    assert explain([ev("FailedScaleUp", message)]) == pending("a Google Cloud quota is exhausted")
+    assert explain([ev("FailedScaleUp", message)]) == pending(
+        "a Google Cloud quota is exhausted"
+    )
 
 
 def test_a_quota_named_in_the_message_is_named() -> None:
@@ -51,7 +59,8 @@ def test_a_quota_named_in_the_message_is_named() -> None:
                "'SSD_TOTAL_GB' exceeded. Limit: 250.0 in region us-central1. Pod is at risk "
                "of not being scheduled.")  # fmt: skip
     assert explain([ev("FailedScaleUp", message)]) == pending(
-        "a Google Cloud quota is exhausted (SSD_TOTAL_GB)")
+        "a Google Cloud quota is exhausted (SSD_TOTAL_GB)"
+    )
 
 
 def test_not_trigger_scale_up_after_a_quota_failure_stays_the_quota() -> None:
@@ -64,12 +73,20 @@ def test_not_trigger_scale_up_after_a_quota_failure_stays_the_quota() -> None:
 def test_not_trigger_scale_up_alone_says_no_node_can_be_added_and_why() -> None:
     message = "pod didn't trigger scale-up: 1 max node group size reached"
     assert explain([ev("NotTriggerScaleUp", message)]) == pending(
-        f"no node can be added to the cluster: {message}")
+        f"no node can be added to the cluster: {message}"
+    )
 
 
 def test_another_failed_scale_up_says_the_node_could_not_be_added() -> None:
-    status = explain([ev("FailedScaleUp", "Node scale up in zones z associated with this pod "
-                         "failed: GCE out of resources. Pod is at risk of not being scheduled.")])
+    status = explain(
+        [
+            ev(
+                "FailedScaleUp",
+                "Node scale up in zones z associated with this pod "
+                "failed: GCE out of resources. Pod is at risk of not being scheduled.",
+            )
+        ]
+    )
     assert status is not None and status.state is SandboxState.PENDING
     assert status.reason.startswith("adding a node to the cluster failed: ")
     assert "GCE out of resources" in status.reason
@@ -82,7 +99,9 @@ def test_scheduled_clears_the_node_reasons() -> None:
 
 
 def test_pulling_is_pulling_the_image_named() -> None:
-    assert explain([ev("Pulling", f'Pulling image "{IMAGE}"')]) == pending(f"pulling the image {IMAGE}")
+    assert explain([ev("Pulling", f'Pulling image "{IMAGE}"')]) == pending(
+        f"pulling the image {IMAGE}"
+    )
 
 
 def test_pulled_clears_pulling() -> None:
@@ -94,8 +113,10 @@ def test_pulled_clears_pulling() -> None:
 
 def test_a_failed_pull_fails_with_the_registrys_error() -> None:
     status = explain([ev("Failed", f'Failed to pull image "{IMAGE}": {PULL_ERROR}')])
-    assert status == SandboxStatus(SandboxState.FAILED,
-                                   f"the image {IMAGE} cannot be pulled (ErrImagePull): {PULL_ERROR}")
+    assert status == SandboxStatus(
+        SandboxState.FAILED,
+        f"the image {IMAGE} cannot be pulled (ErrImagePull): {PULL_ERROR}",
+    )
 
 
 def test_err_image_pull_and_the_back_off_after_keep_the_registrys_error() -> None:
@@ -113,22 +134,39 @@ def test_err_image_pull_and_the_back_off_after_keep_the_registrys_error() -> Non
 def test_a_back_off_alone_still_fails_the_pull() -> None:
     status = explain([ev("BackOff", f'Back-off pulling image "{IMAGE}"')])
     assert status is not None and status.state is SandboxState.FAILED
-    assert status.reason == f'the image {IMAGE} cannot be pulled (BackOff): Back-off pulling image "{IMAGE}"'
+    assert (
+        status.reason
+        == f'the image {IMAGE} cannot be pulled (BackOff): Back-off pulling image "{IMAGE}"'
+    )
 
 
 def test_a_back_off_restarting_a_container_is_not_a_pull_failure() -> None:
-    assert explain([ev("BackOff", "Back-off restarting failed container sandbox in pod p")]) is None
+    assert (
+        explain(
+            [ev("BackOff", "Back-off restarting failed container sandbox in pod p")]
+        )
+        is None
+    )
 
 
 def test_an_image_name_that_cannot_be_parsed_fails() -> None:
-    message = 'Failed to apply default image tag "Bad Image": couldn\'t parse image name'
+    message = (
+        'Failed to apply default image tag "Bad Image": couldn\'t parse image name'
+    )
     status = explain([ev("InspectFailed", message)])
-    assert status is not None and status.state is SandboxState.FAILED and message in status.reason
+    assert (
+        status is not None
+        and status.state is SandboxState.FAILED
+        and message in status.reason
+    )
 
 
 def test_a_pull_failure_wins_over_a_node_reason_and_a_pull_under_way() -> None:
-    events = [ev("TriggeredScaleUp", "pod triggered scale-up: [{mig 0->1 (max: 3)}]", 1, 1),
-              ev("Failed", "Error: ErrImagePull", 5, 2), ev("Pulling", f'Pulling image "{IMAGE}"', 6, 3)]
+    events = [
+        ev("TriggeredScaleUp", "pod triggered scale-up: [{mig 0->1 (max: 3)}]", 1, 1),
+        ev("Failed", "Error: ErrImagePull", 5, 2),
+        ev("Pulling", f'Pulling image "{IMAGE}"', 6, 3),
+    ]
     status = explain(events)
     assert status is not None and status.state is SandboxState.FAILED
 
