@@ -70,10 +70,13 @@ def test_an_agent_over_mcp_lists_environments_interrupts_archives_and_deletes(
 ) -> None:
     mcp = mcp_of(standin_server)
     standin_server.ok("env", "add", "app", "--repo", str(remote), *IDENTITY,
-                      "--secret", "API_TOKEN=very-secret-value")  # fmt: skip
+                      "--secret", "API_TOKEN=very-secret-value",
+                      "--warm-pool-hours", "Mon-Fri 08:00-20:00 UTC")  # fmt: skip
     envs = mcp.ok("list_environments")["environments"]
     assert [(e["name"], e["repo"], e["secrets"], e["image"]) for e in envs] == [
         ("app", str(remote), ["API_TOKEN"], None)]  # fmt: skip
+    assert [(e["warm_pool"], e["warm_pool_hours"]) for e in envs] == [
+        (0, "Mon-Fri 08:00-20:00 UTC")]  # fmt: skip
     assert "very-secret-value" not in json.dumps(envs)
 
     mcp.ok("new_session", name="ex", message="wait-for: /tmp/never\nstuck", env="app",

@@ -121,3 +121,18 @@ def server(report: Report, settings: Settings, seconds: float) -> None:
         if isinstance(env, dict):
             for warning in env.get("warnings") or []:
                 report.line("WARN", f"environment {env.get('name')}: {warning}")
+    listed_envs = [e for e in envs if isinstance(e, dict)] if isinstance(envs, list) else []
+    prebuilt(report, settings, {str(e.get("name")) for e in listed_envs})
+
+
+def prebuilt(report: Report, settings: Settings, known: set[str]) -> None:
+    """Does every environment HANGAR_PREBUILD_ENVIRONMENTS names exist (a WARN: hangar serve
+    starts all the same, and prebuilds the others)? Nothing said when it is unset or ``all``."""
+    names = {n.strip() for n in settings.prebuild_environments.split(",") if n.strip()}
+    if not names or "all" in names:
+        return
+    unknown = sorted(names - known)
+    report.check(not unknown, f"every environment HANGAR_PREBUILD_ENVIRONMENTS names exists "
+                 f"({', '.join(sorted(names))})", "HANGAR_PREBUILD_ENVIRONMENTS names no "
+                 f"environment {', '.join(unknown)}: those are not prebuilt (hangar env list "
+                 "shows the names; fix the setting)", "WARN")  # fmt: skip
