@@ -190,7 +190,14 @@ TEMPLATES = Kind(EXTENSIONS, V1B1, "sandboxtemplates", "SandboxTemplate", schema
 WARM_POOLS = Kind(EXTENSIONS, V1B1, "sandboxwarmpools", "SandboxWarmPool", schema=WARM_POOL,
                   subresources=("status", "scale"), short_names=("swp",))  # fmt: skip
 EVENTS = Kind("", "v1", "events", "Event", schema=EVENT, short_names=("ev",))
-ALL: tuple[Kind, ...] = (NAMESPACES, PODS, EVENTS, SANDBOXES, CLAIMS, TEMPLATES, WARM_POOLS)
+# authorization.k8s.io/v1: answered, never stored (spec.resourceAttributes as the client sends it)
+ACCESS_REVIEWS = Kind("authorization.k8s.io", "v1", "selfsubjectaccessreviews",
+                      "SelfSubjectAccessReview", namespaced=False,
+                      schema={"spec!": {"resourceAttributes": ANY, "nonResourceAttributes": ANY},
+                              "status": ANY}, verbs=("create",))  # fmt: skip
+ALL: tuple[Kind, ...] = (NAMESPACES, PODS, EVENTS, SANDBOXES, CLAIMS, TEMPLATES, WARM_POOLS,
+                         ACCESS_REVIEWS)  # fmt: skip
+AGENT_SANDBOX_GROUPS = (AGENTS, EXTENSIONS)
 
 
 def find(group: str, version: str, plural: str) -> Kind | None:
@@ -201,9 +208,10 @@ def find(group: str, version: str, plural: str) -> Kind | None:
     return None
 
 
-def discovery(group: str, version: str) -> dict[str, Any] | None:
-    """The ``APIResourceList`` of ``group/version`` (core group ``""``), or None."""
-    kinds = [k for k in ALL if (k.group, k.version) == (group, version)]
+def discovery(group: str, version: str, hidden: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    """The ``APIResourceList`` of ``group/version`` (core group ``""``), or None (also for a
+    group in ``hidden``)."""
+    kinds = [k for k in ALL if (k.group, k.version) == (group, version) and group not in hidden]
     if not kinds:
         return None
     resources: list[dict[str, Any]] = []
@@ -224,11 +232,11 @@ def discovery(group: str, version: str) -> dict[str, Any] | None:
             "resources": resources}  # fmt: skip
 
 
-def groups() -> dict[str, Any]:
-    """The ``APIGroupList`` of ``/apis`` (the named groups)."""
-    names = sorted({k.group for k in ALL if k.group})
+def groups(hidden: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The ``APIGroupList`` of ``/apis`` (the named groups but those in ``hidden``)."""
+    names = sorted({(k.group, k.version) for k in ALL if k.group and k.group not in hidden})
     out = []
-    for name in names:
-        version = {"groupVersion": f"{name}/{V1B1}", "version": V1B1}
+    for name, served in names:
+        version = {"groupVersion": f"{name}/{served}", "version": served}
         out.append({"name": name, "versions": [version], "preferredVersion": version})
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": out}

@@ -18,7 +18,7 @@ can report them as start-up reasons:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from . import events
@@ -38,6 +38,11 @@ class Knobs:
     quota_exhausted: bool | str = False
     """True, or the name of the Google Cloud quota the node's creation exceeds."""
     node_scale_up: bool = False
+    denied: list[str] = field(default_factory=list)
+    """Access reviews answered not allowed: ``"VERB RESOURCE"`` (``"create pods/exec"``,
+    ``"list events"``; ``*`` for every verb or resource)."""
+    agent_sandbox: bool = True
+    """Whether the Agent Sandbox groups are served (False: a cluster without the add-on)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,6 +57,11 @@ class Knobs:
                 if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                     raise ValueError("ready_delay must be a number of seconds >= 0")
                 value = float(value)
+            elif key == "denied":
+                if not isinstance(value, list) or not all(
+                        isinstance(v, str) and len(v.split()) == 2 for v in value):  # fmt: skip
+                    raise ValueError('denied must be a list of "VERB RESOURCE" strings')
+                value = list(value)
             elif key == "quota_exhausted" and isinstance(value, str):
                 if not value.replace("_", "").isalnum():
                     raise ValueError("quota_exhausted must be true, false or a quota's name")

@@ -15,7 +15,10 @@
 - Watches (``?watch=1``) stream one JSON event per line until ``timeoutSeconds`` or shutdown;
   an expired ``resourceVersion`` answers one ERROR event carrying a 410 Expired Status.
 - ``pods/NAME/exec`` is delegated to ``server.exec_handler`` when set, else 501.
-- ``GET``/``PUT /_stand-in/knobs`` read and change the controller's knobs (JSON).
+- ``authorization.k8s.io/v1 selfsubjectaccessreviews`` (create): allowed, unless the ``denied``
+  knob names the verb and resource; never stored.
+- ``GET``/``PUT /_stand-in/knobs`` read and change the controller's knobs (JSON); knob
+  ``agent_sandbox`` false hides the Agent Sandbox groups (discovery and paths answer 404).
 """
 
 from __future__ import annotations
@@ -130,6 +133,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routing --------------------------------------------------------------------------
 
+    def _knob(self, name: str, default: Any) -> Any:
+        return (self.server.knobs(None) if self.server.knobs is not None else {}).get(name, default)
+
+    def _hidden(self) -> tuple[str, ...]:
+        """The groups not served: the Agent Sandbox's when the knob says the add-on is off."""
+        return () if self._knob("agent_sandbox", True) else kinds.AGENT_SANDBOX_GROUPS
+
     def _route(self, method: str, path: str, query: dict[str, str]) -> None:
         fixed = self._discovery(path) if method == "GET" else None
         if fixed is not None:
@@ -141,8 +151,12 @@ class _Handler(BaseHTTPRequestHandler):
         groups = m.groupdict() if m else {}
         kind = kinds.find(groups.get("group") or "", groups.get("version") or "v1",
                           groups.get("plural") or "") if m else None  # fmt: skip
-        if kind is None:
+        if kind is None or kind.group in self._hidden():
             raise StoreError(404, "NotFound", f"the server could not find the requested resource ({path})")
+        if kind is kinds.ACCESS_REVIEWS:
+            if method != "POST" or groups.get("name"):
+                raise StoreError(405, "MethodNotAllowed", f"{method} is not allowed")
+            return self._send(201, self._review(self._body()))
         ns, name, sub = groups.get("ns") or "", groups.get("name"), groups.get("sub")
         if not kind.namespaced and ns:
             raise StoreError(404, "NotFound", f"{kind.plural} is not namespaced")
@@ -177,13 +191,26 @@ class _Handler(BaseHTTPRequestHandler):
             return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": self.server.server_address[0]}]}
         if path == "/apis":
-            return kinds.groups()
+            return kinds.groups(self._hidden())
         if path == "/api/v1":
             return kinds.discovery("", "v1")
         parts = path.split("/")
         if len(parts) == 4 and parts[1] == "apis":
-            return kinds.discovery(parts[2], parts[3])
+            return kinds.discovery(parts[2], parts[3], self._hidden())
         return None
+
+    def _review(self, body: Any) -> Obj:
+        """A SelfSubjectAccessReview answered: allowed unless the ``denied`` knob names its
+        verb and resource (``resource/subresource``; ``*`` matches any), as RBAC would."""
+        review = _checked(kinds.ACCESS_REVIEWS, body, "")
+        attrs = review["spec"].get("resourceAttributes") or {}
+        verb = str(attrs.get("verb") or "")
+        resource = "/".join(p for p in (attrs.get("resource"), attrs.get("subresource")) if p)
+        refused = any(v in ("*", verb) and r in ("*", resource)
+                      for v, r in (d.split() for d in self._knob("denied", [])))  # fmt: skip
+        review["status"] = {"allowed": not refused, **({"denied": True, "reason": "RBAC: "
+                            f"no rule allows {verb} {resource}"} if refused else {})}  # fmt: skip
+        return review
 
     def _exec(self, ns: str, name: str) -> None:
         self.server.store.get(kinds.PODS.resource, ns, name)

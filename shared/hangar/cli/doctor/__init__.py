@@ -8,9 +8,11 @@ In order:
    image's business), and the isolation a probe sandbox gets here (:mod:`.isolation`);
 3. how the backends are combined, and one bounded probe per backend: db, blobs, keys, ticks
    (:mod:`.backends`);
-4. the deployed Cloud Run functions, when the settings name any cloud backend
+4. on GKE (``gke://``), the cluster: it answers, the Agent Sandbox kinds are served, hangar's
+   identity may do what the backend does (:mod:`.cluster`);
+5. the deployed Cloud Run functions, when the settings name any cloud backend
    (:mod:`.functions`);
-5. the server at ``HANGAR_URL``: does it answer, does it take the token, do its environments
+6. the server at ``HANGAR_URL``: does it answer, does it take the token, do its environments
    name loopback ports their sandboxes cannot reach.
 
 Every probe has a short timeout (``timeout`` seconds each), and a backend that cannot be reached
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hangar.cli.doctor import backends, functions, isolation, machine
+from hangar.cli.doctor import backends, cluster, functions, isolation, machine
 from hangar.cli.doctor.report import PROBE_SECONDS, Report
 from hangar.config import Settings
 from hangar.errors import HangarError
@@ -49,6 +51,8 @@ def doctor(env: Mapping[str, str], *, timeout: float = PROBE_SECONDS) -> int:
                     "CLIs and tools come with the sandbox image, not this machine")  # fmt: skip
     backends.configuration(report, settings)
     backends.reachability(report, settings, env, timeout)
+    if settings.sandboxes.startswith("gke:"):
+        cluster.cluster(report, settings, timeout)
     functions.check_functions(report, settings, env, timeout)
     machine.server(report, settings, timeout)
     return 1 if report.failed else 0
