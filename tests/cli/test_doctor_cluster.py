@@ -14,7 +14,7 @@ from hangar.cli.doctor.cluster import NEEDED, cluster
 from hangar.cli.doctor.report import Report
 from hangar.config import Settings
 
-from emulators.kube import KubeStandIn
+from emulators.kube import KubeStandIn, kinds
 
 
 @pytest.fixture
@@ -105,3 +105,50 @@ def test_doctor_runs_the_cluster_checks_when_sandboxes_are_on_gke(
     doctor(env, timeout=5)
     out = capsys.readouterr().out
     assert "Agent Sandbox kinds are served" in out and "access reviews" in out
+
+
+def _pool(stand_in: KubeStandIn, env: str, replicas: int) -> None:
+    """A warm pool as the backend makes it for environment ``env`` (on an existing template)."""
+    from hangar.sandboxes import agentsandbox as objects
+
+    name = objects.pool_name(env)
+    template = {"apiVersion": f"{objects.EXTENSIONS_GROUP}/{objects.VERSION}",
+                "kind": "SandboxTemplate", "metadata": {"name": name},
+                "spec": {"podTemplate": {"spec": {"containers": [
+                    {"name": "sandbox", "image": "hangar-test/env:1"}]}}}}  # fmt: skip
+    stand_in.store.create(kinds.TEMPLATES.resource, "default", template)
+    stand_in.store.create(kinds.WARM_POOLS.resource, "default",
+                          objects.warm_pool(name, name, replicas))  # fmt: skip
+
+
+def prebuilt(stand_in: KubeStandIn, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+             setting: str) -> tuple[bool, list[str]]:  # fmt: skip
+    url = f"gke://{stand_in.context}/default?image=hangar-test/env:1"
+    settings = Settings.build(data_dir=tmp_path, harness_dir=tmp_path, sandboxes=url,
+                              prebuild_environments=setting)  # fmt: skip
+    report = Report()
+    cluster(report, settings, 10)
+    return report.failed, capsys.readouterr().out.splitlines()[3:]
+
+
+def test_a_prebuilt_environments_pool_with_its_sandboxes_ready_passes(
+    stand_in: KubeStandIn, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _pool(stand_in, "app", 0)
+    failed, lines = prebuilt(stand_in, tmp_path, capsys, "app")
+    assert not failed and len(lines) == 1, lines
+    assert lines[0].startswith("OK") and "environment app's warm pool" in lines[0]
+    assert "0 of 0 sandboxes ready" in lines[0]
+
+
+def test_a_prebuilt_environment_without_its_pool_or_with_sandboxes_waiting_fails_saying_why(
+    stand_in: KubeStandIn, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stand_in.set_knobs(ready_delay=600)  # its sandboxes never turn ready during the test
+    _pool(stand_in, "web", 2)
+    failed, lines = prebuilt(stand_in, tmp_path, capsys, "api, web")
+    assert failed and len(lines) == 2, lines
+    assert lines[0].startswith("FAIL") and "environment api's warm pool" in lines[0]
+    assert "is not made" in lines[0] and "hangar env get api" in lines[0]
+    assert lines[1].startswith("FAIL") and "0 of 2 sandboxes ready" in lines[1]
+    assert "kubectl get events -n default" in lines[1]

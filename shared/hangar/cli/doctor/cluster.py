@@ -8,14 +8,16 @@
 3. hangar's identity may do what the backend does in the namespace, one SelfSubjectAccessReview
    per verb and resource (:data:`NEEDED`): the four kinds created, read, listed, watched,
    patched, deleted; pods read, listed, watched; ``pods/exec`` created; events listed and
-   watched.
+   watched;
+4. each environment ``HANGAR_PREBUILD_ENVIRONMENTS`` names (``all``: every pool hangar made)
+   has its warm pool, with as many ready sandboxes as it asks for.
 
 Each request is bounded by the probe timeout. The ``kubernetes`` client is imported only here.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from hangar.cli.doctor.report import ProbeTimeout, Report, describe, within
 from hangar.config import Settings
@@ -73,6 +75,64 @@ def cluster(report: Report, settings: Settings, seconds: float) -> None:
     if not _kinds(report, api, seconds):
         return
     _access(report, api, namespace, seconds)
+    _prebuilt(report, api, namespace, settings.prebuild_environments, seconds)
+
+
+def _prebuilt(report: Report, api: Any, namespace: str, setting: str, seconds: float) -> None:
+    """One line per prebuilt environment's pool: there, and all its sandboxes ready."""
+    from kubernetes import client
+
+    names = [n.strip() for n in setting.split(",") if n.strip()]
+    if not names:
+        return
+    custom = client.CustomObjectsApi(api)
+    if "all" in names:
+        found = _probe(report, "warm pools", seconds, lambda: custom.list_namespaced_custom_object(
+            objects.EXTENSIONS_GROUP, objects.VERSION, namespace, objects.POOLS,
+            label_selector=f"{objects.MANAGED_BY}=hangar", _request_timeout=seconds),
+            "check the access above")  # fmt: skip
+        if found is None:
+            return
+        pools = {str((p.get("metadata") or {}).get("name")): p for p in found.get("items") or []}
+        report.check(bool(pools), "warm pools of the prebuilt environments (all)",
+                     "no warm pool is made yet (HANGAR_PREBUILD_ENVIRONMENTS=all): hangar serve "
+                     "makes them at start, the reaper's pass within a minute", "WARN")  # fmt: skip
+        for name, pool in sorted(pools.items()):
+            _pool_ready(report, name, name, pool, namespace)
+        return
+    for env in names:
+        name = objects.pool_name(env)
+        def read(name: str = name) -> dict[str, Any]:
+            return cast(dict[str, Any], custom.get_namespaced_custom_object(
+                objects.EXTENSIONS_GROUP, objects.VERSION, namespace, objects.POOLS, name,
+                _request_timeout=seconds))  # fmt: skip
+
+        try:
+            pool = within(seconds, read)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                report.line("FAIL", f"environment {env}'s warm pool {name}: HTTP {exc.status}")
+                continue
+            report.line("FAIL", f"environment {env}'s warm pool {name} is not made: hangar "
+                        "serve makes it at start, and the reaper's pass within a minute; if "
+                        "it stays missing, check the environment has an image (hangar env get "
+                        f"{env})")  # fmt: skip
+            continue
+        except ProbeTimeout as exc:
+            report.line("FAIL", f"environment {env}'s warm pool {name}: {exc}")
+            continue
+        _pool_ready(report, f"environment {env}'s", name, pool, namespace)
+
+
+def _pool_ready(report: Report, whose: str, name: str, pool: dict[str, Any],
+                namespace: str) -> None:  # fmt: skip
+    wanted = int((pool.get("spec") or {}).get("replicas") or 0)
+    ready = int((pool.get("status") or {}).get("readyReplicas") or 0)
+    label = f"{whose} warm pool {name}" if whose != name else f"warm pool {name}"
+    report.check(ready >= wanted, f"{label}: {ready} of {wanted} sandboxes ready",
+                 f"{label}: {ready} of {wanted} sandboxes ready: its pods wait (kubectl get "
+                 f"events -n {namespace} says why: nodes, a quota, the image); a start "
+                 "meanwhile is a cold one")  # fmt: skip
 
 
 def _kinds(report: Report, api: Any, seconds: float) -> bool:
