@@ -9,7 +9,8 @@ In order:
 3. how the backends are combined, and one bounded probe per backend: db, blobs, keys, ticks
    (:mod:`.backends`);
 4. on GKE (``gke://``), the cluster: it answers, the Agent Sandbox kinds are served, hangar's
-   identity may do what the backend does (:mod:`.cluster`);
+   identity may do what the backend does, the prebuilt environments' pools are ready
+   (:mod:`.cluster`);
 5. the deployed Cloud Run functions, when the settings name any cloud backend
    (:mod:`.functions`);
 6. the server at ``HANGAR_URL``: does it answer, does it take the token, do its environments
