@@ -8,7 +8,7 @@ serve`` tightens a data folder an older hangar, or a person, left open (:func:`t
 ``hangar doctor`` names what is open (:func:`loose`).
 
 Only hangar's own files are touched: a sandbox's folder under ``sandboxes/`` keeps the modes
-its unprivileged host users need (see :mod:`hangar.sandboxes.layout`); it is reached through
+its unprivileged host users need (see :mod:`hangar.sandboxes.local.layout`); it is reached through
 ``sandboxes/`` (0700), which no other user can cross anyway.
 """
 

@@ -35,7 +35,7 @@ from hangar.db.sqlite import SqliteDb
 from hangar.keys.local import LocalKeys
 from hangar.models import SessionState, TurnOutcome
 from hangar.sandboxes import open_sandboxes
-from hangar.sandboxes.agentsandbox import SANDBOX_ID
+from hangar.sandboxes.gke.manifests import SANDBOX_ID
 from hangar.sessions.sandbox import Provisioner
 from hangar.sessions.service import SessionService
 from tests.unit.sessions.world import STANDIN, FakeTicks

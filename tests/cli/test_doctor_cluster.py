@@ -109,7 +109,7 @@ def test_doctor_runs_the_cluster_checks_when_sandboxes_are_on_gke(
 
 def _pool(stand_in: KubeStandIn, env: str, replicas: int) -> None:
     """A warm pool as the backend makes it for environment ``env`` (on an existing template)."""
-    from hangar.sandboxes import agentsandbox as objects
+    from hangar.sandboxes.gke import manifests as objects
 
     name = objects.pool_name(env)
     template = {"apiVersion": f"{objects.EXTENSIONS_GROUP}/{objects.VERSION}",

@@ -22,7 +22,7 @@ import pytest
 from emulators.kube import kinds
 from emulators.kube.cluster import StandInCluster
 from emulators.model import ModelStub
-from hangar.sandboxes import agentsandbox
+from hangar.sandboxes.gke import manifests
 from tests.e2e.conftest import HANGAR, Server, _server, free_port
 from tests.e2e.test_acceptance import (
     IDENTITY,
@@ -103,7 +103,7 @@ def claims(cluster: StandInCluster) -> list[dict[str, Any]]:
 
 def pod_of(cluster: StandInCluster, claim: str) -> dict[str, Any]:
     pods, _ = cluster.kube.store.list(kinds.PODS.resource, "default")
-    [pod] = [p for p in pods if p["metadata"].get("labels", {}).get(agentsandbox.SANDBOX_ID) == claim]  # fmt: skip
+    [pod] = [p for p in pods if p["metadata"].get("labels", {}).get(manifests.SANDBOX_ID) == claim]  # fmt: skip
     return pod
 
 
@@ -116,7 +116,7 @@ def delete_claim(cluster: StandInCluster, name: str) -> None:
                             client_configuration=cfg, persist_config=False)  # fmt: skip
     with client.ApiClient(cfg) as api:
         client.CustomObjectsApi(api).delete_namespaced_custom_object(
-            agentsandbox.EXTENSIONS_GROUP, agentsandbox.VERSION, "default", agentsandbox.CLAIMS,
+            manifests.EXTENSIONS_GROUP, manifests.VERSION, "default", manifests.CLAIMS,
             name)
 
 

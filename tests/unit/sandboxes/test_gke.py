@@ -33,8 +33,8 @@ from hangar.errors import (
 )
 from hangar.sandboxes import ExecResult, SandboxSpec, SandboxState, SandboxStatus, SandboxUser
 from hangar.sandboxes import open_sandboxes
-from hangar.sandboxes import agentsandbox as objects
-from hangar.sandboxes.agentsandbox import Network, PodSettings
+from hangar.sandboxes.gke import manifests as objects
+from hangar.sandboxes.gke.manifests import Network, PodSettings
 from hangar.sandboxes.gke import (
     LEASE_MARGIN,
     LEASE_SLACK,
@@ -45,7 +45,7 @@ from hangar.sandboxes.gke import (
     translate,
 )
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.sandboxes.podexec import BOOT
+from hangar.sandboxes.gke.podexec import BOOT
 from hangar.testing.sandboxes import SandboxesConformance, make, run
 
 from emulators.kube import KubeStandIn

@@ -19,7 +19,7 @@ import pytest
 from hangar.errors import SandboxUnavailable
 from hangar.sandboxes import SandboxSpec, SandboxUser
 from hangar.sandboxes.gke import GkeSandboxes
-from hangar.sandboxes.gkefiles import PUT_CHUNK_BYTES
+from hangar.sandboxes.gke.files import PUT_CHUNK_BYTES
 from hangar.testing.sandboxes import until_ready
 
 from tests.unit.sandboxes.test_gke import sandboxes, sandboxes_settings, stand_in

@@ -21,7 +21,7 @@ from hangar.errors import InvalidInput
 from hangar.keys.local import LocalKeys
 from hangar.operations import environments as operations
 from hangar.operations import wire as w
-from hangar.sandboxes import agentsandbox as objects
+from hangar.sandboxes.gke import manifests as objects
 from hangar.sandboxes.gke import GkeSandboxes
 from hangar.sessions.service import SessionService
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from hangar.errors import SandboxNotFound
 from hangar.sandboxes import SandboxSpec, SandboxState, SandboxStatus
-from hangar.sandboxes import agentsandbox as objects
+from hangar.sandboxes.gke import manifests as objects
 from hangar.sandboxes.gke import GkeSandboxes
 
 from emulators.kube import KubeStandIn, kinds

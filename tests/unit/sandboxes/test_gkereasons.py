@@ -1,5 +1,5 @@
 """Reading a starting pod's core/v1 Events as hangar's start-up reasons
-(:mod:`hangar.sandboxes.gkereasons`): one test per event a cluster records, then how they
+(:mod:`hangar.sandboxes.gke.reasons`): one test per event a cluster records, then how they
 combine (the latest of each concern, a failed pull first)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from hangar.sandboxes import SandboxState, SandboxStatus
-from hangar.sandboxes.gkereasons import ADDING_A_NODE, MESSAGE_LIMIT, explain
+from hangar.sandboxes.gke.reasons import ADDING_A_NODE, MESSAGE_LIMIT, explain
 
 IMAGE = "us-docker.pkg.dev/p/r/env:1"
 SCHEDULING = ("0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are "

@@ -20,7 +20,7 @@ from hangar.db.sqlite import SqliteDb
 from hangar.processes.runs import read_run, start_run, wait_run
 from hangar.keys.local import LocalKeys
 from hangar.sandboxes import SandboxSpec, SandboxUser
-from hangar.sandboxes.isolation import INNER_AGENT, LimitsMode, uids_for
+from hangar.sandboxes.local.isolation import INNER_AGENT, LimitsMode, uids_for
 from hangar.sandboxes.local import LocalSandboxes
 from hangar.testing.sandboxes import Listener, connect, run
 from tests.rig import make_engine

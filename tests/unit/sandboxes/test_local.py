@@ -16,7 +16,8 @@ import pytest
 from hangar.config import Settings
 from hangar.errors import InvalidInput, InvalidSettings, SandboxCapabilityMissing
 from hangar.errors import SandboxNotFound, SandboxUnavailable
-from hangar.sandboxes import HOME, SandboxCapabilities, SandboxSpec, SandboxUser, layout
+from hangar.sandboxes import HOME, SandboxCapabilities, SandboxSpec, SandboxUser
+from hangar.sandboxes.local import layout
 from hangar.sandboxes import open_sandboxes, refuse_missing
 from hangar.sandboxes.local import HARNESS_MOUNT, LocalSandboxes
 from hangar.testing.sandboxes import SandboxesConformance, run

@@ -25,7 +25,7 @@ import pytest
 
 from hangar.sandboxes import SandboxSpec, SandboxUser
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.sandboxes.network import HostAddresses, host_addresses, ruleset
+from hangar.sandboxes.local.network import HostAddresses, host_addresses, ruleset
 
 pytestmark = pytest.mark.sandbox
 

@@ -22,8 +22,8 @@ from typing import Any, cast
 from hangar.cli.doctor.report import ProbeTimeout, Report, describe, within
 from hangar.config import Settings
 from hangar.errors import InvalidSettings
-from hangar.sandboxes import agentsandbox as objects
-from hangar.sandboxes.gkeconfig import configuration, parse_url
+from hangar.sandboxes.gke import manifests as objects
+from hangar.sandboxes.gke.config import configuration, parse_url
 
 KINDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (objects.AGENTS_GROUP, objects.VERSION, (objects.SANDBOXES,)),
@@ -195,7 +195,7 @@ def _access(report: Report, api: Any, namespace: str, seconds: float) -> None:
 
 def _probe(report: Report, label: str, seconds: float, run: Any, fix: str) -> Any:
     """``run()`` within ``seconds``, or a FAIL line ``label: WHY: fix`` and None."""
-    from hangar.sandboxes.gkeerrors import vendor_errors
+    from hangar.sandboxes.gke.errors import vendor_errors
 
     try:
         return within(seconds, run)

@@ -15,9 +15,9 @@ from hangar.cli.doctor.report import Report
 from hangar.config import Settings
 from hangar.errors import HangarError
 from hangar.sandboxes import HANGAR_TMP, SandboxSpec, SandboxUser
-from hangar.sandboxes.disk import Disk
-from hangar.sandboxes.network import host_addresses, refused
-from hangar.sandboxes.isolation import INNER_AGENT, LimitsMode
+from hangar.sandboxes.local.disk import Disk
+from hangar.sandboxes.local.network import host_addresses, refused
+from hangar.sandboxes.local.isolation import INNER_AGENT, LimitsMode
 
 # Each HOST:PORT tried from inside: "HOST:PORT ERRNO-NAME" ("connected" when it was not refused).
 _TRY = """

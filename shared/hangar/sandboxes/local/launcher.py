@@ -22,7 +22,7 @@ CONFIG is one dict, marshalled and in hex (:func:`encode_config`)::
     slirp4netns     the slirp4netns binary; the sandbox's own network goes through it
     nft             the nft binary, and ``rules`` the nftables script it loads into the
                     sandbox's network namespace (what the sandbox may reach:
-                    :mod:`hangar.sandboxes.network`); ``known`` the networks it refuses
+                    :mod:`hangar.sandboxes.local.network`); ``known`` the networks it refuses
                     already (and loopback), ``sets`` {"4", "6"}: the sets an address the host
                     gets later is added to
     host_ports      host loopback ports reachable from the sandbox's own loopback

@@ -11,7 +11,7 @@ from typing import Any
 
 from hangar.errors import HangarError, InvalidSettings, SandboxError, SandboxNotFound
 from hangar.errors import SandboxUnavailable
-from hangar.sandboxes.gkepools import AlreadyThere
+from hangar.sandboxes.gke.pools import AlreadyThere
 
 __all__ = ["TABLE", "WatchExpired", "translate", "vendor_errors"]
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hangar.errors import SandboxError
-from hangar.sandboxes.processes import HOST_ENV, host_tool
+from hangar.sandboxes.local.processes import HOST_ENV, host_tool
 
 TABLE = "hangar"
 """The nftables table (family ``inet``) each sandbox's namespace holds."""

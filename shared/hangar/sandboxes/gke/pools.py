@@ -1,5 +1,5 @@
 """The ``gke://`` backend's warm pools: one ``SandboxWarmPool`` per environment over one
-``SandboxTemplate``, kept in step with the environment (:mod:`hangar.sandboxes.agentsandbox`
+``SandboxTemplate``, kept in step with the environment (:mod:`hangar.sandboxes.gke.manifests`
 makes the manifests).
 
 Contract of :meth:`WarmPools.ensure`: after it returns, the pool exists, points at the template
@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from hangar.errors import HangarError, SandboxError, SandboxNotFound
-from hangar.sandboxes import agentsandbox as objects
-from hangar.sandboxes.agentsandbox import PodSettings
+from hangar.sandboxes.gke import manifests as objects
+from hangar.sandboxes.gke.manifests import PodSettings
 
 __all__ = ["AlreadyThere", "WarmPools"]
 

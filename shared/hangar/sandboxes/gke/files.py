@@ -26,7 +26,7 @@ from typing import BinaryIO, Protocol, cast
 
 from hangar.errors import SandboxError, SandboxUnavailable
 from hangar.sandboxes import ExecResult, SandboxUser, Stdin, stderr_tail
-from hangar.sandboxes.podexec import chunks
+from hangar.sandboxes.gke.podexec import chunks
 
 __all__ = ["PUT_CHUNK_BYTES", "PUT_TRIES", "put_file"]
 

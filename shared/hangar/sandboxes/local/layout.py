@@ -4,7 +4,7 @@
 
     record.json     the backend's record (root's, 0600)
     init.log        what the launcher and bubblewrap said (root's, 0600)
-    disk.img        the sandbox's volume (:mod:`hangar.sandboxes.disk`), holding the tree below
+    disk.img        the sandbox's volume (:mod:`hangar.sandboxes.local.disk`), holding the tree below
     etc/            passwd, group, hosts, resolv.conf and gitconfig shown over the host's /etc
 
 The tree (:func:`volume_tree`: on the volume, or in the folder itself when there is no disk
@@ -40,7 +40,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from hangar.sandboxes import HANGAR_BIN, HANGAR_DIR, HANGAR_TMP, HOME, WORKSPACE
-from hangar.sandboxes.isolation import INNER_AGENT, Limits, LimitsMode
+from hangar.sandboxes.local.isolation import INNER_AGENT, Limits, LimitsMode
 
 HARNESS_MOUNT = f"{HANGAR_DIR}/harnesses"
 """Where the harness folder appears inside; its ``bin/`` and ``node_modules/.bin/`` are on PATH."""
@@ -92,7 +92,7 @@ def make_folder(folder: Path, hostname: str, hangar_uid: int, agent_uid: int,
                 volume: bool = False) -> list[dict[str, Any]]:  # fmt: skip
     """Fill a new sandbox folder (it exists, empty) with ``etc/`` and, unless the tree goes on
     a ``volume`` (then the launcher makes it there), the tree; returns the tree."""
-    from hangar.sandboxes.launcher import make_tree
+    from hangar.sandboxes.local.launcher import make_tree
 
     os.chmod(folder, 0o711)
     (folder / "etc").mkdir()
@@ -119,7 +119,7 @@ def make_folder(folder: Path, hostname: str, hangar_uid: int, agent_uid: int,
 
 def volume_tree(hangar_uid: int, agent_uid: int, limits: Limits,
                 cgroup_files: Sequence[str]) -> list[dict[str, Any]]:  # fmt: skip
-    """What a sandbox can write, as :func:`hangar.sandboxes.launcher.make_tree` makes it."""
+    """What a sandbox can write, as :func:`hangar.sandboxes.local.launcher.make_tree` makes it."""
     folders = [
         ("home", agent_uid, 0o700),
         ("workspace", agent_uid, 0o755),

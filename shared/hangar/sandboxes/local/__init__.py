@@ -1,15 +1,15 @@
 """Local sandboxes: bubblewrap namespaces that hold by the kernel's own rules.
 
 Each sandbox runs in its own user namespace as two unprivileged host uids of its own (the uid
-split, :mod:`hangar.sandboxes.isolation`): hangar's tools as uid 0 inside, with only the
+split, :mod:`hangar.sandboxes.local.isolation`): hangar's tools as uid 0 inside, with only the
 capabilities they need and only over the namespace; the agent as uid 1000, with none. It has
 its own network namespace, whose egress goes through slirp4netns with the host's loopback
 unreachable except the spec's ``host_ports``, and whose packet filter refuses every other
-address of the host and the link-local ranges (:mod:`hangar.sandboxes.network`); its own PID,
+address of the host and the link-local ranges (:mod:`hangar.sandboxes.local.network`); its own PID,
 IPC, UTS and mount namespaces; and limits on the agent's processes and memory. The folder and
-what is shown inside are described in :mod:`hangar.sandboxes.layout`.
+what is shown inside are described in :mod:`hangar.sandboxes.local.layout`.
 
-A sandbox is started by :mod:`hangar.sandboxes.launcher` in its own session, so it outlives the
+A sandbox is started by :mod:`hangar.sandboxes.local.launcher` in its own session, so it outlives the
 process that made it. The record keeps the init's host pid and start time: a sandbox is live
 while its record exists and that very process runs (a reused pid never passes); ``get`` and
 ``list`` tear down sandboxes whose init is gone.
@@ -57,13 +57,13 @@ from hangar.sandboxes import CountingWriter, PUT_FILE_SCRIPT, check_env, first_o
 from hangar.sandboxes import PoolState, refuse_missing, refuse_pools, stderr_tail
 from hangar.sandboxes import SandboxCapabilities, SandboxInfo, SandboxStatus
 from hangar.sandboxes import SandboxSpec, SandboxUser, Stdin
-from hangar.sandboxes import layout, network
-from hangar.sandboxes.disk import disk_for
-from hangar.sandboxes.isolation import Cgroups, Limits, LimitsMode, UidClaim, claim_uids
-from hangar.sandboxes.isolation import resolve_mode
-from hangar.sandboxes.layout import HANGAR_PATH, HARNESS_MOUNT, SANDBOX_PATH
-from hangar.sandboxes.processes import HOST_ENV, feed, finish, host_tool, kill, kill_tree, pump
-from hangar.sandboxes.processes import read_some, start_time
+from hangar.sandboxes.local import layout, network
+from hangar.sandboxes.local.disk import disk_for
+from hangar.sandboxes.local.isolation import Cgroups, Limits, LimitsMode, UidClaim, claim_uids
+from hangar.sandboxes.local.isolation import resolve_mode
+from hangar.sandboxes.local.layout import HANGAR_PATH, HARNESS_MOUNT, SANDBOX_PATH
+from hangar.sandboxes.local.processes import HOST_ENV, feed, finish, host_tool, kill, kill_tree, pump
+from hangar.sandboxes.local.processes import read_some, start_time
 
 __all__ = ["HARNESS_MOUNT", "HANGAR_CAPS", "LocalSandboxes"]
 
@@ -138,7 +138,7 @@ class LocalSandboxes:
     ``root`` holds one folder per sandbox; ``harness_dir`` (if it exists) is shown read-only at
     :data:`HARNESS_MOUNT`. ``uid_base``, ``limits`` (AUTO picks cgroups where usable),
     ``max_pids`` and ``memory_mb`` are the settings of the same names; ``disk_gb`` is
-    ``HANGAR_SANDBOX_DISK_GB`` (0: no cap, :mod:`hangar.sandboxes.disk`). ``bwrap`` overrides the
+    ``HANGAR_SANDBOX_DISK_GB`` (0: no cap, :mod:`hangar.sandboxes.local.disk`). ``bwrap`` overrides the
     bubblewrap binary (default: found on PATH at ``create``); a missing one makes ``create``
     raise :class:`SandboxUnavailable`.
     """
@@ -318,7 +318,7 @@ class LocalSandboxes:
         spec's env, then ``env``. As hangar: cwd defaults to :data:`HANGAR_DIR`, the
         environment is HOME (hangar's folder), PATH, LANG and TMPDIR, then ``env``. Output that
         background processes keep writing after the command exits is read for at most
-        :data:`~hangar.sandboxes.processes.DRAIN_GRACE` seconds. A command killed by signal N
+        :data:`~hangar.sandboxes.local.processes.DRAIN_GRACE` seconds. A command killed by signal N
         exits 128 + N. A timeout kills the command and every process it started that is still
         its descendant, then raises ExecTimeout; ``cancel`` set kills them the same way and
         returns exit 137 (SIGKILL's). SandboxNotFound if the sandbox is missing or dies
@@ -507,7 +507,7 @@ class LocalSandboxes:
         volumes: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[int, Sequence[int]]:
         """Run the launcher detached; return the init's host pid and the helpers' pids."""
-        from hangar.sandboxes.launcher import encode_config
+        from hangar.sandboxes.local.launcher import encode_config
 
         os.makedirs(STAGE, mode=0o755, exist_ok=True)
         os.chmod(STAGE, 0o755)
@@ -613,7 +613,7 @@ def _launcher_code() -> str:
     :data:`_LAUNCHER_DIR`, so that its interpreter compiles it once and then loads its cached
     bytecode (compiling its source took 5 ms of every start); its source itself where no such
     copy can be kept."""
-    from hangar.sandboxes import launcher
+    from hangar.sandboxes.local import launcher
 
     source = Path(launcher.__file__).read_bytes()
     name = f"hangar_launcher_{hashlib.sha256(source).hexdigest()[:16]}"

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from hangar.errors import SandboxError, SandboxUnavailable
-from hangar.sandboxes.processes import HOST_ENV, host_tool
+from hangar.sandboxes.local.processes import HOST_ENV, host_tool
 
 IMAGE = "disk.img"
 """The sandbox's volume, in its folder on the host (root's, 0600)."""

@@ -8,7 +8,7 @@ Google's default credentials', and the URL's context is ignored.
 
 - One ``SandboxWarmPool`` per spec ``pool`` (an environment) over one ``SandboxTemplate``
   named by the pool and a hash of the image, pod settings and network
-  (:mod:`hangar.sandboxes.agentsandbox`). A pool ``create`` makes starts with the URL's
+  (:mod:`hangar.sandboxes.gke.manifests`). A pool ``create`` makes starts with the URL's
   ``warm_pool`` ready sandboxes (default 0: the count for an environment with no warm pool of
   its own); after that its replicas are ``keep_pool``'s alone (the session service's pool
   ticks set an environment's ``warm_pool`` on its hours), never ``create``'s. A ``create``
@@ -17,7 +17,7 @@ Google's default credentials', and the URL's context is ignored.
   ``create`` with nothing changed is one request (the claim). ``image`` is required: the
   spec's, else the URL's (InvalidInput without either).
 - The template's NetworkPolicy: no ingress; egress to DNS and everywhere but the metadata
-  server, ``deny`` (default :data:`~.agentsandbox.INTERNAL_RANGES`) and the control plane's
+  server, ``deny`` (default :data:`~.manifests.INTERNAL_RANGES`) and the control plane's
   address (when the API server is named by an IP address).
 - A sandbox is a ``SandboxClaim`` named ``hangar-<8 hex>`` (its id) on its pool; ``create``
   returns once the claim exists, ``status`` reads its ``Ready`` condition, ``await_status``
@@ -27,9 +27,9 @@ Google's default credentials', and the URL's context is ignored.
   cluster deletes a sandbox hangar forgot, never one hangar's reaper would still checkpoint
   first.
 - Every command runs through ``pods/exec`` on the v5 channel as a fixed bootstrap
-  (:data:`~hangar.sandboxes.podexec.BOOT`): argv, environment, cwd, user and deadline travel
+  (:data:`~hangar.sandboxes.gke.podexec.BOOT`): argv, environment, cwd, user and deadline travel
   as one header on stdin, never on the exec's URL (which API audit logs keep). The bootstrap
-  runs as the pod's root (with only :data:`~hangar.sandboxes.agentsandbox.AGENT_CAPABILITIES`),
+  runs as the pod's root (with only :data:`~hangar.sandboxes.gke.manifests.AGENT_CAPABILITIES`),
   becomes the agent (uid 1000, no groups, ``no_new_privs``) or stays hangar, and kills the
   command's process group at its deadline or when told to stop; the rest of stdin is the
   command's. A cancelled exec also kills its command by a second exec (:data:`~.podexec.KILL`):
@@ -38,9 +38,9 @@ Google's default credentials', and the URL's context is ignored.
   that exec breaks off (a connection dropped mid-way) and the data can be read again (bytes, a
   file that seeks), it is written again in chunks of 8 MiB, each its own exec at its offset
   into a temp file of hangar's, then one exec checks the size and renames it into place with
-  the mode (:mod:`hangar.sandboxes.gkefiles`): a 50 MB file survives a connection that drops.
+  the mode (:mod:`hangar.sandboxes.gke.files`): a 50 MB file survives a connection that drops.
 - Every exception the client and its transports raise is turned into hangar's by one table
-  (:data:`~.gkeerrors.TABLE`, :mod:`hangar.sandboxes.gkeerrors`) inside this backend.
+  (:data:`~.errors.TABLE`, :mod:`hangar.sandboxes.gke.errors`) inside this backend.
 
 Nothing imports ``kubernetes`` until a ``gke://`` backend is opened.
 """
@@ -81,17 +81,16 @@ from hangar.sandboxes import (
     SandboxUser,
     Stdin,
     check_env,
-    gkereasons,
     refuse_missing,
     stderr_tail,
 )
-from hangar.sandboxes import agentsandbox as objects
-from hangar.sandboxes import gkefiles as files
-from hangar.sandboxes.agentsandbox import Network, PodSettings
-from hangar.sandboxes.gkeconfig import configuration, control_plane, parse_url
-from hangar.sandboxes.gkeerrors import TABLE, WatchExpired, translate, vendor_errors
-from hangar.sandboxes.gkepools import WarmPools
-from hangar.sandboxes.podexec import BOOT_ARGV, ENV_FILE, KILL, drain, exit_code, feed
+from hangar.sandboxes.gke import manifests as objects
+from hangar.sandboxes.gke import files, reasons
+from hangar.sandboxes.gke.manifests import Network, PodSettings
+from hangar.sandboxes.gke.config import configuration, control_plane, parse_url
+from hangar.sandboxes.gke.errors import TABLE, WatchExpired, translate, vendor_errors
+from hangar.sandboxes.gke.pools import WarmPools
+from hangar.sandboxes.gke.podexec import BOOT_ARGV, ENV_FILE, KILL, drain, exit_code, feed
 
 __all__ = ["TABLE", "GkeSandboxes", "configuration", "parse_url", "translate"]
 
@@ -233,7 +232,7 @@ class GkeSandboxes:
         self._remember(sandbox_id, current)
 
     def status(self, sandbox_id: str) -> SandboxStatus:
-        """The claim's Ready condition read (:func:`~.agentsandbox.claim_status`), explained
+        """The claim's Ready condition read (:func:`~.manifests.claim_status`), explained
         by its pod's events while it is not ready (:meth:`_explained`); SandboxNotFound once
         the claim is gone. A ready claim's Sandbox is remembered for the first exec."""
         return self._explained(sandbox_id, self._seen(sandbox_id, self._claim(sandbox_id)))
@@ -307,7 +306,7 @@ class GkeSandboxes:
         return status
 
     def _seen(self, sandbox_id: str, claim: Mapping[str, Any]) -> SandboxStatus:
-        """The status of ``claim`` as read (:func:`~.agentsandbox.claim_status`); a ready
+        """The status of ``claim`` as read (:func:`~.manifests.claim_status`); a ready
         claim's Sandbox is remembered for the first exec."""
         status = objects.claim_status(claim)
         bound = objects.bound_sandbox(claim)
@@ -322,7 +321,7 @@ class GkeSandboxes:
         return status
 
     def _explained(self, sandbox_id: str, status: SandboxStatus) -> SandboxStatus:
-        """``status``, or what the pod's events say instead (:func:`~.gkereasons.explain`)
+        """``status``, or what the pod's events say instead (:func:`~.reasons.explain`)
         while the claim, last seen not ready, holds a Sandbox: one list of the pod's events
         (field selector on ``involvedObject``). Nothing is asked for a ready status, nor for
         a claim that holds no Sandbox yet (a warm claim being bound). The pod is named after
@@ -344,7 +343,7 @@ class GkeSandboxes:
             logger.warning("cannot read the events of sandbox %s: %s", sandbox_id, exc)
             return status
         events = cast(Any, self._api).sanitize_for_serialization(found).get("items") or []
-        told = gkereasons.explain(events)
+        told = reasons.explain(events)
         if told is None or (status.state is SandboxState.FAILED and told.state is not SandboxState.FAILED):
             return status
         return told
@@ -433,7 +432,7 @@ class GkeSandboxes:
                  user: SandboxUser = SandboxUser.AGENT) -> None:  # fmt: skip
         """Write a file as ``user`` (parents made), replaced atomically: one streamed exec,
         with the chunked path as its fallback when that exec breaks off
-        (:func:`~.gkefiles.put_file`)."""
+        (:func:`~.files.put_file`)."""
         files.put_file(self.exec, sandbox_id, path, data, mode=mode, user=user)
 
     def get_file(self, sandbox_id: str, path: str, out: BinaryIO, *,
@@ -469,7 +468,7 @@ class GkeSandboxes:
         costs no read of the claim. A remembered pod that is gone (404) is looked up again,
         once: SandboxNotFound when the claim is gone too. Looking it up costs no request
         when :meth:`status` saw the claim bound, and no read of the Sandbox when its pod has
-        its name (as it has unless the Sandbox names another, :func:`~.agentsandbox.pod_name`)."""
+        its name (as it has unless the Sandbox names another, :func:`~.manifests.pod_name`)."""
         known = self._pods.get(sandbox_id)
         if known is not None:
             try:
