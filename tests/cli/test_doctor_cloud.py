@@ -27,6 +27,7 @@ from hangar.db.sqlite import SqliteDb
 
 from emulators.cloudrun import CloudRunStandIn, service_doc
 from emulators.kms import KmsStandIn
+from emulators.kube import KubeStandIn
 
 REGION = "europe-west1"
 TOKEN = "hgr-secret-token-for-doctor-tests"
@@ -88,6 +89,17 @@ class Queues:
         port = self.server.add_insecure_port("127.0.0.1:0")
         self.server.start()
         self.endpoint = f"127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster() -> Iterator[KubeStandIn]:
+    """The sandbox cluster these deployments name (``gke://hangar-dev/...``): the Kubernetes
+    stand-in, found through ``KUBECONFIG`` as an operator's machine would find it."""
+    kube = KubeStandIn()
+    kube.context = "hangar-dev"
+    with kube, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KUBECONFIG", kube.kubeconfig)
+        yield kube
 
 
 @pytest.fixture(scope="module")
@@ -456,7 +468,7 @@ def test_a_local_key_file_that_others_can_read_is_a_warning(
     key.write_bytes(b"k" * 32)
     key.chmod(0o644)
     env = {"HOME": str(tmp_path), "HANGAR_DATA_DIR": str(key.parent), "HANGAR_URL": api_url,
-           "HANGAR_TOKEN": TOKEN, "HANGAR_SANDBOXES": "gke://c/ns"}  # fmt: skip
+           "HANGAR_TOKEN": TOKEN, "HANGAR_SANDBOXES": "gke://hangar-dev/ns"}  # fmt: skip
     result = run_doctor(capsys, env)
     assert "chmod 600" in result.one("WARN", "keys (HANGAR_KEYS", "mode 644")
     assert result.one("OK", "keys (HANGAR_KEYS", "wrapped and unwrapped")
