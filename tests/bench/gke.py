@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -27,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from emulators.git import GitDaemon
 from emulators.kube import kinds
 from emulators.kube.cluster import StandInCluster
 from hangar.blobs.local import LocalBlobs
@@ -64,22 +64,6 @@ def _remote(root: Path) -> Path:
     _git("init", "-q", "--bare", "-b", "main", str(bare))
     _git("-C", str(seed), "push", "-q", str(bare), "main")
     return bare
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _git_daemon(remote: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
-    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--listen=127.0.0.1",
-                               f"--port={port}", "--export-all", f"--base-path={remote.parent}",
-                               str(remote.parent)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)  # fmt: skip
-    _until(lambda: socket.socket().connect_ex(("127.0.0.1", port)) == 0, "git daemon")
-    return daemon, port
 
 
 def _until(predicate: Callable[[], bool], what: str, timeout: float = 120) -> None:
@@ -140,8 +124,8 @@ def measure(warm: bool, runs: int, root: Path) -> dict[str, Any]:
     shutil.copy(STANDIN, harnesses / "bin" / "agy")
     (harnesses / "bin" / "agy").chmod(0o755)
     remote = _remote(root)
-    daemon, git_port = _git_daemon(remote)
-    cluster = StandInCluster(harnesses, [git_port]).start()
+    daemon = GitDaemon(remote.parent).start()
+    cluster = StandInCluster(harnesses, [daemon.port]).start()
     kubeconfig = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = cluster.kube.kubeconfig  # what the backend opens
     db = SqliteDb.from_url(f"sqlite://{root / 'hangar.db'}")
@@ -154,7 +138,7 @@ def measure(warm: bool, runs: int, root: Path) -> dict[str, Any]:
         keys = LocalKeys.from_url(settings.keys)
         sandboxes = open_sandboxes(settings.sandboxes, settings)
         service = SessionService(settings, db, blobs, keys, sandboxes, ticks)
-        service.environments.add("app", f"git://127.0.0.1:{git_port}/app.git", vars=IDENTITY)
+        service.environments.add("app", daemon.url(remote.name), vars=IDENTITY)
         ticks.start(service.handle_tick)
         service.new("bench", TURN, "app", harness="antigravity")
         turn = service.wait("bench", timeout=120, poll=0.05)
@@ -199,8 +183,7 @@ def measure(warm: bool, runs: int, root: Path) -> dict[str, Any]:
                                       info["metadata"]["name"])  # fmt: skip
         db.close()
         cluster.stop()
-        daemon.terminate()
-        daemon.wait(10)
+        daemon.stop()
 
 
 def lines(runs: int) -> Iterator[dict[str, Any]]:

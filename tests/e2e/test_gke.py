@@ -10,20 +10,19 @@ way pods reach a cluster's Services: at ``127.0.0.1:PORT`` inside, relayed by th
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from emulators.git import GitDaemon
 from emulators.kube import kinds
 from emulators.kube.cluster import StandInCluster
 from emulators.model import ModelStub
 from hangar.sandboxes.gke import manifests
-from tests.e2e.conftest import HANGAR, Server, _server, free_port
+from tests.e2e.conftest import HANGAR, Server, _server
 from tests.e2e.test_acceptance import (
     IDENTITY,
     MODELS,
@@ -47,27 +46,15 @@ def cluster() -> Iterator[StandInCluster]:
 
 
 @pytest.fixture
-def git_url(remote: Path) -> Iterator[str]:
-    """The bare repo served by ``git daemon`` on a free loopback port (read-only)."""
-    port = free_port()
-    daemon = subprocess.Popen(
-        ["git", "daemon", "--reuseaddr", "--listen=127.0.0.1", f"--port={port}", "--export-all",
-         f"--base-path={remote.parent}", str(remote.parent)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert daemon.poll() is None, f"git daemon did not start: {daemon.stderr.read()!r}"  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "git daemon did not listen in 30 s"
-            time.sleep(0.05)
-        yield f"git://127.0.0.1:{port}/{remote.name}"
-    finally:
-        daemon.terminate()
-        daemon.wait(10)
+def git(remote: Path) -> Iterator[GitDaemon]:
+    """The bare repo's folder served by ``git daemon`` on a free loopback port (read-only)."""
+    with GitDaemon(remote.parent) as daemon:
+        yield daemon
+
+
+@pytest.fixture
+def git_url(git: GitDaemon, remote: Path) -> str:
+    return git.url(remote.name)
 
 
 @pytest.fixture
@@ -77,12 +64,11 @@ def stub() -> Iterator[ModelStub]:
 
 
 @pytest.fixture
-def gke_server(tmp_path: Path, cluster: StandInCluster, git_url: str,
+def gke_server(tmp_path: Path, cluster: StandInCluster, git: GitDaemon,
                stub: ModelStub) -> Iterator[Server]:  # fmt: skip
     """hangar serve on the embedded backends with gke:// sandboxes; the pods made from now on
     reach the model stub and the git server."""
-    git_port = int(git_url.split(":")[2].split("/")[0])
-    cluster.set_services([stub.port, git_port])
+    cluster.set_services([stub.port, git.port])
     yield from _server(tmp_path / "data", harness_dir(), **cluster.environment(),
                        HANGAR_ACTIVITY_GRACE_SECONDS="1")  # fmt: skip
     for claim in claims(cluster):  # what the session left: the next test starts with none
