@@ -60,6 +60,7 @@ from typing import Any, BinaryIO, NoReturn, cast
 from hangar.config import Settings
 from hangar.errors import (
     ExecTimeout,
+    HangarError,
     InvalidInput,
     SandboxError,
     SandboxNotFound,
@@ -147,8 +148,7 @@ class GkeSandboxes:
                                vendor_errors())  # fmt: skip
         self._leases: dict[str, datetime] = {}  # sandbox id -> its claim's shutdownTime
         self._pods: dict[str, str] = {}  # sandbox id -> its pod's name (stable for a claim)
-        self._bound: dict[str, str] = {}  # sandbox id -> its Sandbox, seen ready by status
-        self._holding: dict[str, str] = {}  # sandbox id -> its Sandbox, seen not ready
+        self._bound: dict[str, str] = {}  # sandbox id -> the Sandbox its claim holds (fixed)
         self._pending_env: dict[str, dict[str, str]] = {}  # spec env not yet in its pod
 
     @classmethod
@@ -306,15 +306,11 @@ class GkeSandboxes:
         return status
 
     def _seen(self, sandbox_id: str, claim: Mapping[str, Any]) -> SandboxStatus:
-        """The status of ``claim`` as read (:func:`~.manifests.claim_status`); a ready
-        claim's Sandbox is remembered for the first exec."""
+        """The status of ``claim`` as read (:func:`~.manifests.claim_status`); the Sandbox
+        it holds is remembered (a claim's never changes), for its events and the first exec."""
         status = objects.claim_status(claim)
         bound = objects.bound_sandbox(claim)
-        if status.state is not SandboxState.READY and bound:
-            if len(self._holding) >= _POD_CACHE:
-                self._holding.clear()
-            self._holding[sandbox_id] = bound
-        if status.state is SandboxState.READY and bound and sandbox_id not in self._pods:
+        if bound and sandbox_id not in self._bound:
             if len(self._bound) >= _POD_CACHE:
                 self._bound.clear()
             self._bound[sandbox_id] = bound
@@ -328,9 +324,7 @@ class GkeSandboxes:
         the Sandbox unless this backend found it under another name. Events never turn a
         failed status pending; a refused or failed read leaves ``status`` as it was
         (logged: a Role without ``events`` costs the reasons, not the start)."""
-        from hangar.errors import HangarError  # kept out of the module's import block
-
-        bound = self._holding.get(sandbox_id)
+        bound = self._bound.get(sandbox_id)
         if status.state is SandboxState.READY or bound is None:
             return status
         from kubernetes import client
@@ -475,7 +469,7 @@ class GkeSandboxes:
                 return self._open_exec(sandbox_id, known)
             except SandboxNotFound:
                 self._pods.pop(sandbox_id, None)
-        name = self._bound.pop(sandbox_id, None) or self._bound_sandbox(sandbox_id)
+        name = self._bound.get(sandbox_id) or self._bound_sandbox(sandbox_id)
         try:
             ws = self._open_exec(sandbox_id, name)
             pod = name
@@ -494,8 +488,9 @@ class GkeSandboxes:
         return ws
 
     def _bound_sandbox(self, sandbox_id: str) -> str:
-        """The name of the Sandbox the claim holds (one read of the claim)."""
-        name = objects.bound_sandbox(self._claim(sandbox_id))
+        """The name of the Sandbox the claim holds (one read of the claim, remembered)."""
+        self._seen(sandbox_id, self._claim(sandbox_id))
+        name = self._bound.get(sandbox_id)
         if name is None:
             raise SandboxError(f"sandbox {sandbox_id} is not ready", sandbox_id=sandbox_id)
         return name
