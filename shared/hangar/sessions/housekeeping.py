@@ -44,7 +44,7 @@ from hangar.models import utcnow
 from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.checkpoints import Checkpointer
 from hangar.sessions.records import Records
-from hangar.sessions.sandbox import SESSION_LABEL, sandbox_alive, take_checkpoint
+from hangar.sessions.sandbox import SESSION_LABEL, renew_lease, sandbox_alive, take_checkpoint
 from hangar.sessions.pools import PoolKeeper
 from hangar.sessions.schedule import REAP_SECONDS, ClaimTick, IdleTick, IntervalTick, PoolTick
 from hangar.sessions.schedule import ReapTick
@@ -216,10 +216,7 @@ class Housekeeping:
             if s.sandbox_expires_at <= now and s.state is S.IDLE:
                 doomed.append((s.id, s.sandbox_id))
             elif s.sandbox_expires_at > now:
-                try:
-                    self.sandboxes.extend(s.sandbox_id, s.sandbox_expires_at)
-                except HangarError as exc:  # the next pass tries again, well within the margin
-                    logger.warning("renewing sandbox %s failed: %s", s.sandbox_id, exc.message)
+                renew_lease(self.sandboxes, s)
         destroyed: list[str] = []
 
         def destroy(session_id: str, sandbox_id: str) -> None:

@@ -11,11 +11,12 @@ tick waits for a slow one, and a restarted worker finds them where they were.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from hangar import agent
 from hangar.config import Settings
-from hangar.errors import CheckpointError, SandboxCapabilityMissing, SandboxError
+from hangar.errors import CheckpointError, HangarError, SandboxCapabilityMissing, SandboxError
 from hangar.errors import SandboxNotFound
 from hangar.exchange.layout import exchange_dir
 from hangar.sessions.conversations import conversation_dirs
@@ -41,6 +42,8 @@ from hangar.sessions.restore import Restorer, RestoreReport
 from hangar.sessions.workspace import clone_argv, repo_dir_for
 
 SESSION_LABEL = "hangar.session"
+
+logger = logging.getLogger(__name__)
 
 
 def checkpoint_target(session: Session) -> CheckpointTarget:
@@ -68,6 +71,18 @@ def sandbox_alive(sandboxes: Sandboxes, session: Session) -> bool:
     except SandboxNotFound:
         return False
     return True
+
+
+def renew_lease(sandboxes: Sandboxes, session: Session) -> None:
+    """Move the backend's lease on the session's sandbox on to its expiry (the port's
+    ``extend``). A failure is logged, never the caller's: the reaper's next pass renews it
+    again, well within the backend's margin."""
+    if not session.sandbox_id or not session.sandbox_expires_at:
+        return
+    try:
+        sandboxes.extend(session.sandbox_id, session.sandbox_expires_at)
+    except HangarError as exc:
+        logger.warning("renewing sandbox %s failed: %s", session.sandbox_id, exc.message)
 
 
 def take_checkpoint(

@@ -68,7 +68,7 @@ from hangar.sessions.environments import Environments
 from hangar.sessions.handbacks import HandBacks, repair_prompt
 from hangar.sessions.messages import MessageStore
 from hangar.sessions.records import Records
-from hangar.sessions.sandbox import take_checkpoint
+from hangar.sessions.sandbox import renew_lease, take_checkpoint
 from hangar.sessions.schedule import Schedule
 from hangar.sessions.transitions import Transitions
 from hangar.sessions.workspace import repo_dir_for
@@ -193,17 +193,8 @@ class Turns:
                                            sandbox_expires_at=utcnow() + ttl,
                                            **rebased)  # fmt: skip
         self.schedule.claim_expiry(active)
-        self._renew(active)
+        renew_lease(self.sandboxes, active)
         return active
-
-    def _renew(self, session: Session) -> None:
-        """The backend's lease on the sandbox, moved on to the session's new expiry (the
-        reaper's pass renews it too: a failure here is logged, never the turn's)."""
-        if session.sandbox_id and session.sandbox_expires_at:
-            try:
-                self.sandboxes.extend(session.sandbox_id, session.sandbox_expires_at)
-            except HangarError as exc:
-                logger.warning("renewing sandbox %s failed: %s", session.sandbox_id, exc.message)
 
     def _update_turn(self, turn: Turn, **changes: object) -> Turn:
         return self.db.update_turn(turn.model_copy(update=changes))
