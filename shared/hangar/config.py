@@ -223,6 +223,13 @@ class Settings(BaseModel):
         return Settings.build(**{**self.model_dump(), **changes})
 
     @property
+    def prebuilt(self) -> frozenset[str] | None:
+        """The environments HANGAR_PREBUILD_ENVIRONMENTS names (blanks ignored); None for
+        ``all``."""
+        names = frozenset(n.strip() for n in self.prebuild_environments.split(",") if n.strip())
+        return None if "all" in names else names
+
+    @property
     def max_part_bytes(self) -> int:
         return int(self.session_max_part_mb * 1024 * 1024)
 

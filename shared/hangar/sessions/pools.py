@@ -32,18 +32,10 @@ from hangar.sandboxes import PoolState, Sandboxes
 from hangar.sessions import warmhours
 from hangar.sessions.schedule import PoolTick, Schedule
 
-__all__ = ["PoolKeeper", "prebuild_names"]
+__all__ = ["PoolKeeper"]
 
 logger = logging.getLogger(__name__)
 
-ALL = "all"
-
-
-def prebuild_names(setting: str) -> frozenset[str] | None:
-    """The environments ``HANGAR_PREBUILD_ENVIRONMENTS`` names (comma separated, blanks
-    ignored); None for ``all``."""
-    names = frozenset(n.strip() for n in setting.split(",") if n.strip())
-    return None if ALL in names else names
 
 
 class PoolKeeper:
@@ -59,7 +51,7 @@ class PoolKeeper:
 
     def prebuilt(self, name: str) -> bool:
         """Whether HANGAR_PREBUILD_ENVIRONMENTS names environment ``name`` (or is ``all``)."""
-        names = prebuild_names(self.settings.prebuild_environments)
+        names = self.settings.prebuilt
         return names is None or name in names
 
     def kept(self, env: Environment) -> bool:
@@ -138,7 +130,7 @@ class PoolKeeper:
 
     def unknown_prebuilds(self) -> list[str]:
         """The names HANGAR_PREBUILD_ENVIRONMENTS gives that are no environment, sorted."""
-        names = prebuild_names(self.settings.prebuild_environments)
+        names = self.settings.prebuilt
         if not names:
             return []
         return sorted(names - {e.name for e in self.db.list_environments()})

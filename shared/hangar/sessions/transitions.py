@@ -26,9 +26,9 @@ the lease or more (a contended database) is renewed at once, so no claim lands e
 taken over from a worker that has only begun.
 
 Contracts: every method re-reads nothing it was not given, writes once (a claiming one twice
-when its claim landed late, as above), and raises SessionBusy when the session changed meanwhile or is busy, InvalidState when the session is in
-a state the transition never applies to, and LostClaim (a SessionBusy) when the caller's claim
-is no longer the session's. :data:`TRANSITIONS` lists each transition's from and to states; a
+when its claim landed late, as above), and raises SessionBusy when the session changed
+meanwhile or is busy, InvalidState when the session is in a state the transition never applies
+to, and LostClaim (a SessionBusy) when the caller's claim is no longer the session's. :data:`TRANSITIONS` lists each transition's from and to states; a
 test walks every allowed and every refused pair.
 """
 

@@ -75,18 +75,19 @@ def cluster(report: Report, settings: Settings, seconds: float) -> None:
     if not _kinds(report, api, seconds):
         return
     _access(report, api, namespace, seconds)
-    _prebuilt(report, api, namespace, settings.prebuild_environments, seconds)
+    _prebuilt(report, api, namespace, settings, seconds)
 
 
-def _prebuilt(report: Report, api: Any, namespace: str, setting: str, seconds: float) -> None:
+def _prebuilt(report: Report, api: Any, namespace: str, settings: Settings,
+              seconds: float) -> None:  # fmt: skip
     """One line per prebuilt environment's pool: there, and all its sandboxes ready."""
     from kubernetes import client
 
-    names = [n.strip() for n in setting.split(",") if n.strip()]
-    if not names:
+    names = settings.prebuilt
+    if names is not None and not names:
         return
     custom = client.CustomObjectsApi(api)
-    if "all" in names:
+    if names is None:  # all
         found = _probe(report, "warm pools", seconds, lambda: custom.list_namespaced_custom_object(
             objects.EXTENSIONS_GROUP, objects.VERSION, namespace, objects.POOLS,
             label_selector=f"{objects.MANAGED_BY}=hangar", _request_timeout=seconds),
@@ -100,7 +101,7 @@ def _prebuilt(report: Report, api: Any, namespace: str, setting: str, seconds: f
         for name, pool in sorted(pools.items()):
             _pool_ready(report, name, name, pool, namespace)
         return
-    for env in names:
+    for env in sorted(names):
         name = objects.pool_name(env)
         def read(name: str = name) -> dict[str, Any]:
             return cast(dict[str, Any], custom.get_namespaced_custom_object(

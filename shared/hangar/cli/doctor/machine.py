@@ -128,8 +128,8 @@ def server(report: Report, settings: Settings, seconds: float) -> None:
 def prebuilt(report: Report, settings: Settings, known: set[str]) -> None:
     """Does every environment HANGAR_PREBUILD_ENVIRONMENTS names exist (a WARN: hangar serve
     starts all the same, and prebuilds the others)? Nothing said when it is unset or ``all``."""
-    names = {n.strip() for n in settings.prebuild_environments.split(",") if n.strip()}
-    if not names or "all" in names:
+    names = settings.prebuilt
+    if not names:
         return
     unknown = sorted(names - known)
     report.check(not unknown, f"every environment HANGAR_PREBUILD_ENVIRONMENTS names exists "
