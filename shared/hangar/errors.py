@@ -334,6 +334,13 @@ class CheckpointError(HangarError):
     status = 500
 
 
+class SourcePruned(Conflict):
+    """A checkpoint reusing the chunks of one that was pruned (or deleted) meanwhile: it is not
+    recorded (those chunks may be swept); the take tries again without reusing any."""
+
+    code = "checkpoint_source_pruned"
+
+
 class RestoreFailed(CheckpointError):
     """One checkpoint could not be restored into a sandbox."""
 

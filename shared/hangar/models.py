@@ -449,6 +449,27 @@ class Checkpoint(Record):
         "(False: an older hangar's, or one over the restore cap)",
     )
     wrapped_key: str = Field(description="the checkpoint's data key, wrapped by the keys port, base64")
+    format: int = Field(
+        default=1,
+        description="1: each part stored whole under sessions/<session>/<id>/; 2: one sealed "
+        "manifest part over content-addressed chunks kept in packs (see docs/architecture.md)",
+    )
+    source: str | None = Field(
+        default=None,
+        description="format 2: the checkpoint whose chunks this one reuses (of this session, "
+        "or of the session it was forked from: source_session); recording refuses it once that "
+        "one is pruned",
+    )
+    source_session: str | None = None
+    packs: list[str] = Field(
+        default_factory=list,
+        description="format 2: the blob keys of every pack its manifest refers to, its own "
+        "and other sessions' (a pack is alive while a kept checkpoint lists it)",
+    )
+    uses: list[str] = Field(
+        default_factory=list, description="format 2: the sessions owning those packs"
+    )
+    written: int = Field(default=0, description="format 2: the bytes of the packs it wrote")
 
     def part(self, name: str) -> CheckpointPart | None:
         return next((p for p in self.parts if p.name == name), None)
