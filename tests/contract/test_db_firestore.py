@@ -43,6 +43,7 @@ from hangar.testing.db import (
     make_token,
     make_turn,
 )
+from hangar.testing.db_reuse import CheckpointReuseConformance
 
 from emulators.cloud import CloudEmulators
 from emulators.firestore import FirestoreEmulator
@@ -95,6 +96,12 @@ def raw(firestore_emulator: FirestoreEmulator) -> Iterator[Any]:
 
 
 class TestFirestoreDb(DbConformance):
+    @pytest.fixture
+    def db(self, fdb: FirestoreDb) -> Db:
+        return fdb
+
+
+class TestFirestoreCheckpointReuse(CheckpointReuseConformance):
     @pytest.fixture
     def db(self, fdb: FirestoreDb) -> Db:
         return fdb
@@ -177,7 +184,7 @@ def test_records_live_under_the_prefix_in_the_collections_terraform_indexes(
 ) -> None:
     session = fdb.create_session(make_session("alpha"))
     fdb.add_turn(make_turn(session.id, 1))
-    checkpoint = make_checkpoint(session.id, 2)
+    checkpoint = make_checkpoint(session.id, 2, format=2, uses=[session.id])
     fdb.record_checkpoint(checkpoint, keep=5)
     fdb.set_due(make_due("idle:" + session.id, 3))
     space = raw.collection("spaces").document(prefix)
@@ -189,6 +196,7 @@ def test_records_live_under_the_prefix_in_the_collections_terraform_indexes(
     assert [(t.get("session_id"), t.get("n")) for t in turns] == [(session.id, 1)]
     ckp = space.collection("checkpoints").document(checkpoint.id).get()
     assert (ckp.get("session_id"), ckp.get("ts")) == (session.id, checkpoint.ts)
+    assert ckp.get("uses") == [session.id]  # a native array: checkpoints_using's array-contains
     tick = space.collection("ticks").document("idle:" + session.id).get()
     assert tick.get("due_at") == at(3)
 

@@ -105,7 +105,21 @@ class Db(Protocol):
         """Insert the record and, in the same transaction, drop all but the newest ``keep`` of the
         session's checkpoints (by ``ts``). Returns the dropped records, whose blobs the caller
         deletes. AlreadyExists if the id is taken; SessionNotFound if the session does not exist
-        (checked in the same transaction); InvalidInput if ``keep`` is below 1."""
+        (checked in the same transaction); InvalidInput if ``keep`` is below 1.
+
+        When ``checkpoint.source`` is set (a format-2 checkpoint reusing another's chunks), the
+        record of that checkpoint, of session ``checkpoint.source_session`` (None: the same
+        session), must exist when the transaction commits: it is read in the same transaction,
+        so a concurrent prune or delete of it either comes first (and this call sees it gone)
+        or conflicts. If it is gone this raises SourcePruned and changes nothing. A source that
+        this very call prunes is fine: the new record takes over its references at once."""
+        ...
+
+    def checkpoints_using(self, session_id: str) -> list[Checkpoint]:
+        """Every checkpoint record, of any session (this one included), whose ``uses`` lists
+        ``session_id``: the kept checkpoints that refer to chunks it owns. Oldest first by
+        ``ts`` (ties as each backend breaks them). Deleted and pruned records are not in it.
+        For the sweep of a session's chunks (archive, delete)."""
         ...
 
     def list_checkpoints(self, session_id: str) -> list[Checkpoint]:

@@ -11,7 +11,7 @@ just text there), its ``version``, and the fields uniqueness and queries need, a
     sessions/{id}              doc, version, name, state, environment, created_at
     session_names/{name}       session_id            the name lock: one per taken name
     turns/{session_id}.{n}     doc, version, session_id, n
-    checkpoints/{id}           doc, version, session_id, ts
+    checkpoints/{id}           doc, version, session_id, ts, uses
     environments/{name}        doc, version, name
     tokens/{id}                doc, version, secret_hash, created_at
     token_hashes/{hash}        token_id              the secret's lock: one token per secret
@@ -54,8 +54,8 @@ from pydantic import ValidationError
 from hangar.db.records import micros, prefix_end, prepare, utc
 from hangar.errors import (
     AlreadyExists, BackendError, CheckpointNotFound, EnvironmentNotFound, HangarError,
-    InvalidInput, InvalidSettings, NameTaken, NotFound, SessionNotFound, TokenNotFound,
-    VersionConflict,
+    InvalidInput, InvalidSettings, NameTaken, NotFound, SessionNotFound, SourcePruned,
+    TokenNotFound, VersionConflict,
 )
 from hangar.gcloud import translate, vendor_errors
 from hangar.models import (
@@ -121,6 +121,18 @@ def _load(cls: type[R], snap: Snapshot) -> R:
         detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else "no record"
         raise BackendError(f"the stored {cls.__name__} {snap.id!r} does not parse: {detail}",
                            id=snap.id) from None  # fmt: skip
+
+
+def _check_source(checkpoint: Checkpoint, source: Snapshot) -> None:
+    """SourcePruned unless ``source`` (read in the transaction) is the record of the checkpoint
+    ``checkpoint`` reuses, in the session it names."""
+    owner = checkpoint.source_session or checkpoint.session_id
+    if not source.exists or source.get("session_id") != owner:
+        raise SourcePruned(
+            f"checkpoint {checkpoint.source!r} of session {owner!r}, whose chunks "
+            f"{checkpoint.id!r} reuses, was pruned",
+            id=checkpoint.id, source=checkpoint.source, source_session=owner,
+        )  # fmt: skip
 
 
 def _filter(field: str, op: str, value: object) -> Any:
@@ -549,22 +561,32 @@ class FirestoreDb:
         (:func:`hangar.models.pruned`). Returns the dropped
         records, oldest first; the new one is among them, and not stored, when it is older than
         the ``keep`` newest. AlreadyExists if the id is taken (nothing is dropped then);
-        SessionNotFound if the session is gone; InvalidInput if ``keep`` is below 1."""
+        SessionNotFound if the session is gone; InvalidInput if ``keep`` is below 1;
+        SourcePruned if ``checkpoint.source`` is set and its document (of ``source_session``,
+        else this session) is gone. That document is read in the transaction, so a prune or
+        delete of it committed before ours commits aborts ours, and the re-run sees it gone. A
+        source this call prunes is fine: it is read before the prune."""
         if keep < 1:
             raise InvalidInput(f"keep must be at least 1, not {keep}", keep=keep)
         stored, doc = _prepare(checkpoint, Checkpoint, 1)
         ref, session = self._ref("checkpoints", stored.id), self._ref("sessions", stored.session_id)
+        reads = [session, ref]
+        if stored.source is not None:
+            reads.append(self._ref("checkpoints", stored.source))
         query = self._checkpoints_of(stored.session_id)
-        fields = _fields(stored, doc, session_id=stored.session_id, ts=utc(stored.ts))
+        fields = _fields(stored, doc, session_id=stored.session_id, ts=utc(stored.ts),
+                         uses=stored.uses)  # fmt: skip
 
         def body(tx: Transaction) -> list[Checkpoint]:
-            owner, existing = self._read(tx, session, ref)
+            owner, existing, *reused = self._read(tx, *reads)
             history = list(tx.get(query, **self._calls))
             if not owner.exists:
                 raise SessionNotFound(f"no session {stored.session_id!r}",
                                       session_id=stored.session_id)  # fmt: skip
             if existing.exists:
                 raise AlreadyExists(f"checkpoint id {stored.id!r} exists", id=stored.id)
+            if reused:
+                _check_source(stored, reused[0])
             # Parsed before the commit: a record that does not parse undoes the whole call.
             ranked: list[tuple[int, str, Snapshot | None, Checkpoint]] = [
                 (micros(snap.get("ts")), snap.id, snap, _load(Checkpoint, snap))
@@ -582,6 +604,15 @@ class FirestoreDb:
             return dropped
 
         return self._transact("record a checkpoint", body)
+
+    def checkpoints_using(self, session_id: str) -> list[Checkpoint]:
+        """Every checkpoint record whose ``uses`` lists ``session_id``, oldest first by ``ts``
+        (ties by id; sorted here, so no composite index is needed)."""
+        # index: automatic single-field (uses, array-contains)
+        query = self._col("checkpoints").where(filter=_filter("uses", "array_contains",
+                                                              session_id))  # fmt: skip
+        found = self._query(Checkpoint, query.select(["doc"]), "find checkpoints using a session")
+        return sorted(found, key=lambda c: (micros(c.ts), _doc_id(c.id)))
 
     def list_checkpoints(self, session_id: str) -> list[Checkpoint]:
         """Oldest first, newest last (by ``ts``; ties by id)."""

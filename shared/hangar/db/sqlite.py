@@ -35,8 +35,8 @@ from pydantic import ValidationError
 from hangar.db.records import micros, prefix_end, prepare
 from hangar.errors import (
     AlreadyExists, BackendError, CheckpointNotFound, EnvironmentNotFound, HangarError,
-    InvalidInput, InvalidSettings, NameTaken, NotFound, SessionNotFound, TokenNotFound,
-    VersionConflict,
+    InvalidInput, InvalidSettings, NameTaken, NotFound, SessionNotFound, SourcePruned,
+    TokenNotFound, VersionConflict,
 )
 from hangar.models import (
     Checkpoint, Environment, Record, Session, SessionState, TickDue, Token, Turn, pruned,
@@ -496,7 +496,11 @@ class SqliteDb:
         sparing the last good one (:func:`hangar.models.pruned`).
         Returns the dropped records, oldest first. AlreadyExists if the id is taken (nothing is
         dropped then); SessionNotFound if the session is gone (a checkpoint that finished while
-        its session was deleted must not outlive it); InvalidInput if ``keep`` is below 1."""
+        its session was deleted must not outlive it); InvalidInput if ``keep`` is below 1;
+        SourcePruned if ``checkpoint.source`` is set and no longer recorded (looked up in
+        ``source_session``, else this session, inside the same write transaction, which holds
+        the write lock: nobody prunes it between the check and the commit). A source this call
+        prunes is fine: it is checked before the prune."""
         if keep < 1:
             raise InvalidInput(f"keep must be at least 1, not {keep}", keep=keep)
         stored, doc = prepare(checkpoint, Checkpoint, 1)
@@ -509,6 +513,8 @@ class SqliteDb:
                 raise SessionNotFound(
                     f"no session {stored.session_id!r}", session_id=stored.session_id
                 )
+            if stored.source is not None:
+                self._check_source(conn, stored)
             self._insert(conn, "checkpoints", {**columns, "version": 1, "doc": doc}, clash)
             rows = conn.execute(
                 "SELECT rowid, doc FROM checkpoints WHERE session_id = ? ORDER BY ts, rowid",
@@ -521,6 +527,30 @@ class SqliteDb:
             conn.executemany("DELETE FROM checkpoints WHERE rowid = ?",
                              [(rowid,) for rowid, c in history if c.id in gone])  # fmt: skip
         return dropped
+
+    @staticmethod
+    def _check_source(conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
+        """SourcePruned unless the checkpoint ``checkpoint`` reuses is still recorded."""
+        owner = checkpoint.source_session or checkpoint.session_id
+        found = conn.execute("SELECT 1 FROM checkpoints WHERE id = ? AND session_id = ?",
+                             (checkpoint.source, owner)).fetchone()  # fmt: skip
+        if found is None:
+            raise SourcePruned(
+                f"checkpoint {checkpoint.source!r} of session {owner!r}, whose chunks "
+                f"{checkpoint.id!r} reuses, was pruned",
+                id=checkpoint.id, source=checkpoint.source, source_session=owner,
+            )  # fmt: skip
+
+    def checkpoints_using(self, session_id: str) -> list[Checkpoint]:
+        """Every checkpoint record whose ``uses`` lists ``session_id``, oldest first by ``ts``
+        (ties in insertion order). A scan of the checkpoint records (a few per session: the
+        kept ones), each one's ``uses`` read from its JSON: the sweep that asks is rare."""
+        return self._all(
+            Checkpoint,
+            "SELECT doc FROM checkpoints WHERE EXISTS (SELECT 1 FROM json_each(doc, '$.uses')"
+            " WHERE value = ?) ORDER BY ts, rowid",
+            (session_id,),
+        )
 
     def list_checkpoints(self, session_id: str) -> list[Checkpoint]:
         """Oldest first, newest last (by ``ts``; ties in insertion order)."""

@@ -18,6 +18,7 @@ from hangar.db.sqlite import SCHEMA_VERSION, SqliteDb
 from hangar.errors import AlreadyExists, BackendError, InvalidInput, InvalidSettings
 from hangar.models import Environment
 from hangar.testing.db import DbConformance, make_checkpoint, make_session, make_token
+from hangar.testing.db_reuse import CheckpointReuseConformance
 
 _PROCESS_TIMEOUT = 60.0
 
@@ -34,6 +35,14 @@ class TestSqliteMemoryDb(DbConformance):
     @pytest.fixture
     def db(self) -> Iterator[Db]:
         opened = SqliteDb.from_url("sqlite:///:memory:")
+        yield opened
+        opened.close()
+
+
+class TestSqliteCheckpointReuse(CheckpointReuseConformance):
+    @pytest.fixture
+    def db(self, tmp_path: Path) -> Iterator[Db]:
+        opened = SqliteDb(tmp_path / "hangar.db")
         yield opened
         opened.close()
 
