@@ -7,8 +7,8 @@ Contract for every backend (checked by :mod:`hangar.testing.blobs`):
 - ``put`` is atomic: a reader sees the old object, the whole new one, or none, never a part.
   With ``if_absent=True`` it raises :class:`~hangar.errors.AlreadyExists` when the key exists
   and changes nothing. Data is bytes or an iterable of byte chunks (streamed, never all held).
-- ``open`` streams an object; ``get`` reads it whole. A missing key raises
-  :class:`~hangar.errors.BlobNotFound`.
+- ``open`` streams an object; ``get`` reads it whole; ``read_range`` reads a slice of it in
+  one request. A missing key raises :class:`~hangar.errors.BlobNotFound`.
 - ``delete`` is idempotent. ``list`` returns keys under a prefix, sorted.
 """
 
@@ -33,6 +33,13 @@ class Blobs(Protocol):
 
     def get(self, key: str) -> bytes: ...
 
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """The bytes ``[start, start + length)`` of the object, in one request: all ``length``
+        of them, fewer only when the object ends sooner (none when it ends at or before
+        ``start``). BlobNotFound if the key is missing (a zero ``length`` included);
+        InvalidInput if ``start`` or ``length`` is negative."""
+        ...
+
     def exists(self, key: str) -> bool: ...
 
     def delete(self, key: str) -> None: ...
@@ -46,6 +53,13 @@ def check_key(key: str) -> str:
     if not key or any(p in ("", ".", "..") for p in parts) or "\x00" in key:
         raise InvalidInput(f"invalid blob key {key!r}", key=key)
     return key
+
+
+def check_range(key: str, start: int, length: int) -> None:
+    """Raise InvalidInput unless ``start`` and ``length`` are both at least 0."""
+    if start < 0 or length < 0:
+        raise InvalidInput(f"invalid range of blob {key!r}: start {start}, length {length}",
+                           key=key, start=start, length=length)  # fmt: skip
 
 
 class Tally:

@@ -97,3 +97,41 @@ class BlobsConformance:
     def test_unsafe_keys_are_refused_with_invalid_input(self, blobs: Blobs, key: str) -> None:
         with pytest.raises(InvalidInput):
             blobs.put(key, b"x")
+
+    def test_read_range_reads_the_middle_of_an_object(self, blobs: Blobs) -> None:
+        data = os.urandom(100_000)
+        blobs.put("packs/p", data)
+        assert blobs.read_range("packs/p", 40_000, 123) == data[40_000:40_123]
+        assert blobs.read_range("packs/p", 0, 1) == data[:1]
+
+    def test_read_range_past_the_end_returns_only_what_the_object_holds(
+        self, blobs: Blobs
+    ) -> None:
+        blobs.put("packs/p", b"0123456789")
+        assert blobs.read_range("packs/p", 7, 100) == b"789"
+        assert blobs.read_range("packs/p", 0, 10) == b"0123456789"
+        assert blobs.read_range("packs/p", 10, 5) == b""
+        assert blobs.read_range("packs/p", 50, 2**40) == b""
+
+    def test_read_range_of_no_bytes_is_empty_and_of_an_empty_object_too(
+        self, blobs: Blobs
+    ) -> None:
+        blobs.put("packs/p", b"0123456789")
+        blobs.put("packs/empty", b"")
+        assert blobs.read_range("packs/p", 3, 0) == b""
+        assert blobs.read_range("packs/empty", 0, 0) == b""
+        assert blobs.read_range("packs/empty", 0, 8) == b""
+
+    def test_read_range_of_a_missing_key_raises_blob_not_found(self, blobs: Blobs) -> None:
+        with pytest.raises(BlobNotFound):
+            blobs.read_range("packs/missing", 0, 10)
+        with pytest.raises(BlobNotFound):
+            blobs.read_range("packs/missing", 0, 0)
+
+    @pytest.mark.parametrize(("start", "length"), [(-1, 5), (0, -1), (-3, -3)])
+    def test_read_range_with_a_negative_start_or_length_raises_invalid_input(
+        self, blobs: Blobs, start: int, length: int
+    ) -> None:
+        blobs.put("packs/p", b"0123456789")
+        with pytest.raises(InvalidInput):
+            blobs.read_range("packs/p", start, length)
