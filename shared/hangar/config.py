@@ -127,6 +127,9 @@ class Settings(BaseModel):
     exchange_repair_timeout_minutes: float = Field(
         10, gt=0, description="How long the repair turn for a missing or invalid result may run")
     checkpoint_timeout_seconds: float = Field(300, gt=0)
+    checkpoint_format: Literal[1, 2] = Field(
+        2, description="How new checkpoints are stored: 2, content-addressed chunks (a turn "
+        "stores what changed); 1, every part whole, as hangar did before. Both restore")
     sandbox_ttl_minutes: float = Field(120, gt=0)
     prebuild_environments: str = Field(
         "", description="Environments whose sandbox templates and warm pools are made at start "

@@ -50,7 +50,7 @@ AGENT_COMMAND = "hangar-agent"
 
 USES: dict[str, tuple[str, ...]] = {
     "attach": (),
-    "checkpoint": ("gitsafe", "paths"),
+    "checkpoint": ("gitsafe", "paths", "chunking"),
     "context": ("gitsafe",),
     "exchange": ("paths",),
     "homeconfig": ("tomltext",),

@@ -14,6 +14,9 @@ CONFIG is one JSON object::
                         untracked files are left out one by one until the rest fits)
     max_restore         the most a restore may write, uncompressed (absent: no cap)
     skip_if_fingerprint the previous checkpoint's fingerprint, or null
+    format              1 (absent: parts whole, archives as compressed tars) or 2 (content-
+                        addressed chunks, :mod:`hangar.agent.chunking`; standard input then
+                        holds the cids the control plane has, 32 bytes each)
     tmp                 hangar's own scratch folder (its lock and staging), out of the
                         agent's reach; absent: the system's temporary folder
 
@@ -30,7 +33,12 @@ leaves can fail the whole checkpoint: a tracked file
 replaced by a FIFO, grown huge or unreadable loses its uncommitted changes alone, named.
 
 Standard output is one JSON line (the manifest) followed by the bytes of each part listed in it,
-in order, each exactly ``size`` bytes. With an unchanged fingerprint, the manifest says
+in order, each exactly ``size`` bytes. In format 2 each part is listed with its chunks (a blob:
+the cids that joined give its bytes; a tree: its entries, each file with its cids) and the
+manifest's ``new`` lists, as [cid, size], the chunks the control plane lacks; their bytes
+follow the manifest, in that order. A file whose stat did not move since the last checkpoint
+in this sandbox is not read again (the stat cache in hangar's private folder), unless the
+control plane lacks one of its chunks. With an unchanged fingerprint, the manifest says
 ``"unchanged": true`` and lists no parts. On failure the exit status is non-zero and stderr says
 why. Nothing is left behind in the repo: HEAD is pinned to ``refs/hangar/checkpoint`` in
 hangar's private git folder, not the repo's.
@@ -46,6 +54,8 @@ try:
 except ImportError:
     from hashlib import sha256
 
+from hangar.agent.chunking import ChunkSink, StatCache, chunk_file, entry_fields, listing
+from hangar.agent.chunking import patch_file_chunks, read_known
 from hangar.agent.gitsafe import GitError, Repo, branch_problem, checkout_refuses, remove_tree
 from hangar.agent.paths import entry_problem, folders_rule, kind_problem, left_out_warning
 from hangar.agent.paths import private_folder, readable
@@ -713,8 +723,15 @@ def run_all(jobs):
     return results
 
 
-def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=False):
+def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=False,
+         known=None):
+    """The manifest and the parts of a checkpoint. ``known``: the cids the control plane holds
+    (format 2); None for format 1."""
     repo, home = cfg["repo"], cfg["home"]
+    chunked = known is not None
+    if chunked:
+        sink = ChunkSink(os.path.join(staging, "chunks"), known)
+        cache = StatCache(cfg.get("tmp") if own_tmp else None)
     dirs = cfg.get("conversation_dirs") or []
     warnings = list(head_warnings)
     branch = restorable_branch(branch, warnings)
@@ -759,12 +776,16 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=F
     def untracked_job():
         if not untracked:
             return None
+        if chunked:
+            return listing(repo, untracked, cache, sink, warnings, sink.have)
         path = os.path.join(staging, "untracked" + ext)
         archive(repo, untracked, path, compression)
         return path
 
     def untracked_and_patch_job():
         archived = untracked_job()
+        if chunked:  # the patch's own limit applies; entries' sizes are not compressed
+            return archived, patch_job(0)
         return archived, patch_job(os.path.getsize(archived) if archived else 0)
 
     def folder_job(part, dirs, what):
@@ -774,6 +795,8 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=F
             members = folder_members(home, dirs, what, warnings, cfg.get("max_restore"), written)
             if not members:
                 return None
+            if chunked:
+                return listing(home, members, cache, sink, warnings, sink.have)
             path = os.path.join(staging, part + ext)
             archive(home, members, path, compression)
             return path
@@ -826,6 +849,65 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=F
         json.dump(meta, out)
     produced["meta.json"] = meta_path
 
+    if chunked:
+        parts = chunked_parts(cfg, produced, ext, sink, warnings, written)
+        cache.save()
+        sink.close()
+    else:
+        parts = whole_parts(cfg, produced, ext, compression, warnings)
+    tree_size = produced.pop("tree size")
+    facts.keep(refused, tree_size)
+    written.append(tree_size)
+    if not chunked:
+        written += [os.path.getsize(p) if os.path.isfile(p) else 0 for p in
+                    (os.path.join(repo, u) for u in untracked)]  # fmt: skip
+    cap = cfg.get("max_restore")
+    if cap is not None and sum(written) > cap:
+        manifest["checked"] = False
+        warnings.append("a restore of this checkpoint would write %d bytes, over the %d-byte "
+                        "restore cap (HANGAR_SESSION_MAX_RESTORE_MB): it is not counted as "
+                        "known to restore, and older checkpoints are kept"
+                        % (sum(written), cap))  # fmt: skip
+    manifest.update(base=base, compression=compression, warnings=manifest_warnings(warnings),
+                    parts=parts, meta=meta)  # fmt: skip
+    if chunked:
+        manifest.update(format=2, new=sink.sent, chunks=sink.path)
+    return manifest, parts
+
+
+def chunked_parts(cfg, produced, ext, sink, warnings, written):
+    """Format 2's parts: the listings of the trees (their new chunks already in ``sink``), and
+    the files made in staging cut into chunks (new ones into ``sink``). A part over
+    ``max_part`` bytes is left out, named."""
+    parts = []
+    for name in ("meta.json", "repo.bundle", "staged.patch", "wip.patch", "untracked", "agent",
+                 "exchange", "session.patch"):
+        made = produced.get(name + ext if name in ("untracked", "agent", "exchange") else name)
+        if not made:
+            continue
+        if isinstance(made, list):  # a tree's entries
+            size = sum(e.size for e in made)
+            part = {"name": name, "kind": "tree", "size": size,
+                    "entries": [entry_fields(e) for e in made]}  # fmt: skip
+            if name == "untracked":
+                written.append(size)  # the conversation folders' files are in already
+        else:
+            size = os.path.getsize(made)
+            part = {"name": name, "kind": "blob", "size": size, "chunks": None, "path": made}
+        if size > cfg["max_part"]:
+            warnings.append("%s skipped: %d bytes, over the %d-byte part cap"
+                            % (name, size, cfg["max_part"]))  # fmt: skip
+            continue
+        if part["kind"] == "blob":
+            cut = patch_file_chunks if name.endswith(".patch") else chunk_file
+            part["chunks"] = [c.cid for c in cut(made, sink)]
+            del part["path"]
+        parts.append(part)
+    return parts
+
+
+def whole_parts(cfg, produced, ext, compression, warnings):
+    """Format 1's parts: each file made in staging, whole, unless over ``max_part``."""
     parts = []
     order = ["meta.json", "repo.bundle", "staged.patch", "wip.patch", "untracked" + ext,
              "agent" + ext, "exchange" + ext, "session.patch"]  # fmt: skip
@@ -841,21 +923,7 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=F
         is_archive = name.endswith((".tar.zst", ".tar.gz"))
         parts.append({"name": name, "size": size,
                       "compression": compression if is_archive else "none", "path": path})  # fmt: skip
-    tree_size = produced.pop("tree size")
-    facts.keep(refused, tree_size)
-    written.append(tree_size)
-    written += [os.path.getsize(p) if os.path.isfile(p) else 0 for p in
-                (os.path.join(repo, u) for u in untracked)]  # fmt: skip
-    cap = cfg.get("max_restore")
-    if cap is not None and sum(written) > cap:
-        manifest["checked"] = False
-        warnings.append("a restore of this checkpoint would write %d bytes, over the %d-byte "
-                        "restore cap (HANGAR_SESSION_MAX_RESTORE_MB): it is not counted as "
-                        "known to restore, and older checkpoints are kept"
-                        % (sum(written), cap))  # fmt: skip
-    manifest.update(base=base, compression=compression, warnings=manifest_warnings(warnings),
-                    parts=parts, meta=meta)  # fmt: skip
-    return manifest, parts
+    return parts
 
 
 def manifest_warnings(warnings):
@@ -946,8 +1014,16 @@ def main():
         import threading
 
         clean_stale(tmp, keep=staging)
+        known = read_known(sys.stdin.buffer) if cfg.get("format") == 2 else None
         manifest, parts = pack(cfg, r, staging, head, branch, records, fp, head_warnings,
-                               own_tmp)  # fmt: skip
+                               own_tmp, known)  # fmt: skip
+        if known is not None:
+            chunks = manifest.pop("chunks")
+            out.write(json.dumps(manifest).encode() + b"\n")
+            with open(chunks, "rb") as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+            out.flush()
+            return
         listed = [{k: v for k, v in p.items() if k != "path"} for p in parts]
         out.write(json.dumps(dict(manifest, parts=listed)).encode() + b"\n")
         for part in parts:

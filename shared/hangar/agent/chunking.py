@@ -146,16 +146,43 @@ def join_patch(pieces):
 
 
 def patch_chunks(data, sink=None):
-    """The chunks of a patch, one per piece of :func:`split_patch` (``sink`` as in
-    :func:`chunk_file`)."""
+    """The chunks of a patch: each piece of :func:`split_patch`, cut into BLOCK-byte blocks
+    when longer (``sink`` as in :func:`chunk_file`)."""
     chunks, offset = [], 0
     for piece in split_patch(data):
-        cid = sha256(piece).hexdigest()
-        if sink is not None:
-            sink(cid, piece)
-        chunks.append(Chunk(cid, offset, len(piece)))
-        offset += len(piece)
+        for at in range(0, len(piece), BLOCK):
+            block = piece[at:at + BLOCK]
+            cid = sha256(block).hexdigest()
+            if sink is not None:
+                sink(cid, block)
+            chunks.append(Chunk(cid, offset, len(block)))
+            offset += len(block)
     return chunks
+
+
+def patch_file_chunks(path, sink=None, read_size=1 << 20):
+    """:func:`patch_chunks` of the patch in the file at ``path`` (one of hangar's own), read a
+    piece at a time: a patch of any size is never held whole."""
+    chunks, offset, pending = [], 0, b""
+    with open(path, "rb") as src:
+        while True:
+            data = src.read(read_size)
+            pending += data
+            if data:
+                # Keep what may be the start of a cut, or of a section still being read.
+                cut = pending.rfind(PATCH_CUT)
+                if cut <= 0:
+                    keep = max(0, len(pending) - len(PATCH_CUT)) // BLOCK * BLOCK
+                    ready, pending = pending[:keep], pending[keep:]
+                else:
+                    ready, pending = pending[:cut + 1], pending[cut + 1:]
+            else:
+                ready, pending = pending, b""
+            for chunk in patch_chunks(ready, sink):
+                chunks.append(Chunk(chunk.cid, offset + chunk.offset, chunk.size))
+            offset += len(ready)
+            if not data:
+                return chunks
 
 
 def stat_key(st):
@@ -294,10 +321,11 @@ def natural(value):
     return type(value) is int and value >= 0
 
 
-def listing(root, members, cache, sink=None, warnings=None):
+def listing(root, members, cache, sink=None, warnings=None, have=None):
     """The :class:`Entry` of each of ``members`` (paths relative to ``root``, as
     ``folder_members`` and ``select_untracked`` give them), in their order. A file's chunks
-    come from ``cache`` when its stat matches there, else it is read (``sink`` as in
+    come from ``cache`` when its stat matches there and ``have(cid)`` is true for each of them
+    (the control plane holds them already), else it is read (``sink`` as in
     :func:`chunk_file`) and put in ``cache``. A member gone meanwhile is left out; one that is
     no longer a file, folder or link, or was swapped while read, is left out and named in
     ``warnings``. Nothing is followed: a link is listed as a link."""
@@ -320,6 +348,8 @@ def listing(root, members, cache, sink=None, warnings=None):
             out.append(Entry(name, "symlink", mode, st.st_mtime_ns, len(target), target, []))
         elif stat.S_ISREG(st.st_mode):
             chunks = cache.get(full, st)
+            if chunks is not None and have is not None and not all(have(c.cid) for c in chunks):
+                chunks = None  # the control plane lacks some: read them again
             if chunks is None:
                 try:
                     fd, opened = open_regular(full, st)
@@ -339,3 +369,54 @@ def listing(root, members, cache, sink=None, warnings=None):
         elif warnings is not None:
             warnings.append("%s left out: it is not a file, folder or link" % rel)
     return out
+
+
+class ChunkSink:
+    """The chunks a checkpoint sends out of the sandbox: each chunk the control plane does not
+    hold yet (its cid not in ``known``), once, appended to the file at ``path`` in the order
+    first seen; ``sent`` lists them as (cid, size). Safe to use from several threads."""
+
+    def __init__(self, path, known):
+        import threading
+
+        self.known = known
+        self.sent = []
+        self._seen = set()
+        self._lock = threading.Lock()
+        self._out = open(path, "wb")
+        self.path = path
+
+    def have(self, cid):
+        """Whether the control plane holds, or will hold, chunk ``cid``."""
+        return cid in self.known or cid in self._seen
+
+    def __call__(self, cid, data):
+        with self._lock:
+            if cid in self.known or cid in self._seen:
+                return
+            self._seen.add(cid)
+            self.sent.append((cid, len(data)))
+            self._out.write(data)
+
+    def close(self):
+        self._out.close()
+
+
+def read_known(stream, limit=1 << 26):
+    """The cids the control plane holds, from ``stream``: their 32-byte digests back to back
+    (at most ``limit`` bytes; a stream that is not whole digests gives an empty set: every
+    chunk is sent)."""
+    data = stream.read(limit + 1)
+    if len(data) > limit or len(data) % 32:
+        return set()
+    return {data[i:i + 32].hex() for i in range(0, len(data), 32)}
+
+
+def entry_fields(entry):
+    """An :class:`Entry` as the manifest line carries it: [path (base64), kind, mode, mtime_ns,
+    size, target (base64) or None, [cids]]."""
+    import base64
+
+    target = None if entry.target is None else base64.b64encode(entry.target).decode()
+    return [base64.b64encode(entry.path).decode(), entry.kind, entry.mode, entry.mtime,
+            entry.size, target, [c.cid for c in entry.chunks]]

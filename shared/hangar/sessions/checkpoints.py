@@ -10,12 +10,20 @@ checked by reading the record back, since a commit can land and still report an 
 
 The sandbox's output is untrusted: the manifest is validated, part names come from a fixed set
 and sizes must add up to what was received.
+
+Format 2 (``HANGAR_CHECKPOINT_FORMAT``, the default) stores content-addressed chunks instead of
+whole parts (:mod:`hangar.sessions.chunked`): the sandbox is told which chunks the *source*
+holds (the session's newest format-2 checkpoint, or for a fork's first, the one it was forked
+from) and sends only the others. Recording refuses a take whose source was pruned meanwhile
+(SourcePruned: its chunks may be swept); the take is then made again from no source, sending
+everything. Pruned and dropped checkpoints' packs are swept (:mod:`hangar.sessions.sweep`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -30,13 +38,17 @@ from hangar.blobs import Blobs
 from hangar.config import Settings
 from hangar.db import Db
 from hangar.errors import (
-    BackendError, CheckpointError, CheckpointNotFound, ExecTimeout, HangarError,
+    BackendError, BlobNotFound, CheckpointError, CheckpointNotFound, DecryptionFailed, ExecTimeout,
+    HangarError, SourcePruned,
 )
 from hangar.keys import Keys
 from hangar.models import Checkpoint, CheckpointPart, CheckpointReason, Compression
 from hangar.sandboxes import HANGAR_TMP, HOME, Sandboxes, SandboxUser
 from hangar.keys.envelope import CHUNK
+from hangar.sessions.chunked import ChunkedStore, Source, accept, open_manifest
+from hangar.sessions.contents import Contents
 from hangar.sessions.parts import CheckpointParts, part_key
+from hangar.sessions.sweep import PackSweeper
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +76,8 @@ PART_NAMES = frozenset(
     }
 )
 _MAX_MANIFEST = 1 << 20
+_MAX_CHUNKED_MANIFEST = 64 << 20
+"""A format-2 manifest lists every file with its chunks: a large tree takes more than 1 MiB."""
 _PARTS_AT_ONCE = 4
 PART_THREADS = "hangar-checkpoint-part"
 """The name prefix of the threads that store a checkpoint's parts."""
@@ -101,6 +115,8 @@ class CheckpointTarget:
     conversation_dirs: Sequence[str] = field(default=DEFAULT_CONVERSATION_DIRS)
     exchange_dir: str | None = None
     home: str = HOME
+    fork_of: tuple[str, str] | None = None
+    """(session, checkpoint) it was forked from: its first checkpoint reuses that one's chunks."""
 
 
 class _PackedPart(BaseModel):
@@ -108,7 +124,7 @@ class _PackedPart(BaseModel):
 
     name: str
     size: int
-    compression: Compression
+    compression: Compression = Compression.NONE  # format 2's parts have none (and more fields)
 
 
 class _Manifest(BaseModel):
@@ -122,6 +138,7 @@ class _Manifest(BaseModel):
     base: str | None = None
     warnings: list[str] = []
     parts: list[_PackedPart] = []
+    format: int = 1
 
 
 def _read_range(fd: int, offset: int, size: int) -> Iterator[bytes]:
@@ -146,6 +163,13 @@ class Checkpointer:
         self.sandboxes = sandboxes
         self.settings = settings
         self.parts = CheckpointParts(blobs, keys)
+        self.chunked = ChunkedStore(blobs, self.parts)
+        grace = timedelta(seconds=2 * settings.checkpoint_timeout_seconds + 600)
+        self.sweeper = PackSweeper(db, blobs, grace)
+
+    def contents(self, checkpoint: Checkpoint) -> Contents:
+        """What ``checkpoint`` holds, part by part, whatever its format."""
+        return Contents(self.parts, checkpoint)
 
     def take(
         self,
@@ -160,10 +184,10 @@ class Checkpointer:
         when the fingerprint equals the newest checkpoint's. Raises CheckpointError when the
         checkpoint could not be taken; then nothing is recorded and no part is left in blobs.
         """
-        previous = None
-        if skip_if_unchanged:
-            history = self.db.list_checkpoints(target.session_id)
-            previous = history[-1].fingerprint if history else None
+        history = self.db.list_checkpoints(target.session_id)
+        previous = history[-1].fingerprint if skip_if_unchanged and history else None
+        chunked = self.settings.checkpoint_format == 2
+        source = self._source(target, history) if chunked else None
         config: dict[str, object] = {
             "repo": target.repo_dir,
             "home": target.home,
@@ -179,10 +203,46 @@ class Checkpointer:
             "skip_if_fingerprint": previous,
             "tmp": HANGAR_TMP,
         }
+        if chunked:
+            config["format"] = 2
+        try:
+            return self._take(target, reason, config, previous, source)
+        except SourcePruned:
+            logger.info("checkpoint of %s: its source was pruned meanwhile; taking it whole",
+                        target.session_id)  # fmt: skip
+            return self._take(target, reason, config, previous, None)
+
+    def _source(self, target: CheckpointTarget, history: list[Checkpoint]) -> Source | None:
+        """The checkpoint whose chunks a take reuses: the session's newest if it is format 2,
+        else (none yet) the one it was forked from if that is; its manifest opened. None when
+        there is none or it does not open (then everything is sent again)."""
+        try:
+            if history:
+                newest = history[-1]
+            elif target.fork_of is not None:
+                newest = self.db.get_checkpoint(*target.fork_of)
+            else:
+                return None
+            if newest.format != 2:
+                return None
+            return Source(newest, open_manifest(self.parts, newest))
+        except (CheckpointNotFound, DecryptionFailed, BlobNotFound) as exc:
+            logger.warning("checkpoint of %s: no chunks to reuse (%s)", target.session_id,
+                           exc.message)  # fmt: skip
+            return None
+
+    def _take(
+        self, target: CheckpointTarget, reason: CheckpointReason, config: dict[str, object],
+        previous: str | None, source: Source | None,
+    ) -> Checkpoint | None:  # fmt: skip
+        stdin = None
+        if config.get("format") == 2:
+            stdin = source.known() if source is not None else b""
         with tempfile.TemporaryFile() as spool:
-            self._pack(target, config, spool)
+            self._pack(target, config, spool, stdin)
             spool.seek(0)
-            manifest = self._manifest(spool)
+            line = spool.readline(_MAX_CHUNKED_MANIFEST if stdin is not None else _MAX_MANIFEST)
+            manifest = self._manifest(line)
             if manifest.unchanged:
                 # Only a skip that was asked for, against the very fingerprint given, is one.
                 if previous is None or manifest.fingerprint != previous:
@@ -192,15 +252,21 @@ class Checkpointer:
                         session_id=target.session_id,
                     )
                 return None
+            if manifest.format == 2 and stdin is not None:
+                return self._store(target, reason, manifest, spool, (line, source))
+            if stdin is not None:
+                raise CheckpointError("the sandbox answered a format-2 checkpoint in format 1")
             return self._store(target, reason, manifest, spool)
 
-    def _pack(self, target: CheckpointTarget, config: dict[str, object], spool: BinaryIO) -> None:
+    def _pack(self, target: CheckpointTarget, config: dict[str, object], spool: BinaryIO,
+              stdin: bytes | None = None) -> None:  # fmt: skip
         try:
             result = agent.run_script(
                 self.sandboxes,
                 target.sandbox_id,
                 "checkpoint",
                 json.dumps(config),
+                stdin=stdin,
                 stdout=cast(BinaryIO, _Bounded(spool, self._output_limit())),
                 timeout=self.settings.checkpoint_timeout_seconds,
                 user=SandboxUser.HANGAR,
@@ -219,14 +285,17 @@ class Checkpointer:
             )
 
     def _output_limit(self) -> int:
-        return len(PART_NAMES) * self.settings.max_part_bytes + _MAX_MANIFEST
+        return len(PART_NAMES) * self.settings.max_part_bytes + _MAX_CHUNKED_MANIFEST
 
-    def _manifest(self, spool: BinaryIO) -> _Manifest:
-        line = spool.readline(_MAX_MANIFEST)
+    def _manifest(self, line: bytes) -> _Manifest:
+        if not line.endswith(b"\n"):
+            raise CheckpointError("the sandbox's checkpoint manifest is too long or cut short")
         try:
             manifest = _Manifest.model_validate_json(line)
         except ValidationError as exc:
             raise CheckpointError(f"the sandbox's checkpoint manifest is malformed: {exc}") from None
+        if manifest.format == 2:
+            return manifest  # its parts are checked by chunked.accept
         names = [p.name for p in manifest.parts]
         bad = [n for n in names if n not in PART_NAMES]
         if bad or len(set(names)) != len(names):
@@ -242,6 +311,7 @@ class Checkpointer:
         reason: CheckpointReason,
         manifest: _Manifest,
         spool: BinaryIO,
+        chunked: tuple[bytes, Source | None] | None = None,
     ) -> Checkpoint:
         data_key, wrapped = self.parts.new_key()
         checkpoint = Checkpoint(
@@ -260,14 +330,25 @@ class Checkpointer:
             verified=manifest.checked,
             wrapped_key=wrapped,
         )
-        stored = [part_key(target.session_id, checkpoint.id, p.name) for p in manifest.parts]
-        try:
-            checkpoint.parts = self._store_parts(target, checkpoint.id, data_key, manifest, spool)
-        except BaseException as exc:
-            self._abandon(target, stored, exc)
+        if chunked is not None:
+            stored: list[str] = []
+            try:
+                parts, new = accept(*chunked)
+                checkpoint = self.chunked.store(checkpoint, data_key, parts, new, spool,
+                                                chunked[1], stored)  # fmt: skip
+            except BaseException as exc:
+                self._abandon(target, stored, exc)
+        else:
+            stored = [part_key(target.session_id, checkpoint.id, p.name) for p in manifest.parts]
+            try:
+                checkpoint.parts = self._store_parts(target, checkpoint.id, data_key, manifest,
+                                                     spool)  # fmt: skip
+            except BaseException as exc:
+                self._abandon(target, stored, exc)
         recorded = self._record(target, checkpoint, stored)
         for old in recorded:
             self._delete_quietly(old)
+        self.sweeper.after_drop(recorded)
         return checkpoint.model_copy(update={"version": 1})
 
     def _store_parts(
@@ -352,7 +433,7 @@ class Checkpointer:
         """Delete the checkpoint's parts (keys ``stored``, whichever of them were written) and
         raise: hangar errors as CheckpointError."""
         self._discard(stored)
-        if isinstance(exc, HangarError) and not isinstance(exc, CheckpointError):
+        if isinstance(exc, HangarError) and not isinstance(exc, (CheckpointError, SourcePruned)):
             raise CheckpointError(
                 f"checkpoint of {target.session_id} failed: {exc.message}",
                 session_id=target.session_id,
@@ -379,4 +460,5 @@ class Checkpointer:
         dropped = self.db.delete_checkpoints(session_id)
         for checkpoint in dropped:
             self._delete_quietly(checkpoint)
+        self.sweeper.after_drop(dropped, gone=session_id)
         return dropped

@@ -18,6 +18,7 @@ from hangar.models import Checkpoint, Session
 
 if TYPE_CHECKING:
     from hangar.sessions.checkpoints import Checkpointer
+    from hangar.sessions.contents import Contents
 
 __all__ = ["MEDIA", "PullAnswer", "PullInfo", "package"]
 
@@ -31,30 +32,29 @@ def package(checkpointer: Checkpointer, session: Session, checkpoints: list[Chec
     assert newest.head is not None
     warnings = list(newest.warnings)
     members: list[Member] = []
-    bundle = newest.part("repo.bundle")
-    if bundle is not None:
-        members.append(_member(checkpointer, newest, "repo.bundle", "repo.bundle"))
+    contents = checkpointer.contents(newest)
+    bundle = contents.has("repo.bundle")
+    if bundle:
+        members.append(_member(contents, "repo.bundle", "repo.bundle"))
     elif newest.base != newest.head:
         raise NotFound(f"session {session.name}'s newest checkpoint ({newest.id}) kept no "
                        "bundle of its commits: " + ("; ".join(w for w in warnings if "bundle" in w)
                                                     or "they are not recorded"),
                        session=session.name)  # fmt: skip
     patch_base: Literal["base", "head"] = "base"
-    if newest.part("session.patch") is not None and newest.base:
-        members.append(_member(checkpointer, newest, "session.patch", "changes.patch"))
-    elif newest.part("wip.patch") is not None:
+    if contents.has("session.patch") and newest.base:
+        members.append(_member(contents, "session.patch", "changes.patch"))
+    elif contents.has("wip.patch"):
         patch_base = "head"
-        members.append(_member(checkpointer, newest, "wip.patch", "changes.patch"))
+        members.append(_member(contents, "wip.patch", "changes.patch"))
         warnings.append("changes.patch holds the tracked files' changes only: the untracked "
                         "files did not fit the checkpoint's patch")  # fmt: skip
     info = PullInfo(session=session.name, checkpoint=newest.id, taken_at=newest.ts,
                     branch=newest.branch, head=newest.head, base=newest.base,
-                    bundle=bundle is not None, patch=any(m.name == "changes.patch" for m in members),
+                    bundle=bundle, patch=any(m.name == "changes.patch" for m in members),
                     patch_base=patch_base, warnings=warnings)  # fmt: skip
     return PullAnswer(info, members)
 
 
-def _member(checkpointer: Checkpointer, checkpoint: Checkpoint, part: str, name: str) -> Member:
-    recorded = checkpoint.part(part)
-    assert recorded is not None
-    return Member(name, recorded.size, lambda: checkpointer.parts.read(checkpoint, part))
+def _member(contents: Contents, part: str, name: str) -> Member:
+    return Member(name, contents.size(part), lambda: contents.read(part))

@@ -39,12 +39,11 @@ from hangar.errors import (
 from hangar.keys import Keys
 from hangar.models import Checkpoint
 from hangar.sandboxes import HANGAR_TMP, HOME, Sandboxes, SandboxUser
+from hangar.sessions.contents import Contents
 from hangar.sessions.parts import CheckpointParts
 
 logger = logging.getLogger(__name__)
 
-_RESTORED_PARTS = ("repo.bundle", "staged.patch", "wip.patch", "untracked.", "agent.",
-                   "exchange.")
 PARTS_VERIFIED = b"hangar: every part verified\n"
 """The line after the last part, sent only once every part authenticated and matched its
 record; :mod:`hangar.agent.restore` changes nothing before it has read it (the same bytes)."""
@@ -141,16 +140,9 @@ class Restorer:
         started = time.perf_counter()
         if checkpoint.head is None:
             raise RestoreFailed(f"checkpoint {checkpoint.id} has no head", checkpoint=checkpoint.id)
-        data_key = self.parts.data_key(checkpoint)
         with ExitStack() as stack:
             # Every part opened before the exec: a missing one fails before the sandbox is used.
-            opened: list[tuple[dict[str, object], Iterator[bytes]]] = []
-            for part in checkpoint.parts:
-                if not part.name.startswith(_RESTORED_PARTS):
-                    continue
-                chunks = stack.enter_context(self.parts.opened(checkpoint, part.name, data_key))
-                entry = {"name": part.name, "size": part.size, "compression": part.compression}
-                opened.append((entry, chunks))
+            opened = Contents(self.parts, checkpoint).restore_parts(stack)
             plan = {
                 "repo": repo_dir,
                 "home": home,
@@ -161,17 +153,17 @@ class Restorer:
                 "tmp": HANGAR_TMP,
                 "max_bytes": self.settings.max_restore_bytes,
                 "fresh": fresh,
-                "parts": [entry for entry, _ in opened],
+                "parts": [part.entry() for part in opened],
             }
 
             unsealing = [0.0]
 
             def stdin() -> Iterator[bytes]:
                 yield json.dumps(plan).encode() + b"\n"
-                for _, chunks in opened:
+                for part in opened:
                     while True:
                         began = time.perf_counter()
-                        chunk = next(chunks, None)  # raises DecryptionFailed: the stream ends
+                        chunk = next(part.chunks, None)  # raises DecryptionFailed: the stream ends
                         unsealing[0] += time.perf_counter() - began
                         if chunk is None:
                             break

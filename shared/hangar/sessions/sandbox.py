@@ -22,7 +22,7 @@ from hangar.exchange.layout import exchange_dir
 from hangar.sessions.conversations import conversation_dirs
 from hangar.processes.following import RunFollowers
 from hangar.processes.runs import read_run, read_stderr, run_started, start_run, stop_run
-from hangar.models import Checkpoint, CheckpointReason, Environment, Session
+from hangar.models import Checkpoint, CheckpointReason, Environment, Session, StartKind
 from hangar.sandboxes import (
     HOME,
     WORKSPACE,
@@ -59,7 +59,17 @@ def checkpoint_target(session: Session) -> CheckpointTarget:
         conversation_dirs=conversation_dirs(session),
         # its own part: what the agent hands back never crowds the conversation out of its cap
         exchange_dir=exchange_dir(session),
+        fork_of=fork_point(session),
     )
+
+
+def fork_point(session: Session) -> tuple[str, str] | None:
+    """(session, checkpoint) a fork was made from while it starts (its first checkpoint reuses
+    that one's chunks); None for a session that is not a fork starting."""
+    start = session.start
+    if start is not None and start.kind is StartKind.FORK and start.source and start.checkpoint:
+        return start.source, start.checkpoint
+    return None
 
 
 def sandbox_alive(sandboxes: Sandboxes, session: Session) -> bool:

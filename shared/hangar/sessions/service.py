@@ -568,8 +568,9 @@ class SessionService:
                 raise SandboxError(f"cannot make the patch: {result.stderr.decode(errors='replace').strip()}")
             return result.stdout
         for checkpoint in reversed(self.db.list_checkpoints(session.id)):
-            if checkpoint.part("session.patch"):
-                return b"".join(self.checkpointer.parts.read(checkpoint, "session.patch"))
+            contents = self.checkpointer.contents(checkpoint)
+            if contents.has("session.patch"):
+                return b"".join(contents.read("session.patch"))
         raise NotFound(f"session {session.name} has no patch to show", session=session.name)
 
     def pull(self, ref: str) -> PullAnswer:

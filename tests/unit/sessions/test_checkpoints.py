@@ -42,12 +42,22 @@ def engine_with(
     sandboxes: LocalSandboxes,
     remote: Path,
 ) -> EngineWith:
-    """An engine whose settings have these changes (``engine_with(session_max_part_mb=1)``)."""
+    """An engine whose settings have these changes (``engine_with(session_max_part_mb=1)``),
+    making format-1 checkpoints unless they say otherwise."""
 
     def make(**changes: Any) -> Engine:
-        return make_engine(settings.replace(**changes), db, blobs, keys, sandboxes, remote)
+        return make_engine(settings.replace(**{"checkpoint_format": 1, **changes}), db, blobs,
+                           keys, sandboxes, remote)  # fmt: skip
 
     return make
+
+
+@pytest.fixture
+def engine(engine_with: EngineWith) -> Engine:
+    """These tests hold format 1 (each part stored whole), which checkpoints made before
+    format 2 keep, and HANGAR_CHECKPOINT_FORMAT=1 still makes; format 2's are in
+    test_chunked_checkpoints.py."""
+    return engine_with(checkpoint_format=1)
 
 
 TURN_ONE = f"""

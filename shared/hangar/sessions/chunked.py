@@ -1,0 +1,209 @@
+"""Format-2 checkpoints on the control plane: what the sandbox sent, checked and stored.
+
+The sandbox's checkpoint script (format 2, :mod:`hangar.agent.chunking`) is told the cids of
+the chunks a *source* checkpoint holds (the session's newest, or for a fork's first, the one it
+was forked from) and answers with a manifest line listing every part by its chunks and the new
+chunks' bytes after it. Nothing it says is trusted: :func:`accept` checks every name, size and
+cid (a chunk it did not send must be one the source holds; a chunk it sent must hash to its
+cid), and :class:`ChunkedStore` seals each new chunk under a key of its own into packs, then
+seals the manifest (:class:`~hangar.sessions.manifest.Manifest`) as the checkpoint's one part.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from typing import BinaryIO, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hangar.blobs import Blobs
+from hangar.errors import CheckpointError, DecryptionFailed
+from hangar.models import Checkpoint, CheckpointPart
+from hangar.sessions.chunks import OVERHEAD, PackWriter, new_key, pack_target
+from hangar.sessions.manifest import BLOB_PARTS, TREE_PARTS, ChunkRef, Manifest, ManifestPart
+from hangar.sessions.manifest import TreeEntry
+from hangar.sessions.parts import CheckpointParts, part_key
+
+MANIFEST_PART = "manifest"
+BLOCK = 64 * 1024
+"""The largest chunk a sandbox may send (agent/chunking.py's BLOCK)."""
+_CID = re.compile(r"[0-9a-f]{64}")
+
+
+class _SentPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    kind: Literal["blob", "tree"]
+    size: int = Field(ge=0)
+    chunks: list[str] | None = None
+    entries: list[tuple[str, str, int, int, int, str | None, list[str]]] | None = None
+
+
+class Sent(BaseModel):
+    """The part of a format-2 manifest line that names chunks (the rest is format 1's)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    format: Literal[2]
+    parts: list[_SentPart]
+    new: list[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class Source:
+    """The checkpoint whose chunks a take may reuse, with its opened manifest."""
+
+    checkpoint: Checkpoint
+    manifest: Manifest
+
+    def known(self) -> bytes:
+        """Its cids as the sandbox reads them: 32-byte digests back to back."""
+        return b"".join(bytes.fromhex(cid) for cid in self.manifest.chunks)
+
+
+def accept(line: bytes, source: Source | None) -> tuple[list[ManifestPart], list[tuple[str, int]]]:
+    """The parts and the new chunks (cid, size) of a format-2 manifest line, checked:
+    CheckpointError when a part or entry is malformed, a cid is neither sent nor held by
+    ``source``, or sizes do not add up."""
+    try:
+        sent = Sent.model_validate_json(line)
+    except ValidationError as exc:
+        raise CheckpointError(f"the sandbox's checkpoint manifest is malformed: {exc}") from None
+    held = source.manifest.chunks if source is not None else {}
+    sizes: dict[str, int] = {cid: ref.size for cid, ref in held.items()}
+    for cid, size in sent.new:
+        if not _CID.fullmatch(cid) or not 0 < size <= BLOCK or cid in sizes:
+            raise CheckpointError(f"the sandbox's checkpoint lists a bad new chunk {cid[:80]!r}")
+        sizes[cid] = size
+    names = [p.name for p in sent.parts]
+    if len(set(names)) != len(names):
+        raise CheckpointError(f"the sandbox's checkpoint lists a part twice: {names}")
+    parts = [_part(p, sizes) for p in sent.parts]
+    return parts, sent.new
+
+
+def _part(sent: _SentPart, sizes: dict[str, int]) -> ManifestPart:
+    if sent.kind == "blob":
+        if sent.name not in BLOB_PARTS or sent.chunks is None:
+            raise CheckpointError(f"the sandbox's checkpoint lists a bad part {sent.name!r}")
+        if _total(sent.chunks, sizes) != sent.size:
+            raise CheckpointError(f"part {sent.name}: its chunks do not add up to its size")
+        return ManifestPart(name=sent.name, kind="blob", size=sent.size, chunks=sent.chunks)
+    if sent.name not in TREE_PARTS or sent.entries is None:
+        raise CheckpointError(f"the sandbox's checkpoint lists a bad part {sent.name!r}")
+    entries = [_entry(sent.name, fields, sizes) for fields in sent.entries]
+    if sum(e.size for e in entries) != sent.size:
+        raise CheckpointError(f"part {sent.name}: its files do not add up to its size")
+    return ManifestPart(name=sent.name, kind="tree", size=sent.size, entries=entries)
+
+
+def _entry(part: str, fields: tuple[str, str, int, int, int, str | None, list[str]],
+           sizes: dict[str, int]) -> TreeEntry:  # fmt: skip
+    path, kind, mode, mtime_ns, size, target, chunks = fields
+    try:
+        entry = TreeEntry(path=_b64(path), kind=kind, mode=mode, mtime_ns=mtime_ns, size=size,  # type: ignore[arg-type]
+                          target=None if target is None else _b64(target), chunks=chunks)  # fmt: skip
+    except (ValidationError, ValueError):
+        raise CheckpointError(f"part {part}: a malformed entry") from None
+    if (entry.kind == "symlink") != (entry.target is not None) or (
+        entry.kind != "file" and (entry.chunks or entry.kind == "dir" and entry.size)
+    ):
+        raise CheckpointError(f"part {part}: a malformed {entry.kind} entry")
+    if entry.kind == "file" and _total(entry.chunks, sizes) != entry.size:
+        raise CheckpointError(f"part {part}: a file's chunks do not add up to its size")
+    if entry.kind == "symlink":
+        entry = entry.model_copy(update={"size": 0})
+    return entry
+
+
+def _b64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("not base64") from None
+
+
+def _total(cids: list[str], sizes: dict[str, int]) -> int:
+    try:
+        return sum(sizes[cid] for cid in cids)
+    except KeyError as missing:
+        raise CheckpointError(f"the sandbox's checkpoint names a chunk it neither sent nor had "
+                              f"({str(missing)[:80]})") from None  # fmt: skip
+
+
+class ChunkedStore:
+    """Stores what a format-2 take sent: packs first, then the sealed manifest."""
+
+    def __init__(self, blobs: Blobs, parts: CheckpointParts) -> None:
+        self.blobs = blobs
+        self.parts = parts
+
+    def store(
+        self, checkpoint: Checkpoint, data_key: bytes, parts: list[ManifestPart],
+        new: list[tuple[str, int]], spool: BinaryIO, source: Source | None, stored: list[str],
+    ) -> Checkpoint:  # fmt: skip
+        """Seal and pack the new chunks read from ``spool`` (each must hash to its cid), then
+        seal the manifest; returns ``checkpoint`` with its part, packs and sizes. Every blob
+        key written (or maybe written) is appended to ``stored`` as it is, for the caller to
+        delete on failure. Raises CheckpointError when the spool holds other bytes."""
+        start = spool.tell()
+        received = os.fstat(spool.fileno()).st_size - start
+        expected = sum(size for _, size in new)
+        if received != expected:
+            raise CheckpointError("the sandbox's checkpoint output "
+                                  + ("ended early" if received < expected else "has trailing bytes"))
+        same = source is not None and source.manifest.session_id == checkpoint.session_id
+        naming_key = source.manifest.naming_key if same and source else new_key()
+        writer = PackWriter(self.blobs, checkpoint.session_id, naming_key,
+                            pack_target(expected + len(new) * OVERHEAD))  # fmt: skip
+        refs: dict[str, ChunkRef] = {}
+        try:
+            for cid, size in new:
+                data = spool.read(size)
+                if len(data) != size or hashlib.sha256(data).hexdigest() != cid:
+                    raise CheckpointError("a chunk the sandbox sent does not match its cid")
+                refs[cid] = writer.add(cid, data)
+            writer.close()
+        finally:
+            stored.extend(writer.keys)
+        held = source.manifest.chunks if source is not None else {}
+        used: dict[str, ChunkRef] = {}
+        for part in parts:
+            for cid in part.chunks or [c for e in part.entries for c in e.chunks]:
+                used[cid] = refs.get(cid) or held[cid]
+        manifest = Manifest(session_id=checkpoint.session_id, checkpoint_id=checkpoint.id,
+                            naming_key=naming_key, parts=parts, chunks=used)  # fmt: skip
+        body = manifest.model_dump_json().encode()
+        stored.append(part_key(checkpoint.session_id, checkpoint.id, MANIFEST_PART))
+        put = self.parts.put(checkpoint.session_id, checkpoint.id, MANIFEST_PART, data_key, [body])
+        packs = sorted({ref.pack for ref in used.values()})
+        return checkpoint.model_copy(update={
+            "format": 2,
+            "parts": [CheckpointPart(name=MANIFEST_PART, size=put.size, stored_size=put.stored_size,
+                                     sha256=put.sha256)],
+            "packs": packs,
+            "uses": sorted({ref.owner for ref in used.values()}),
+            "written": writer.written,
+            "source": source.checkpoint.id if source else None,
+            "source_session": source.checkpoint.session_id if source else None,
+        })  # fmt: skip
+
+
+def open_manifest(parts: CheckpointParts, checkpoint: Checkpoint) -> Manifest:
+    """The manifest of a format-2 checkpoint, unsealed and checked against its record
+    (DecryptionFailed when it does not open or is another checkpoint's; BlobNotFound when it
+    is gone)."""
+    body = b"".join(parts.read(checkpoint, MANIFEST_PART))
+    try:
+        manifest = Manifest.model_validate_json(body)
+    except ValidationError:
+        raise DecryptionFailed(f"checkpoint {checkpoint.id}: its manifest is malformed") from None
+    if manifest.session_id != checkpoint.session_id or manifest.checkpoint_id != checkpoint.id:
+        raise DecryptionFailed(f"checkpoint {checkpoint.id}: its manifest is another's")
+    return manifest
