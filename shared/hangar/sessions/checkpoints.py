@@ -45,7 +45,7 @@ from hangar.keys import Keys
 from hangar.models import Checkpoint, CheckpointPart, CheckpointReason, Compression
 from hangar.sandboxes import HANGAR_TMP, HOME, Sandboxes, SandboxUser
 from hangar.keys.envelope import CHUNK
-from hangar.sessions.chunked import ChunkedStore, Source, accept, open_manifest
+from hangar.sessions.chunked import ChunkedStore, Source, accept, open_source
 from hangar.sessions.contents import Contents
 from hangar.sessions.parts import CheckpointParts, part_key
 from hangar.sessions.sweep import PackSweeper
@@ -225,7 +225,7 @@ class Checkpointer:
                 return None
             if newest.format != 2:
                 return None
-            return Source(newest, open_manifest(self.parts, newest))
+            return open_source(self.parts, newest)
         except (CheckpointNotFound, DecryptionFailed, BlobNotFound) as exc:
             logger.warning("checkpoint of %s: no chunks to reuse (%s)", target.session_id,
                            exc.message)  # fmt: skip

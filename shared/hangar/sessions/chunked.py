@@ -16,6 +16,7 @@ import binascii
 import hashlib
 import os
 import re
+import zlib
 from dataclasses import dataclass
 from typing import BinaryIO, Literal
 
@@ -25,8 +26,10 @@ from hangar.blobs import Blobs
 from hangar.errors import CheckpointError, DecryptionFailed
 from hangar.models import Checkpoint, CheckpointPart
 from hangar.sessions.chunks import OVERHEAD, PackWriter, new_key, pack_target
-from hangar.sessions.manifest import BLOB_PARTS, TREE_PARTS, ChunkRef, Manifest, ManifestPart
-from hangar.sessions.manifest import TreeEntry
+from hangar.sessions.chunks import ChunkReader
+from hangar.sessions.manifest import BLOB_PARTS, MAX_PIECE_PLAIN, TREE_PARTS, ChunkRef, Manifest
+from hangar.sessions.manifest import ManifestPart, ManifestRoot, PartHead, PieceRef, TreeEntry
+from hangar.sessions.manifest import cut_pieces, from_lines, manifest_lines
 from hangar.sessions.parts import CheckpointParts, part_key
 
 MANIFEST_PART = "manifest"
@@ -57,10 +60,12 @@ class Sent(BaseModel):
 
 @dataclass(frozen=True)
 class Source:
-    """The checkpoint whose chunks a take may reuse, with its opened manifest."""
+    """The checkpoint whose chunks a take may reuse, with its opened manifest and the pieces
+    that manifest is stored in (by cid: a piece with the same bytes is reused too)."""
 
     checkpoint: Checkpoint
     manifest: Manifest
+    pieces: dict[str, PieceRef]
 
     def known(self) -> bytes:
         """Its cids as the sandbox reads them: 32-byte digests back to back."""
@@ -163,47 +168,88 @@ class ChunkedStore:
         writer = PackWriter(self.blobs, checkpoint.session_id, naming_key,
                             pack_target(expected + len(new) * OVERHEAD))  # fmt: skip
         refs: dict[str, ChunkRef] = {}
+        pieces: list[PieceRef] = []
         try:
             for cid, size in new:
                 data = spool.read(size)
                 if len(data) != size or hashlib.sha256(data).hexdigest() != cid:
                     raise CheckpointError("a chunk the sandbox sent does not match its cid")
                 refs[cid] = writer.add(cid, data)
+            held = source.manifest.chunks if source is not None else {}
+            used: dict[str, ChunkRef] = {}
+            for part in parts:
+                for cid in part.chunks or [c for e in part.entries for c in e.chunks]:
+                    used[cid] = refs.get(cid) or held[cid]
+            manifest = Manifest(session_id=checkpoint.session_id, checkpoint_id=checkpoint.id,
+                                naming_key=naming_key, parts=parts, chunks=used)  # fmt: skip
+            old = source.pieces if source is not None else {}
+            for piece in cut_pieces(manifest_lines(manifest)):
+                cid = hashlib.sha256(piece).hexdigest()
+                ref = old.get(cid) or writer.add(cid, zlib.compress(piece, 6))
+                pieces.append(PieceRef(cid=cid, **ref.model_dump(exclude={"cid"})))
             writer.close()
         finally:
             stored.extend(writer.keys)
-        held = source.manifest.chunks if source is not None else {}
-        used: dict[str, ChunkRef] = {}
-        for part in parts:
-            for cid in part.chunks or [c for e in part.entries for c in e.chunks]:
-                used[cid] = refs.get(cid) or held[cid]
-        manifest = Manifest(session_id=checkpoint.session_id, checkpoint_id=checkpoint.id,
-                            naming_key=naming_key, parts=parts, chunks=used)  # fmt: skip
-        body = manifest.model_dump_json().encode()
+        root = ManifestRoot(session_id=checkpoint.session_id, checkpoint_id=checkpoint.id,
+                            naming_key=naming_key, pieces=pieces,
+                            parts=[PartHead(name=p.name, kind=p.kind, size=p.size)
+                                   for p in parts])  # fmt: skip
+        body = root.model_dump_json().encode()
         stored.append(part_key(checkpoint.session_id, checkpoint.id, MANIFEST_PART))
         put = self.parts.put(checkpoint.session_id, checkpoint.id, MANIFEST_PART, data_key, [body])
-        packs = sorted({ref.pack for ref in used.values()})
+        packs = sorted({ref.pack for ref in [*used.values(), *pieces]})
         return checkpoint.model_copy(update={
             "format": 2,
             "parts": [CheckpointPart(name=MANIFEST_PART, size=put.size, stored_size=put.stored_size,
                                      sha256=put.sha256)],
             "packs": packs,
-            "uses": sorted({ref.owner for ref in used.values()}),
+            "uses": sorted({ref.owner for ref in [*used.values(), *pieces]}),
             "written": writer.written,
             "source": source.checkpoint.id if source else None,
             "source_session": source.checkpoint.session_id if source else None,
         })  # fmt: skip
 
 
+def open_source(parts: CheckpointParts, checkpoint: Checkpoint) -> Source:
+    """A format-2 checkpoint's manifest, unsealed, with its pieces (see open_manifest)."""
+    root = _root(parts, checkpoint)
+    return Source(checkpoint, _records(parts, checkpoint, root),
+                  {piece.cid: piece for piece in root.pieces})  # fmt: skip
+
+
 def open_manifest(parts: CheckpointParts, checkpoint: Checkpoint) -> Manifest:
-    """The manifest of a format-2 checkpoint, unsealed and checked against its record
-    (DecryptionFailed when it does not open or is another checkpoint's; BlobNotFound when it
-    is gone)."""
+    """The manifest of a format-2 checkpoint, unsealed and checked against its record: its
+    root (the ``manifest`` part) and the pieces of its records. DecryptionFailed when either
+    does not open or is malformed, or the root is another checkpoint's; BlobNotFound when a
+    part or a pack is gone."""
+    return _records(parts, checkpoint, _root(parts, checkpoint))
+
+
+def _root(parts: CheckpointParts, checkpoint: Checkpoint) -> ManifestRoot:
     body = b"".join(parts.read(checkpoint, MANIFEST_PART))
     try:
-        manifest = Manifest.model_validate_json(body)
+        root = ManifestRoot.model_validate_json(body)
     except ValidationError:
         raise DecryptionFailed(f"checkpoint {checkpoint.id}: its manifest is malformed") from None
-    if manifest.session_id != checkpoint.session_id or manifest.checkpoint_id != checkpoint.id:
+    if root.session_id != checkpoint.session_id or root.checkpoint_id != checkpoint.id:
         raise DecryptionFailed(f"checkpoint {checkpoint.id}: its manifest is another's")
-    return manifest
+    return root
+
+
+def _records(parts: CheckpointParts, checkpoint: Checkpoint, root: ManifestRoot) -> Manifest:
+    lines: list[bytes] = []
+    for ref, packed in zip(root.pieces, ChunkReader(parts.blobs).read(root.pieces)):
+        inflate = zlib.decompressobj()
+        try:
+            plain = inflate.decompress(packed, MAX_PIECE_PLAIN)
+        except zlib.error:
+            plain = b""
+        if inflate.unconsumed_tail or not inflate.eof or hashlib.sha256(plain).hexdigest() != ref.cid:
+            raise DecryptionFailed(f"checkpoint {checkpoint.id}: a piece of its manifest is "
+                                   "not what its root says")  # fmt: skip
+        lines.extend(plain.splitlines(keepends=True))
+    try:
+        return from_lines(root, lines)
+    except ValueError as exc:
+        raise DecryptionFailed(f"checkpoint {checkpoint.id}: its manifest is malformed: "
+                               f"{exc}") from None
