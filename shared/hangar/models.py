@@ -476,7 +476,9 @@ class Checkpoint(Record):
 
     @property
     def total_size(self) -> int:
-        return sum(p.stored_size for p in self.parts)
+        """The bytes this checkpoint stored: its parts and, format 2, the packs it wrote (the
+        chunks it shares with earlier checkpoints count where they were first stored)."""
+        return sum(p.stored_size for p in self.parts) + self.written
 
 
 def last_good_checkpoint(checkpoints: Sequence[Checkpoint], session: Session) -> str | None:

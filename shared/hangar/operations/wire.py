@@ -308,7 +308,8 @@ class CheckpointView(BaseModel):
     head: str | None
     base: str | None
     warnings: list[str]
-    size: int = Field(description="bytes stored")
+    size: int = Field(description="bytes this checkpoint stored (its new chunks and manifest: "
+                      "what it shares with earlier checkpoints counts there)")
     verified: bool = Field(description="it passed the checks of everything its restore "
                            "depends on, when it was taken")
 
