@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-FORMAT = 2
+FORMAT: Literal[2] = 2
 BLOB_PARTS = ("meta.json", "repo.bundle", "staged.patch", "wip.patch", "session.patch")
 """Parts stored as one run of bytes."""
 TREE_PARTS = ("untracked", "agent", "exchange")
