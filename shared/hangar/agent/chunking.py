@@ -101,9 +101,19 @@ def chunk_file(target, sink=None):
         os.close(fd)
 
 
+def chunk_hash():
+    """The SHA-256 that names chunks: hashlib's, OpenSSL's (about five times the built-in one's
+    speed where the CPU has SHA extensions), imported at the first chunk hashed only: the
+    unchanged check hashes none, and loading OpenSSL costs it a few ms."""
+    import hashlib
+
+    return hashlib.sha256
+
+
 def read_chunks(fd, size, sink=None):
     """Up to ``size`` bytes from ``fd``'s start, as chunks of BLOCK bytes (see chunk_file)."""
     chunks, offset = [], 0
+    sha256 = chunk_hash()
     while offset < size:
         want = min(BLOCK, size - offset)
         data = os.pread(fd, want, offset)
@@ -149,6 +159,7 @@ def patch_chunks(data, sink=None):
     """The chunks of a patch: each piece of :func:`split_patch`, cut into BLOCK-byte blocks
     when longer (``sink`` as in :func:`chunk_file`)."""
     chunks, offset = [], 0
+    sha256 = chunk_hash()
     for piece in split_patch(data):
         for at in range(0, len(piece), BLOCK):
             block = piece[at:at + BLOCK]
