@@ -13,8 +13,15 @@ Then the Cloud Run functions' cold starts (:mod:`tests.bench.cold_imports`), 200
 (:mod:`tests.bench.firestore`) and a resume on ``gke://`` sandboxes on the Kubernetes
 stand-in, warm and cold, with the API requests it makes (:mod:`tests.bench.gke`).
 
-Usage: ``python -m tests.bench.run [--runs N] [--only sessions|start|calls|gke]``:
-``sessions`` runs the checkpoint and restore lines alone, ``start`` only ``sandbox_start``
+The checkpoint lines: ``checkpoint_turn`` is a whole format-1 checkpoint (the old way, for
+comparison); the incremental lines of :mod:`tests.bench.incremental` (issue 26) follow, on the
+reference session and then on a variant with 200 MB of untracked files (built once, in the same
+sandbox: ``untracked_200mb_build``); ``checkpoint_unchanged`` and ``restore`` are of format-2
+checkpoints (the default), with a format-1 ``restore`` line beside them.
+
+Usage: ``python -m tests.bench.run [--runs N] [--only sessions|incremental|start|calls|gke]``:
+``sessions`` runs the checkpoint and restore lines alone, ``incremental`` the incremental
+checkpoint lines alone (both sessions, both formats), ``start`` only ``sandbox_start``
 (sandboxes started and destroyed, nothing else), ``calls`` only ``port_calls_followed_turn``,
 ``gke`` only the two GKE resumes, for a quick side-by-side comparison.
 """
@@ -44,7 +51,16 @@ from hangar.sandboxes.local import LocalSandboxes
 from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
 from hangar.sessions.restore import Restorer
 from hangar.sessions.workspace import Workspace, clone
-from tests.bench import cli_list, cold_imports, firestore, gke, keepalive, port_calls
+
+from tests.bench import (
+    cli_list,
+    cold_imports,
+    firestore,
+    gke,
+    incremental,
+    keepalive,
+    port_calls,
+)
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "bench",
@@ -198,7 +214,8 @@ def start_only(runs: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make bench")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--only", choices=("sessions", "start", "calls", "gke"), default=None)
+    parser.add_argument("--only", choices=("sessions", "incremental", "start", "calls", "gke"),
+                        default=None)  # fmt: skip
     args = parser.parse_args(argv)
     if args.only == "start":
         return start_only(args.runs)
@@ -218,9 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         keys = LocalKeys.from_url(settings.keys)
         sandboxes = LocalSandboxes.from_url(settings.sandboxes, settings)
         checkpointer = Checkpointer(db, blobs, keys, sandboxes, settings)
+        by_format = {2: checkpointer, 1: Checkpointer(db, blobs, keys, sandboxes,
+                                                      settings.replace(checkpoint_format=1))}
         restorer = Restorer(db, blobs, keys, sandboxes, settings)
         remote = make_remote(root)
         session = db.create_session(Session(name="bench", environment="app", harness="claude"))
+        session_f1 = db.create_session(Session(name="f1", environment="app", harness="claude"))
 
         def new_sandbox() -> tuple[str, Workspace]:
             info = sandboxes.create(SandboxSpec(ro_paths=[str(remote)], env=IDENTITY))
@@ -239,24 +259,43 @@ def main(argv: list[str] | None = None) -> int:
                 base=workspace.base_commit,
                 harness="claude",
             )
+            target_f1 = CheckpointTarget(session_f1.id, sandbox, workspace.repo_dir,
+                                         workspace.base_commit, "claude")  # fmt: skip
             sizes: dict[str, int] = {}
 
             def turn() -> None:
-                checkpoint = checkpointer.take(target, CheckpointReason.TURN)
+                checkpoint = by_format[1].take(target_f1, CheckpointReason.TURN)
                 assert checkpoint is not None, "a turn checkpoint is never skipped"
                 # The 10 MB of random bytes make the session patch exceed its 10 MB limit.
                 unexpected = [w for w in checkpoint.warnings if not w.startswith("session.patch")]
                 assert not unexpected, unexpected
                 sizes.update({p.name: p.size for p in checkpoint.parts})
 
-            report("checkpoint_turn", timed(turn, args.runs), part_bytes=sizes)
-
             def unchanged() -> None:
                 taken = checkpointer.take(target, CheckpointReason.INTERVAL, skip_if_unchanged=True)
                 assert taken is None, "an unchanged session was checkpointed"
 
-            report("checkpoint_unchanged", timed(unchanged, args.runs * 4))
+            if args.only != "incremental":
+                report("checkpoint_turn", timed(turn, args.runs), part_bytes=sizes, format=1)
+                assert checkpointer.take(target, CheckpointReason.TURN) is not None  # format 2
+                report("checkpoint_unchanged", timed(unchanged, args.runs * 4), format=2)
+            # The incremental lines edit the session: after the checkpoints restored below.
+            bench = incremental.Bench(incremental.REFERENCE, db, blobs, sandboxes, sandbox,
+                                      workspace.repo_dir, workspace.base_commit, by_format)  # fmt: skip
+            for line in incremental.lines(bench, args.runs):
+                print(json.dumps(line), flush=True)
+            made_big = timed(lambda: bench.run(incremental.BIG_SCRIPT), 1)
+            big = {f: Checkpointer(db, blobs, keys, sandboxes,
+                                   settings.replace(checkpoint_format=f, **incremental.BIG_CAPS))
+                   for f in (2, 1)}  # fmt: skip
+            report("untracked_200mb_build", made_big)
+            big_bench = incremental.Bench(incremental.BIG, db, blobs, sandboxes, sandbox,
+                                          workspace.repo_dir, workspace.base_commit, big)  # fmt: skip
+            for line in incremental.lines(big_bench, min(args.runs, 3), ratio_formats=(2,)):
+                print(json.dumps(line), flush=True)
             sandboxes.destroy(sandbox)
+            if args.only == "incremental":
+                return 0
 
             restore_only: list[float] = []
             starts: list[float] = []
@@ -273,15 +312,15 @@ def main(argv: list[str] | None = None) -> int:
                 _git(where, "checkout", "-q", "-B", session.branch)
                 host_clones.append(time.perf_counter() - start)
 
-            def resume() -> None:
+            def resume(which: Session = session, restore_only: list[float] = restore_only) -> None:
                 start = time.perf_counter()
                 info = sandboxes.create(SandboxSpec(ro_paths=[str(remote)], env=IDENTITY))
                 starts.append(time.perf_counter() - start)
-                again = clone(sandboxes, info.id, str(remote), work_branch=session.branch)
+                again = clone(sandboxes, info.id, str(remote), work_branch=which.branch)
                 clones.append(time.perf_counter() - start - starts[-1])
                 start = time.perf_counter()
                 # As a start does with no setup: nothing has run on the clone.
-                restored = restorer.restore(session.id, info.id, again.repo_dir, fresh=True)
+                restored = restorer.restore(which.id, info.id, again.repo_dir, fresh=True)
                 restore_only.append(time.perf_counter() - start)
                 assert restored is not None and not restored.fell_back
                 for step, seconds in restored.seconds.items():
@@ -292,12 +331,17 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.runs):
                 totals += timed(resume, 1)
                 host_clone()  # between resumes, so both see the same machine
-            report("restore", totals, includes="sandbox start, clone, restore")
+            report("restore", totals, includes="sandbox start, clone, restore", format=2)
             report_breakdown(starts, clones, host_clones, restore_only, steps)
             # Where the time goes: the clone writes 2,000 files, so it follows the disk.
             report("sandbox_start", starts, includes="user and network namespaces, slirp4netns")
             report("clone", clones)
-            report("restore_only", restore_only)
+            report("restore_only", restore_only, format=2)
+            # The same session's format-1 checkpoint (checkpoint_turn's), side by side.
+            only_f1: list[float] = []
+            totals = [timed(lambda: resume(session_f1, only_f1), 1)[0] for _ in range(args.runs)]
+            report("restore", totals, includes="sandbox start, clone, restore", format=1)
+            report("restore_only", only_f1, format=1)
         finally:
             for info in sandboxes.list():
                 sandboxes.destroy(info.id)  # no hooks are added here
