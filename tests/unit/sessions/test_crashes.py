@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,20 @@ import hangar
 from hangar.blobs.local import LocalBlobs
 from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
+from hangar.errors import BackendError, CheckpointError, SourcePruned
 from hangar.exchange.context import ContextItem
 from hangar.processes import runs
 from hangar.keys.local import LocalKeys
-from hangar.models import SessionState as S, TurnOutcome, utcnow
+from hangar.models import Checkpoint, CheckpointReason, SessionState as S, TurnOutcome, utcnow
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.sessions.checkpoints import PART_THREADS
+from hangar.sessions.checkpoints import PART_THREADS, Checkpointer
+from hangar.sessions.chunks import packs_prefix
+from hangar.sessions.parts import part_key
 from hangar.sessions.environments import EnvironmentChange
 from hangar.sessions.service import SessionService
+from hangar.sessions.sweep import PackSweeper
 from hangar.sessions.turns import MAX_FINISH_TRIES
+from tests.rig import Engine, make_engine
 from tests.unit.sessions.world import STANDIN, FakeTicks
 
 pytestmark = pytest.mark.sandbox
@@ -448,3 +454,203 @@ def test_a_finish_that_always_raises_fails_its_turn_after_its_tries_and_the_sess
     rig.drive(service, settled(service, S.IDLE))
     assert service.wait("demo", timeout=60, poll=0.02).outcome is TurnOutcome.EXITED
     assert service.resolve("demo").error is None
+
+
+# Format 2: a crash at each step of storing a checkpoint. The checkpointer runs over ports that
+# die at the chosen call (and at every change after it, as a killed process makes none): packs
+# written and no manifest; the manifest and no record; the record committed and never answered;
+# the record answered and the pruned checkpoint's parts and packs never deleted. A db error
+# instead of a death, after the commit or before it, is checked as format 1's are
+# (test_checkpoint_record_retry). After each, every recorded checkpoint restores, what the crash
+# orphaned is unreferenced packs only, swept once past their grace, and the next take works.
+
+
+@dataclass
+class Fault:
+    """Where a take breaks: at the first changing call ``at`` matches (``"port.name"`` and its
+    arguments), before the call or ``after`` it returns. With ``kills`` the process dies there
+    (Crash, then again at every change after it); otherwise the call raises BackendError once
+    and everything goes on."""
+
+    at: Callable[[str, tuple[Any, ...]], bool]
+    after: bool = False
+    kills: bool = True
+    state: str = "armed"  # "armed", "dead" or "spent"
+
+    def port(self, inner: Any, port: str) -> Any:
+        return _Breaking(inner, port, self)
+
+    def blow(self, call_name: str) -> None:
+        self.state = "dead" if self.kills else "spent"
+        if self.kills:
+            raise Crash(f"the process died at {call_name}")
+        raise BackendError(f"deadline exceeded at {call_name}")
+
+
+class _Breaking:
+    def __init__(self, inner: Any, port: str, fault: Fault) -> None:
+        self._inner, self._port, self._fault = inner, port, fault
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if name not in CHANGES[self._port]:
+            return value
+        fault, call_name = self._fault, f"{self._port}.{name}"
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if fault.state == "dead":
+                raise Crash(f"{call_name} after the process died")
+            hit = fault.state == "armed" and fault.at(call_name, args)
+            if hit and not fault.after:
+                fault.blow(call_name)
+            result = value(*args, **kwargs)
+            if hit:
+                fault.blow(call_name)
+            return result
+
+        return call
+
+
+def _is(call_name: str, key_part: str = "") -> Callable[[str, tuple[Any, ...]], bool]:
+    return lambda name, args: name == call_name and (not key_part or key_part in str(args[0]))
+
+
+FORMAT2_FAULTS: dict[str, tuple[Callable[[], Fault], bool]] = {
+    # name: (the fault, whether the breaking take ends recorded)
+    "after its packs, before its manifest": (lambda: Fault(_is("blobs.put", "/manifest")), False),
+    "after its manifest, before its record": (lambda: Fault(_is("db.record_checkpoint")), False),
+    "after its record's commit, before the answer": (
+        lambda: Fault(_is("db.record_checkpoint"), after=True), True),
+    "after its record, before the pruned checkpoint's parts are deleted": (
+        lambda: Fault(_is("blobs.delete")), True),
+    "after the pruned checkpoint's manifest is deleted, before its packs are swept": (
+        lambda: Fault(_is("blobs.delete", "/packs/")), True),
+    "a db error after the record's commit": (
+        lambda: Fault(_is("db.record_checkpoint"), after=True, kills=False), True),
+    "a db error before the record's commit": (
+        lambda: Fault(_is("db.record_checkpoint"), kills=False), False),
+}  # fmt: skip
+
+
+def _packs(blobs: LocalBlobs, session_id: str) -> set[str]:
+    return set(blobs.list(packs_prefix(session_id)))
+
+
+def _check_restores(engine: Engine, recorded: list[Checkpoint], wrote: dict[str, str]) -> None:
+    """Every one of ``recorded`` restores into a fresh sandbox with the work it was taken of."""
+    fresh, workspace = engine.sandbox()
+    for checkpoint in recorded:
+        engine.restorer.restore_checkpoint(checkpoint, fresh, workspace.repo_dir)
+        assert engine.sh(fresh, "cat edit.txt") == wrote[checkpoint.id], checkpoint.id
+    engine.sandboxes.destroy(fresh)
+
+
+@pytest.mark.parametrize("case", list(FORMAT2_FAULTS))
+def test_a_format2_checkpoint_broken_at_any_step_leaves_every_record_restorable_and_only_packs_a_sweep_collects(
+    case: str, settings: Settings, db: SqliteDb, blobs: LocalBlobs, keys: LocalKeys,
+    sandboxes: LocalSandboxes, remote: Path,
+) -> None:  # fmt: skip
+    make_fault, recorded_anyway = FORMAT2_FAULTS[case]
+    fault = make_fault()
+    chosen = settings.replace(session_keep_checkpoints=1)
+    assert chosen.checkpoint_format == 2
+    engine = make_engine(chosen, db, blobs, keys, sandboxes, remote)
+    session = engine.session.id
+    sandbox, workspace = engine.sandbox()
+    wrote: dict[str, str] = {}
+
+    def take(checkpointer: Checkpointer, n: int) -> Checkpoint | None:
+        engine.sh(sandbox, f"echo {n} > edit.txt && echo {n} >> README.md")
+        checkpoint = checkpointer.take(engine.target(sandbox, workspace), CheckpointReason.TURN)
+        if checkpoint is not None:
+            wrote[checkpoint.id] = f"{n}\n"
+        return checkpoint
+
+    take(engine.checkpointer, 1)
+    second = take(engine.checkpointer, 2)  # prunes the first (keep 1)
+    assert second is not None and second.format == 2 and second.source is not None
+    breaking = Checkpointer(fault.port(db, "db"), fault.port(blobs, "blobs"), keys, sandboxes,
+                            chosen)  # fmt: skip
+    try:
+        third = take(breaking, 3)
+    except (Crash, CheckpointError):
+        third = None
+    assert fault.state != "armed", "the take never reached the step"
+    [kept] = db.list_checkpoints(session)
+    assert (kept.id != second.id) == recorded_anyway
+    if third is None and kept.id != second.id:  # it died after its commit: its work is there
+        wrote[kept.id] = "3\n"
+    listed = {pack for c in db.checkpoints_using(session) for pack in c.packs}
+    orphans = _packs(blobs, session) - listed
+    if fault.kills or recorded_anyway:  # its packs, or the pruned one's, are left behind
+        assert orphans, "the case left nothing behind: it tests nothing"
+    else:  # a record refused for sure: the take deleted what it wrote
+        assert not orphans
+    _check_restores(engine, [kept], wrote)
+    # The orphans wait out their grace (a take in flight could be about to record them), then go.
+    assert engine.checkpointer.sweeper.sweep(session) == 0
+    assert _packs(blobs, session) == listed | orphans
+    assert PackSweeper(db, blobs, timedelta(0)).sweep(session) == len(orphans)
+    assert _packs(blobs, session) == listed
+    _check_restores(engine, [kept], wrote)
+    # The next take works, from the kept one.
+    fourth = take(engine.checkpointer, 4)
+    assert fourth is not None and fourth.source == kept.id
+    assert [c.id for c in db.list_checkpoints(session)] == [fourth.id]
+    assert _packs(blobs, session) == set(fourth.packs)
+    _check_restores(engine, [fourth], wrote)
+
+
+class _PrunedMeanwhile:
+    """A Db whose first ``record_checkpoint`` is preceded by ``meanwhile()``: another take of
+    the session records (keep 1) and so prunes the checkpoint the one recording reuses."""
+
+    def __init__(self, inner: SqliteDb, meanwhile: Callable[[], object]) -> None:
+        self.inner = inner
+        self.meanwhile: Callable[[], object] | None = meanwhile
+        self.refused: list[str] = []
+
+    def record_checkpoint(self, checkpoint: Checkpoint, keep: int) -> list[Checkpoint]:
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            meanwhile()
+        try:
+            return self.inner.record_checkpoint(checkpoint, keep)
+        except SourcePruned:
+            self.refused.append(checkpoint.id)
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_take_whose_source_is_pruned_before_its_record_is_recorded_whole_and_leaks_nothing(
+    settings: Settings, db: SqliteDb, blobs: LocalBlobs, keys: LocalKeys,
+    sandboxes: LocalSandboxes, remote: Path,
+) -> None:  # fmt: skip
+    chosen = settings.replace(session_keep_checkpoints=1)
+    engine = make_engine(chosen, db, blobs, keys, sandboxes, remote)
+    session = engine.session.id
+    sandbox, workspace = engine.sandbox()
+    target = engine.target(sandbox, workspace)
+    engine.sh(sandbox, "echo 1 > edit.txt")
+    first = engine.take(sandbox, workspace)
+    others: list[Checkpoint | None] = []
+
+    def another_take() -> None:  # a take of the same session, done while this one was packing
+        others.append(engine.checkpointer.take(target, CheckpointReason.INTERVAL))
+
+    racing = _PrunedMeanwhile(db, another_take)
+    checkpointer = Checkpointer(racing, blobs, keys, sandboxes, chosen)
+    engine.sh(sandbox, "echo 2 > edit.txt && echo 2 >> README.md")
+    taken = checkpointer.take(target, CheckpointReason.TURN)
+    [other] = others
+    assert other is not None and other.source == first.id
+    assert len(racing.refused) == 1  # its first record named the pruned source
+    assert taken is not None and taken.source is None and taken.source_session is None
+    assert [c.id for c in db.list_checkpoints(session)] == [taken.id]
+    # Nothing leaks: what the refused try wrote, and what the pruned ones held, are all gone.
+    assert set(blobs.list(f"sessions/{session}/")) == {
+        *taken.packs, *(part_key(session, taken.id, p.name) for p in taken.parts)}  # fmt: skip
+    assert all(pack.startswith(packs_prefix(session)) for pack in taken.packs)
+    _check_restores(engine, [taken], {taken.id: "2\n"})
