@@ -1,7 +1,7 @@
 """Pruning, archive and delete never sweep a pack a kept checkpoint needs, and leave none that
-no checkpoint needs: a property test over random sequences of format-2 checkpoints, forks (a
-new session whose first checkpoint reuses a checkpoint of another), archives, deletes and
-sweeps, through the Checkpointer itself on SQLite and local blobs.
+no checkpoint needs: a property test over random sequences of format-2 checkpoints, takes
+killed part way, forks (a new session whose first checkpoint reuses a checkpoint of another),
+archives, deletes and sweeps, through the Checkpointer itself on SQLite and local blobs.
 
 No sandbox runs: the sandboxes port is a stand-in (:class:`ChunkingSandboxes`) that answers the
 checkpoint script as :mod:`hangar.agent.chunking` does, sending only the chunks the control
@@ -35,6 +35,33 @@ from hangar.sessions.sweep import PackSweeper
 SEEDS = range(20)
 STEPS = 40
 KEEP = 2
+CHANGES = {"blobs": ("put", "delete"), "db": ("record_checkpoint",)}
+"""The calls of a take that change something: a killed take dies before one of them."""
+
+
+class Killed(BaseException):
+    """The process died here (a BaseException: nothing in hangar may catch it)."""
+
+
+class Mortal:
+    """A port whose changing calls count down ``life`` (shared by the ports of one process):
+    the call that finds it spent raises Killed, and so does every one after it."""
+
+    def __init__(self, inner: object, port: str, life: list[int]) -> None:
+        self._inner, self._port, self._life = inner, port, life
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if name not in CHANGES[self._port]:
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._life[0] -= 1
+            if self._life[0] < 0:
+                raise Killed(f"{self._port}.{name}")
+            return value(*args, **kwargs)
+
+        return call
 
 
 class ChunkingSandboxes:
@@ -77,6 +104,8 @@ class World:
     rng: random.Random
     live: list[str] = field(default_factory=list)
     ever: list[str] = field(default_factory=list)
+    settled: bool = True
+    """No take was killed since the last sweep past the grace: every pack is listed."""
     holds: dict[str, tuple[str, list[bytes]]] = field(default_factory=dict)
     """By checkpoint id: its session and its repo bundle's chunks."""
 
@@ -88,14 +117,30 @@ class World:
         self.ever.append(session.id)
         return session.id
 
-    def take(self, session_id: str, fork_of: tuple[str, str] | None = None) -> Checkpoint:
+    def take(self, session_id: str, fork_of: tuple[str, str] | None = None) -> None:
         self.edit(session_id)
         target = CheckpointTarget(session_id=session_id, sandbox_id=session_id,
                                   repo_dir="/workspace/app", fork_of=fork_of)  # fmt: skip
         checkpoint = self.checkpointer.take(target, CheckpointReason.TURN)
         assert checkpoint is not None and checkpoint.format == 2
         self.holds[checkpoint.id] = (session_id, list(self.sandboxes.held[session_id]))
-        return checkpoint
+
+    def killed_take(self, session_id: str, life: int) -> None:
+        """A take by a process that dies before its ``life``-th change: after some packs, the
+        manifest, the record's commit, or the pruned checkpoints' deletes."""
+        self.edit(session_id)
+        lives = [life]
+        dying = Checkpointer(Mortal(self.db, "db", lives), Mortal(self.blobs, "blobs", lives),  # type: ignore[arg-type]
+                             self.checkpointer.parts.keys, _as_port(self.sandboxes),
+                             self.checkpointer.settings)  # fmt: skip
+        target = CheckpointTarget(session_id=session_id, sandbox_id=session_id,
+                                  repo_dir="/workspace/app")  # fmt: skip
+        try:
+            dying.take(target, CheckpointReason.TURN)  # it may be done before its life is
+        except Killed:
+            self.settled = False
+        for checkpoint in self.db.list_checkpoints(session_id):  # it died after its commit
+            self.holds.setdefault(checkpoint.id, (session_id, list(self.sandboxes.held[session_id])))
 
     def edit(self, session_id: str) -> None:
         """A turn's change: chunks appended, replaced, dropped or repeated."""
@@ -125,9 +170,12 @@ def step(world: World) -> str:
     if not world.live or roll < 0.1:
         world.take(world.new_session([rng.randbytes(100) for _ in range(rng.randint(1, 4))]))
         return "new"
-    if roll < 0.55:
+    if roll < 0.45:
         world.take(rng.choice(world.live))
         return "checkpoint"
+    if roll < 0.55:
+        world.killed_take(rng.choice(world.live), rng.randint(0, 6))
+        return "killed"
     if roll < 0.75:
         # From a kept checkpoint mostly; sometimes from one since pruned or dropped (the
         # fork's first checkpoint then stores everything).
@@ -150,17 +198,20 @@ def step(world: World) -> str:
     sweeper = PackSweeper(world.db, world.blobs, timedelta(0))
     for owner in world.ever:
         sweeper.sweep(owner)
+    world.settled = True
     return "sweep"
 
 
 def check(world: World) -> None:
     """Every pack a record lists is there and every record reads back as it was taken; no
-    pack is there that no record lists (nothing here crashes, so nothing waits for a grace)."""
+    pack is there that no record lists, once a sweep past the grace followed the last take
+    that was killed."""
     recorded = world.recorded()
     listed = {pack for c in recorded for pack in c.packs}
     there = world.packs()
     assert listed <= there, f"packs a kept checkpoint needs are gone: {listed - there}"
-    assert there <= listed, f"packs nothing lists are left: {there - listed}"
+    if world.settled:
+        assert there <= listed, f"packs nothing lists are left: {there - listed}"
     for checkpoint in recorded:
         contents = world.checkpointer.contents(checkpoint)
         assert b"".join(contents.read("repo.bundle")) == b"".join(world.holds[checkpoint.id][1])
