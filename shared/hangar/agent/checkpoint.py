@@ -886,7 +886,7 @@ def chunked_parts(cfg, produced, ext, sink, warnings, written):
         if not made:
             continue
         if isinstance(made, list):  # a tree's entries
-            size = sum(e.size for e in made)
+            size = sum(e.size for e in made if e.kind == "file")
             part = {"name": name, "kind": "tree", "size": size,
                     "entries": [entry_fields(e) for e in made]}  # fmt: skip
             if name == "untracked":

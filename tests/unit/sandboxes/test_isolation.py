@@ -273,7 +273,7 @@ def test_a_fork_bomb_is_held_to_the_agents_limit_while_a_checkpoint_and_the_host
     assert agent_tasks(agent) <= 96
     # hangar's tools in the same sandbox still run: a whole checkpoint, during the bomb.
     checkpoint = engine.take(bombed, workspace)
-    assert checkpoint.part("untracked.tar.zst") or checkpoint.part("untracked.tar.gz")
+    assert engine.checkpointer.contents(checkpoint).has("untracked")
     assert agent_tasks(agent) >= 90, "the bomb was still going"
     assert run(limited, neighbour.id, "echo next door") == "next door\n"
     assert subprocess.run(["true"]).returncode == 0

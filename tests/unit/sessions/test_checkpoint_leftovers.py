@@ -67,7 +67,8 @@ def test_tens_of_thousands_of_untracked_files_checkpoint_and_come_back(world: Wo
              "\n    os.makedirs(d, exist_ok=True)\n    open(d + '/f%d.txt' % i, 'w').write('%d\\n' % i)\"")
     world.service.suspend("demo")
     checkpoint = world.db.list_checkpoints(world.service.resolve("demo").id)[-1]
-    assert checkpoint.part("session.patch") is not None and not checkpoint.warnings
+    contents = world.service.checkpointer.contents(checkpoint)
+    assert contents.has("session.patch") and not checkpoint.warnings
     patch = world.service.patch("demo")  # from the checkpoint
     assert patch.count(b"\n+++ b/u/") == 20000 and b"+++ b/u/007/f19907.txt\n" in patch
     world.open("demo")

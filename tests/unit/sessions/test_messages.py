@@ -141,6 +141,11 @@ def test_a_message_over_64_kib_is_sealed_on_every_record_and_reaches_the_agent_w
     blob = session.start.message_ref.blob
     assert world.blobs.list(f"sessions/{session.id}/messages/") == [blob]
     service.delete("big")
+    # What is left is only the chunks its fork's checkpoints share, until the fork goes too.
+    left = world.blobs.list(f"sessions/{session.id}/")
+    shared = {p for c in world.db.list_checkpoints(asked.id) for p in c.packs}
+    assert left and set(left) <= shared
+    service.delete(asked.name)
     assert world.blobs.list(f"sessions/{session.id}/") == []
 
 

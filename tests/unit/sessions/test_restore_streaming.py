@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hangar.blobs.local import LocalBlobs
 from hangar.config import Settings
+from hangar.db.sqlite import SqliteDb
 from hangar.errors import DecryptionFailed
 from hangar.keys.local import LocalKeys
 from hangar.models import Checkpoint
 from hangar.sandboxes.local import LocalSandboxes
 from hangar.sessions.parts import CheckpointParts
 from hangar.sessions.restore import Restorer
-from tests.rig import Engine
+from tests.rig import Engine, make_engine
 
 pytestmark = pytest.mark.sandbox
 
@@ -31,6 +34,16 @@ WORK = (
     "data/blob.bin; mkdir -p ~/.claude/projects/-workspace-app; "
     "echo '{\"role\": \"user\"}' > ~/.claude/projects/-workspace-app/conv.jsonl"
 )
+
+
+@pytest.fixture
+def engine(
+    settings: Settings, db: SqliteDb, blobs: LocalBlobs, keys: LocalKeys,
+    sandboxes: LocalSandboxes, remote: Path,
+) -> Engine:  # fmt: skip
+    """Format-1 checkpoints: these tests lie in a part's record (its hash, its size) and count
+    the parts' reads; format 2's chunks are checked in test_chunked_checkpoints.py."""
+    return make_engine(settings.replace(checkpoint_format=1), db, blobs, keys, sandboxes, remote)
 
 
 def restored_parts(checkpoint: Checkpoint) -> list[str]:

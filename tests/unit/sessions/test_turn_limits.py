@@ -71,7 +71,7 @@ def test_a_turn_with_no_output_for_the_idle_limit_ends_timed_out_checkpointed_an
     # Its work is in the turn's checkpoint, as after any turn.
     newest = world.db.list_checkpoints(session.id)[-1]
     assert newest.reason is CheckpointReason.TURN and newest.ts >= turn.finished_at
-    patch = b"".join(service.checkpointer.parts.read(newest, "session.patch"))
+    patch = b"".join(service.checkpointer.contents(newest).read("session.patch"))
     assert b"late.txt" in patch and b"+late" in patch
 
     service.send("demo", "run: cat late.txt > seen.txt")
