@@ -290,3 +290,23 @@ def test_a_fork_reuses_its_parents_chunks_and_keeps_them_alive(
     assert "note 7" in child.sh(fresh, "cat data/note-7.txt")
     child.checkpointer.drop_all(child.session.id)
     assert child.blobs.list(packs_prefix(parent.session.id)) == []
+
+
+def test_a_chunk_altered_in_its_pack_fails_the_restore_before_the_sandbox_changes(
+    engine: Engine, started: tuple[str, Any, Checkpoint, int]
+) -> None:
+    sandbox, workspace, first, _ = started
+    manifest = open_manifest(engine.checkpointer.parts, first)
+    agent = manifest.part("agent")
+    assert agent is not None
+    last = manifest.chunks[agent.entries[-1].chunks[-1]]  # the last chunk the restore streams
+    pack = bytearray(engine.blobs.get(last.pack))
+    pack[last.offset + last.length - 1] ^= 1
+    engine.blobs.put(last.pack, bytes(pack))
+    fresh, again = engine.sandbox()
+    state = "find . ~ -path ./.git -prune -o -printf '%p %y %s\\n' | sort; git status --porcelain"
+    before = engine.sh(fresh, state)
+    with pytest.raises(NoUsableCheckpoint) as failure:
+        engine.restorer.restore(engine.session.id, fresh, again.repo_dir)
+    assert failure.value.data["failures"][0]["code"] == DecryptionFailed.code
+    assert engine.sh(fresh, state) == before
