@@ -418,6 +418,9 @@ class CheckpointPart(BaseModel):
     stored_size: int
     compression: Compression = Compression.NONE
     sha256: str
+    key: str | None = Field(
+        default=None, description="where it is stored, when not sessions/<session>/<checkpoint>/"
+        "<name> (format 2's manifest: among the packs, so that a sweep collects it after a crash)")
 
 
 class Checkpoint(Record):

@@ -25,12 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from hangar.blobs import Blobs
 from hangar.errors import CheckpointError, DecryptionFailed
 from hangar.models import Checkpoint, CheckpointPart
-from hangar.sessions.chunks import OVERHEAD, PackWriter, new_key, pack_target
+from hangar.sessions.chunks import OVERHEAD, PackWriter, new_key, pack_key, pack_target
 from hangar.sessions.chunks import ChunkReader
 from hangar.sessions.manifest import BLOB_PARTS, MAX_PIECE_PLAIN, TREE_PARTS, ChunkRef, Manifest
 from hangar.sessions.manifest import ManifestPart, ManifestRoot, PartHead, PieceRef, TreeEntry
 from hangar.sessions.manifest import cut_pieces, from_lines, manifest_lines
-from hangar.sessions.parts import CheckpointParts, part_key
+from hangar.sessions.parts import CheckpointParts
 
 MANIFEST_PART = "manifest"
 BLOCK = 64 * 1024
@@ -195,15 +195,18 @@ class ChunkedStore:
                             parts=[PartHead(name=p.name, kind=p.kind, size=p.size)
                                    for p in parts])  # fmt: skip
         body = root.model_dump_json().encode()
-        stored.append(part_key(checkpoint.session_id, checkpoint.id, MANIFEST_PART))
-        put = self.parts.put(checkpoint.session_id, checkpoint.id, MANIFEST_PART, data_key, [body])
-        packs = sorted({ref.pack for ref in [*used.values(), *pieces]})
+        # Among the packs: listed by the record, and swept like them if it never is.
+        at = pack_key(checkpoint.session_id)
+        stored.append(at)
+        put = self.parts.put(checkpoint.session_id, checkpoint.id, MANIFEST_PART, data_key, [body],
+                             key=at)  # fmt: skip
+        packs = sorted({at, *(ref.pack for ref in [*used.values(), *pieces])})
         return checkpoint.model_copy(update={
             "format": 2,
             "parts": [CheckpointPart(name=MANIFEST_PART, size=put.size, stored_size=put.stored_size,
-                                     sha256=put.sha256)],
+                                     sha256=put.sha256, key=at)],
             "packs": packs,
-            "uses": sorted({ref.owner for ref in [*used.values(), *pieces]}),
+            "uses": sorted({checkpoint.session_id, *(r.owner for r in [*used.values(), *pieces])}),
             "written": writer.written,
             "source": source.checkpoint.id if source else None,
             "source_session": source.checkpoint.session_id if source else None,

@@ -24,6 +24,11 @@ def part_key(session_id: str, checkpoint_id: str, name: str) -> str:
     return f"sessions/{session_id}/{checkpoint_id}/{name}"
 
 
+def stored_at(checkpoint: Checkpoint, part: CheckpointPart) -> str:
+    """The blob key a recorded part is stored at."""
+    return part.key or part_key(checkpoint.session_id, checkpoint.id, part.name)
+
+
 @dataclass(frozen=True)
 class StoredPart:
     key: str
@@ -59,10 +64,12 @@ class CheckpointParts:
         name: str,
         data_key: bytes,
         chunks: Iterable[bytes],
+        key: str | None = None,
     ) -> StoredPart:
-        """Seal and store one part (create-only). Returns its sizes and plaintext hash."""
+        """Seal and store one part (create-only) at ``key`` (by default its place under the
+        checkpoint's folder). Returns its sizes and plaintext hash."""
         tally = Tally()
-        key = part_key(session_id, checkpoint_id, name)
+        key = key or part_key(session_id, checkpoint_id, name)
         aad = part_aad(session_id, checkpoint_id, name)
         stored = self.blobs.put(key, seal(data_key, aad, tally.through(chunks)), if_absent=True)
         return StoredPart(key=key, size=tally.size, stored_size=stored, sha256=tally.sha256)
@@ -88,13 +95,13 @@ class CheckpointParts:
         if part is None:
             raise DecryptionFailed(f"checkpoint {checkpoint.id} has no part {name!r}")
         key = data_key if data_key is not None else self.data_key(checkpoint)
-        with self.blobs.open(part_key(checkpoint.session_id, checkpoint.id, name)) as stream:
+        with self.blobs.open(stored_at(checkpoint, part)) as stream:
             yield _plaintext(checkpoint, part, key, stream)
 
     def delete(self, checkpoint: Checkpoint) -> None:
         """Delete every stored part of a checkpoint (idempotent)."""
         for part in checkpoint.parts:
-            self.blobs.delete(part_key(checkpoint.session_id, checkpoint.id, part.name))
+            self.blobs.delete(stored_at(checkpoint, part))
 
     def delete_keys(self, keys: Iterable[str]) -> None:
         for key in keys:
