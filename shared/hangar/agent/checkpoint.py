@@ -784,8 +784,8 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=F
 
     def untracked_and_patch_job():
         archived = untracked_job()
-        if chunked:  # the patch's own limit applies; entries' sizes are not compressed
-            return archived, patch_job(0)
+        if chunked:  # the untracked files' patch, estimated (PatchSize) as they were read
+            return archived, patch_job(sum(e.est for e in archived or () if e.kind == "file"))
         return archived, patch_job(os.path.getsize(archived) if archived else 0)
 
     def folder_job(part, dirs, what):
@@ -811,8 +811,9 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=F
         # compressed untracked files alone pass the limit, making the patch is wasted work.
         if untracked_packed > cfg["max_patch"]:
             warnings.append(
-                "session.patch skipped: the untracked files alone come to %d bytes compressed, "
-                "over the %d-byte patch limit" % (untracked_packed, cfg["max_patch"])
+                "session.patch skipped: the untracked files alone come to %d bytes %s, "
+                "over the %d-byte patch limit" % (untracked_packed, "of patch (estimated)"
+                                                  if chunked else "compressed", cfg["max_patch"])
             )
             return None
         path, warning = make_session_patch(r, staging, base, untracked, cfg["max_patch"],

@@ -36,7 +36,9 @@ BLOCK = 64 * 1024
 PATCH_CUT = b"\ndiff --git "
 RACY_NS = 1_000_000_000
 CACHE_NAME = "stat-cache.json"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
+SAMPLE = 4096  # bytes of each block of a binary file compressed to estimate its patch's size
+TEXT_PROBE = 8000  # git's test: a file with a NUL in its first 8,000 bytes is binary
 MAX_CACHE_BYTES = 1 << 28  # 256 MiB: about a million entries; past that the cache is ignored
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 HEX = frozenset("0123456789abcdef")
@@ -44,11 +46,12 @@ HEX = frozenset("0123456789abcdef")
 Chunk = namedtuple("Chunk", "cid offset size")
 Chunk.__doc__ = "A piece of a file or patch: its SHA-256 (hex), where it starts, its length."
 
-Entry = namedtuple("Entry", "path kind mode mtime size target chunks")
+Entry = namedtuple("Entry", "path kind mode mtime size target chunks est", defaults=(0,))
 Entry.__doc__ = """One manifest entry: ``path`` (bytes, relative to its root), ``kind`` ("file",
 "dir" or "symlink"), ``mode`` (the permission bits), ``mtime`` (ns), ``size`` (a file's bytes,
 a link's target length, 0 for a folder), ``target`` (a link's, bytes; else None) and ``chunks``
-(a file's, in order; else empty)."""
+(a file's, in order; else empty); ``est``, a file's estimated bytes in a patch
+(:class:`PatchSize`)."""
 
 
 class Unreadable(Exception):
@@ -229,11 +232,17 @@ class StatCache:
             return None  # changed within a clock tick of the save: the stat may hide an edit
         return found[1]
 
-    def put(self, path, st, chunks):
-        """Record ``chunks`` for ``path`` as read under stat ``st``, taken before the read (so
-        an edit during the read moves the stat away from the entry)."""
+    def estimate(self, path):
+        """The patch estimate recorded with ``path``'s chunks (0 when none)."""
+        found = self.entries.get(path)
+        return found[2] if found is not None else 0
+
+    def put(self, path, st, chunks, est=0):
+        """Record ``chunks`` (and the patch estimate ``est``) for ``path`` as read under stat
+        ``st``, taken before the read (so an edit during the read moves the stat away from the
+        entry)."""
         self.seen.add(path)
-        self.entries[path] = (stat_key(st), list(chunks))
+        self.entries[path] = (stat_key(st), list(chunks), est)
 
     def save(self, now_ns=None):
         """Write the cache atomically (one temporary name, then a rename, as TreeFacts does);
@@ -245,8 +254,8 @@ class StatCache:
         import time
 
         written = time.time_ns() if now_ns is None else now_ns
-        entries = {path: [*key, [list(c) for c in chunks]]
-                   for path, (key, chunks) in self.entries.items() if path in self.seen}
+        entries = {path: [*key, [list(c) for c in chunks], est]
+                   for path, (key, chunks, est) in self.entries.items() if path in self.seen}
         body = json.dumps({"format": CACHE_FORMAT, "uid": os.geteuid(), "written_ns": written,
                            "entries": entries}, separators=(",", ":")).encode()
         data = body + b"\n" + sha256(body).hexdigest().encode()
@@ -310,9 +319,11 @@ def valid_cache(doc):
         raise ValueError("written_ns")
     entries = {}
     for path, entry in doc["entries"].items():
-        if not isinstance(path, str) or not path.startswith("/") or len(entry) != 6:
+        if not isinstance(path, str) or not path.startswith("/") or len(entry) != 7:
             raise ValueError("an entry")
-        *key, chunks = entry
+        *key, chunks, est = entry
+        if not natural(est):
+            raise ValueError("an estimate")
         if not all(natural(v) for v in key):
             raise ValueError("a stat")
         offset, parsed = 0, []
@@ -324,7 +335,7 @@ def valid_cache(doc):
             offset += length
         if offset != key[0]:
             raise ValueError("chunks that do not cover the file")
-        entries[path] = (tuple(key), parsed)
+        entries[path] = (tuple(key), parsed, est)
     return written, entries
 
 
@@ -361,6 +372,7 @@ def listing(root, members, cache, sink=None, warnings=None, have=None):
             chunks = cache.get(full, st)
             if chunks is not None and have is not None and not all(have(c.cid) for c in chunks):
                 chunks = None  # the control plane lacks some: read them again
+            est = cache.estimate(full)
             if chunks is None:
                 try:
                     fd, opened = open_regular(full, st)
@@ -368,18 +380,45 @@ def listing(root, members, cache, sink=None, warnings=None, have=None):
                     if warnings is not None:
                         warnings.append("%s left out: it %s" % (rel, exc.why))
                     continue
+                measure = PatchSize(sink)
                 try:
-                    chunks = read_chunks(fd, opened.st_size, sink)
+                    chunks = read_chunks(fd, opened.st_size, measure)
                 finally:
                     os.close(fd)
+                est = measure.total
                 if sum(c.size for c in chunks) == opened.st_size:
-                    cache.put(full, opened, chunks)  # not one cut short while it was read
+                    cache.put(full, opened, chunks, est)  # not one cut short while it was read
                 st = opened
             size = sum(c.size for c in chunks)
-            out.append(Entry(name, "file", mode, st.st_mtime_ns, size, None, chunks))
+            out.append(Entry(name, "file", mode, st.st_mtime_ns, size, None, chunks, est))
         elif warnings is not None:
             warnings.append("%s left out: it is not a file, folder or link" % rel)
     return out
+
+
+class PatchSize:
+    """What a file adds to a patch, estimated as it is read (passed as a chunk sink, passing
+    each chunk on to ``sink``): a text file (no NUL in its first TEXT_PROBE bytes, git's test)
+    its bytes, which a patch carries whole; a binary one, which git deflates, each block's size
+    scaled by how well its first SAMPLE bytes compress."""
+
+    def __init__(self, sink=None):
+        self.sink = sink
+        self.total = 0
+        self.binary = None
+
+    def __call__(self, cid, data):
+        if self.binary is None:
+            self.binary = b"\0" in data[:TEXT_PROBE]
+        if self.binary:
+            import zlib
+
+            sample = data[:SAMPLE]
+            self.total += len(data) * len(zlib.compress(sample, 1)) // len(sample)
+        else:
+            self.total += len(data)
+        if self.sink is not None:
+            self.sink(cid, data)
 
 
 class ChunkSink:

@@ -10,6 +10,7 @@ import json
 import os
 import random
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -327,3 +328,26 @@ def test_split_patch_round_trips_any_bytes() -> None:
         assert join_patch(pieces) == data and all(pieces)
         assert all(p.startswith(b"diff --git ") for p in pieces[1:])
         assert all(chunking.PATCH_CUT not in p[:-1] for p in pieces), data
+
+
+def test_a_files_patch_size_is_estimated_as_it_is_read_and_kept_in_the_cache(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "text.txt").write_bytes(b"a line of text\n" * 20000)
+    (root / "noise.bin").write_bytes(os.urandom(300_000))
+    (root / "zeros.bin").write_bytes(bytes(300_000))
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    first = {e.path: e.est for e in listing(str(root), ["text.txt", "noise.bin", "zeros.bin"],
+                                             StatCache(str(private)))}  # fmt: skip
+    assert first[b"text.txt"] == 300_000  # a patch carries text whole
+    assert 290_000 < first[b"noise.bin"] <= 310_000  # noise does not deflate
+    assert first[b"zeros.bin"] < 5_000  # zeros do
+    cache = StatCache(str(private))
+    later = time.time_ns() + 10 * RACY_NS
+    listing(str(root), ["text.txt", "noise.bin", "zeros.bin"], cache)
+    cache.save(now_ns=later)
+    read: list[str] = []
+    again = listing(str(root), ["text.txt", "noise.bin", "zeros.bin"], StatCache(str(private)),
+                    sink=lambda cid, _: read.append(cid))  # fmt: skip
+    assert read == [] and {e.path: e.est for e in again} == first

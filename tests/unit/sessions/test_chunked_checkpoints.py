@@ -310,3 +310,21 @@ def test_a_chunk_altered_in_its_pack_fails_the_restore_before_the_sandbox_change
         engine.restorer.restore(engine.session.id, fresh, again.repo_dir)
     assert failure.value.data["failures"][0]["code"] == DecryptionFailed.code
     assert engine.sh(fresh, state) == before
+
+
+def test_untracked_files_whose_patch_would_pass_the_limit_skip_it_without_making_it(
+    engine_with: EngineWith,
+) -> None:
+    engine = engine_with(exchange_max_patch_mb=1)
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, "head -c 1500000 /dev/urandom > noise.bin && echo 'a note' > note.txt")
+    checkpoint = engine.take(sandbox, workspace)
+    contents = engine.checkpointer.contents(checkpoint)
+    assert not contents.has("session.patch") and contents.has("untracked")
+    [warning] = [w for w in checkpoint.warnings if w.startswith("session.patch skipped")]
+    assert "of patch (estimated), over the 1048576-byte patch limit" in warning
+    # Small enough again: the patch is made.
+    engine.sh(sandbox, "rm noise.bin")
+    smaller = engine.take(sandbox, workspace)
+    patch = b"".join(engine.checkpointer.contents(smaller).read("session.patch"))
+    assert b"+a note\n" in patch
