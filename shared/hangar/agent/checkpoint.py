@@ -55,7 +55,7 @@ except ImportError:
     from hashlib import sha256
 
 from hangar.agent.chunking import ChunkSink, StatCache, chunk_file, entry_fields, listing
-from hangar.agent.chunking import patch_file_chunks, read_known
+from hangar.agent.chunking import patch_file_chunks, read_known, replace_file
 from hangar.agent.gitsafe import GitError, Repo, branch_problem, checkout_refuses, remove_tree
 from hangar.agent.paths import entry_problem, folders_rule, kind_problem, left_out_warning
 from hangar.agent.paths import private_folder, readable
@@ -232,19 +232,9 @@ class TreeFacts:
     def keep(self, refused, size):
         if not self.path or (self.refused, self.size) == (refused, size):
             return
-        # One name for the copy being written: a checkpoint killed while it wrote leaves one
-        # file at most, which the next one writes over (two at once may spoil it: then it
-        # is unreadable, and found again).
-        tmp = self.path + ".tmp"
-        try:
-            with open(tmp, "w") as f:
-                json.dump({"head": self.head, "refused": refused, "size": size}, f)
-            os.replace(tmp, self.path)
-        except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        # Two checkpoints writing at once may spoil it: then it is unreadable, and found again.
+        replace_file(self.path, json.dumps({"head": self.head, "refused": refused,
+                                            "size": size}).encode())  # fmt: skip
 
 
 def fingerprint(repo, home, dirs, head, branch, records):

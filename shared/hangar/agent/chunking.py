@@ -245,7 +245,7 @@ class StatCache:
         self.entries[path] = (stat_key(st), list(chunks), est)
 
     def save(self, now_ns=None):
-        """Write the cache atomically (one temporary name, then a rename, as TreeFacts does);
+        """Write the cache atomically (:func:`replace_file`);
         nothing when it has no private folder or that folder is not private any more.
         ``now_ns``: when it is written (the clock's now; entries changed within RACY_NS before
         it are racy). A failure to write leaves the cache as it was."""
@@ -259,22 +259,29 @@ class StatCache:
         body = json.dumps({"format": CACHE_FORMAT, "uid": os.geteuid(), "written_ns": written,
                            "entries": entries}, separators=(",", ":")).encode()
         data = body + b"\n" + sha256(body).hexdigest().encode()
-        tmp = self.path + ".tmp"
+        replace_file(self.path, data)
+
+
+def replace_file(path, data):
+    """Write ``data`` (bytes) to ``path`` atomically: to one temporary name beside it (no link
+    followed, mode 0600), then a rename. A writer killed meanwhile leaves that one file at
+    most, which the next write replaces; a failure leaves ``path`` as it was."""
+    tmp = path + ".tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
         except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            pass
 
 
 def read_cache(path):
