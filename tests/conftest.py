@@ -19,6 +19,7 @@ from hangar.keys.local import LocalKeys
 from hangar.sandboxes.local import LocalSandboxes
 
 if TYPE_CHECKING:
+    from tests.rig import Engine
     from emulators.cloud import CloudEmulators
 
 GIT_IDENTITY = {
@@ -88,6 +89,17 @@ def remote(tmp_path: Path) -> Path:
         git(seed, "commit", "-q", "-m", f"seed {i}")
     git(seed, "push", "-q", str(bare), "main")
     return bare
+
+
+@pytest.fixture
+def engine(
+    settings: Settings, db: SqliteDb, blobs: LocalBlobs, keys: LocalKeys,
+    sandboxes: LocalSandboxes, remote: Path,
+) -> Engine:  # fmt: skip
+    """The checkpoint and restore engine of a session over real sandboxes (:mod:`tests.rig`)."""
+    from tests.rig import make_engine  # it imports this module
+
+    return make_engine(settings, db, blobs, keys, sandboxes, remote)
 
 
 @pytest.fixture(scope="session")

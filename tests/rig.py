@@ -15,8 +15,8 @@ from hangar.keys.local import LocalKeys
 from hangar.models import Checkpoint, CheckpointReason, Session
 from hangar.sandboxes import SandboxSpec
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.sessions.checkpoints import DEFAULT_CONVERSATION_DIRS, Checkpointer, CheckpointTarget
-from hangar.sessions.restore import Restorer
+from hangar.checkpoints.checkpointer import DEFAULT_CONVERSATION_DIRS, Checkpointer, CheckpointTarget
+from hangar.checkpoints.restore import Restorer
 from hangar.sessions.workspace import Workspace, clone
 from tests.conftest import GIT_IDENTITY
 

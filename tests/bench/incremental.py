@@ -35,7 +35,7 @@ from hangar.blobs.local import LocalBlobs
 from hangar.db import Db
 from hangar.models import Checkpoint, CheckpointReason, Session
 from hangar.sandboxes import HANGAR_TMP, Sandboxes, SandboxUser
-from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
+from hangar.checkpoints.checkpointer import Checkpointer, CheckpointTarget
 
 REFERENCE = "reference"
 BIG = "untracked-200mb"

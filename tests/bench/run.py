@@ -48,8 +48,8 @@ from hangar.keys.local import LocalKeys
 from hangar.models import CheckpointReason, Session
 from hangar.sandboxes import SandboxSpec
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
-from hangar.sessions.restore import Restorer
+from hangar.checkpoints.checkpointer import Checkpointer, CheckpointTarget
+from hangar.checkpoints.restore import Restorer
 from hangar.sessions.workspace import Workspace, clone
 
 from tests.bench import (

@@ -5,7 +5,7 @@ Standard input is one JSON line (the plan) followed by the bytes of each part it
 order, each exactly ``size`` bytes, then the line :data:`PARTS_VERIFIED`. The control plane
 streams the parts as it unseals them and sends that line only once every part authenticated
 and matched its record: without it (the input ends early: a part failed its check) the restore
-stops at ``receive``, before step 2 (:mod:`hangar.sessions.restore`)::
+stops at ``receive``, before step 2 (:mod:`hangar.checkpoints.restore`)::
 
     repo, home          where the repo and HOME are
     branch, head        check out ``branch`` at ``head`` (detached when branch is null)
@@ -91,7 +91,7 @@ from hangar.agent.paths import (
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 PARTS_VERIFIED = b"hangar: every part verified\n"
-"""The control plane's line after the last part (:data:`hangar.sessions.restore.PARTS_VERIFIED`)."""
+"""The control plane's line after the last part (:data:`hangar.checkpoints.restore.PARTS_VERIFIED`)."""
 STEPS = ("agent", "receive", "check", "reset", "fetch", "checkout", "apply", "untar", "hand_over")
 """The steps timed in the answer's ``seconds``, in the order they run."""
 

@@ -15,7 +15,7 @@ from hangar.errors import InvalidInput, InvalidState, SessionBusy, SessionNotFou
 from hangar.models import Checkpoint, CheckpointReason, Session, SessionState as S, StartIntent
 from hangar.models import StartKind
 from hangar.sandboxes import Sandboxes
-from hangar.sessions.checkpoints import Checkpointer
+from hangar.checkpoints.checkpointer import Checkpointer
 from hangar.sessions.records import Records
 from hangar.sessions.sandbox import sandbox_alive, take_checkpoint
 from hangar.sessions.startup import Startup

@@ -42,7 +42,7 @@ from hangar.errors import (
 from hangar.models import CheckpointReason, ClaimKind, Session, SessionState as S, TickDue
 from hangar.models import utcnow
 from hangar.sandboxes.policy import SandboxPolicy
-from hangar.sessions.checkpoints import Checkpointer
+from hangar.checkpoints.checkpointer import Checkpointer
 from hangar.sessions.records import Records
 from hangar.sessions.sandbox import SESSION_LABEL, renew_lease, sandbox_alive, take_checkpoint
 from hangar.sessions.pools import PoolKeeper

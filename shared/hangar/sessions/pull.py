@@ -17,8 +17,8 @@ from hangar.exchange.pull import MEDIA, Member, PullAnswer, PullInfo
 from hangar.models import Checkpoint, Session
 
 if TYPE_CHECKING:
-    from hangar.sessions.checkpoints import Checkpointer
-    from hangar.sessions.contents import Contents
+    from hangar.checkpoints.checkpointer import Checkpointer
+    from hangar.checkpoints.contents import Contents
 
 __all__ = ["MEDIA", "PullAnswer", "PullInfo", "package"]
 

@@ -34,11 +34,11 @@ from hangar.sandboxes import (
 )
 from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.capacity import admit
-from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
+from hangar.checkpoints.checkpointer import Checkpointer, CheckpointTarget
 from hangar.sessions.environments import Environments
 from hangar.sessions.images import image_refused
 from hangar.sessions.records import Records
-from hangar.sessions.restore import Restorer, RestoreReport
+from hangar.checkpoints.restore import Restorer, RestoreReport
 from hangar.sessions.workspace import clone_argv, repo_dir_for
 
 SESSION_LABEL = "hangar.session"

@@ -69,7 +69,7 @@ from hangar.models import (
 )
 from hangar.sandboxes import HANGAR_TMP, Sandboxes, SandboxInfo, SandboxUser
 from hangar.sandboxes.policy import guarded
-from hangar.sessions.checkpoints import Checkpointer
+from hangar.checkpoints.checkpointer import Checkpointer
 from hangar.sessions.conversations import switch
 from hangar.sessions.environments import Environments, check_name
 from hangar.sessions.forks import Forks
@@ -80,7 +80,7 @@ from hangar.sessions.messages import Kept, MessageStore
 from hangar.sessions import pull
 from hangar.sessions.pull import PullAnswer
 from hangar.sessions.records import Records
-from hangar.sessions.restore import Restorer
+from hangar.checkpoints.restore import Restorer
 from hangar.sessions.sandbox import SESSION_LABEL, Provisioner, sandbox_alive, take_checkpoint
 from hangar.sessions.schedule import Schedule
 from hangar.sessions.shells import Shells, talking

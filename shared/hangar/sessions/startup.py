@@ -51,10 +51,10 @@ from hangar.models import StartError, StartIntent, StartKind, StartStep, TurnOut
 from hangar.sandboxes import SandboxState, SandboxStatus
 from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sessions.capacity import Capacity
-from hangar.sessions.checkpoints import Checkpointer
+from hangar.checkpoints.checkpointer import Checkpointer
 from hangar.sessions.environments import Environments
 from hangar.sessions.records import Records
-from hangar.sessions.restore import Restorer
+from hangar.checkpoints.restore import Restorer
 from hangar.sessions.sandbox import Provisioner, sandbox_alive, take_checkpoint
 from hangar.sessions.schedule import POLL_SECONDS, Schedule, StartTick
 from hangar.sessions.transitions import LostClaim, Transitions, new_claim

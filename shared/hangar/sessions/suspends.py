@@ -14,7 +14,7 @@ import logging
 from hangar.errors import CheckpointError, SessionBusy
 from hangar.models import CheckpointReason, ClaimKind, Session, SessionState as S
 from hangar.sandboxes.policy import SandboxPolicy
-from hangar.sessions.checkpoints import Checkpointer
+from hangar.checkpoints.checkpointer import Checkpointer
 from hangar.sessions.records import Records
 from hangar.sessions.sandbox import Provisioner, sandbox_alive, take_checkpoint
 from hangar.sessions.schedule import Schedule

@@ -63,7 +63,7 @@ from hangar.models import TurnOutcome
 from hangar.models import utcnow
 from hangar.sandboxes import Sandboxes
 from hangar.sessions import conversations, timeouts
-from hangar.sessions.checkpoints import Checkpointer
+from hangar.checkpoints.checkpointer import Checkpointer
 from hangar.sessions.environments import Environments
 from hangar.sessions.handbacks import HandBacks, repair_prompt
 from hangar.sessions.messages import MessageStore

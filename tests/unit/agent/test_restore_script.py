@@ -25,7 +25,7 @@ from typing import cast
 import pytest
 
 from hangar.agent.restore import PARTS_VERIFIED, STEPS
-from hangar.sessions import restore as control_plane
+from hangar.checkpoints import restore as control_plane
 from tests import installed_scripts as scripts
 from tests.conftest import GIT_IDENTITY, git
 

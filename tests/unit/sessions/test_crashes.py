@@ -36,11 +36,11 @@ from hangar.processes import runs
 from hangar.keys.local import LocalKeys
 from hangar.models import Checkpoint, CheckpointReason, SessionState as S, TurnOutcome, utcnow
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.sessions.checkpoints import PART_THREADS, Checkpointer
-from hangar.sessions.chunks import packs_prefix
+from hangar.checkpoints.checkpointer import PART_THREADS, Checkpointer
+from hangar.checkpoints.chunks import packs_prefix
 from hangar.sessions.environments import EnvironmentChange
 from hangar.sessions.service import SessionService
-from hangar.sessions.sweep import PackSweeper
+from hangar.checkpoints.sweep import PackSweeper
 from hangar.sessions.turns import MAX_FINISH_TRIES
 from tests.rig import Engine, make_engine
 from tests.unit.sessions.world import STANDIN, FakeTicks

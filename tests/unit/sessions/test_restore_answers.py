@@ -8,7 +8,7 @@ import pytest
 
 from hangar.errors import RestoreFailed, SandboxError, UnsafeArchive
 from hangar.agent.restore import STEPS
-from hangar.sessions.restore import _STEPS, _seconds_of, _warnings_of
+from hangar.checkpoints.restore import _STEPS, _seconds_of, _warnings_of
 from hangar.testing.db import make_checkpoint
 
 CHECKPOINT = make_checkpoint("ses-1", 1)

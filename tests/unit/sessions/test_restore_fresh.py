@@ -12,7 +12,7 @@ from hangar.blobs import Blobs
 from hangar.keys import Keys
 from hangar.models import Checkpoint
 from hangar.sandboxes import ExecResult, Sandboxes
-from hangar.sessions.restore import Restorer
+from hangar.checkpoints.restore import Restorer
 from hangar.testing.db import make_checkpoint
 
 FAILED = {"ok": False, "code": "restore_failed", "step": "checkout", "error": "no head"}

@@ -166,7 +166,7 @@ def test_an_unchanged_answer_that_was_not_asked_for_fails_the_checkpoint(world: 
     import json
 
     from hangar.errors import CheckpointError
-    from hangar.sessions.checkpoints import Checkpointer
+    from hangar.checkpoints.checkpointer import Checkpointer
 
     start(world)
     target = checkpoint_target(world.service.resolve("demo"))

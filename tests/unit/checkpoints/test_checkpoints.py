@@ -20,8 +20,8 @@ from hangar.models import Checkpoint, CheckpointReason
 from hangar.sandboxes import HANGAR_TMP, SandboxInfo, SandboxUser
 from hangar.sandboxes.policy import SandboxPolicy
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.sessions.checkpoints import CheckpointTarget
-from hangar.sessions.parts import part_key
+from hangar.checkpoints.checkpointer import CheckpointTarget
+from hangar.checkpoints.parts import part_key
 from tests.conftest import git
 from tests.rig import Engine, make_engine
 

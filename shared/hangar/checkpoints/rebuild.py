@@ -1,6 +1,6 @@
 """Rebuild a format-2 tree part as the plain tar :mod:`hangar.agent.restore` reads.
 
-A tree part (:class:`~hangar.sessions.manifest.TreeEntry` listings) goes into the sandbox as the
+A tree part (:class:`~hangar.checkpoints.manifest.TreeEntry` listings) goes into the sandbox as the
 very stream a format-1 checkpoint sends for ``untracked.tar``, ``agent.tar`` or
 ``exchange.tar`` with compression ``none``: POSIX (pax) headers, each file's bytes padded to a
 block, two zero blocks at the end. Its size is known before its first byte, since the restore
@@ -20,7 +20,7 @@ import tarfile
 from collections.abc import Callable, Iterator, Sequence
 
 from hangar.errors import DecryptionFailed
-from hangar.sessions.manifest import TreeEntry
+from hangar.checkpoints.manifest import TreeEntry
 
 BLOCK = tarfile.BLOCKSIZE
 END = bytes(2 * BLOCK)

@@ -17,11 +17,11 @@ from functools import cached_property
 
 from hangar.errors import BlobNotFound, DecryptionFailed
 from hangar.models import Checkpoint, CheckpointPart, Compression
-from hangar.sessions.chunked import open_manifest
-from hangar.sessions.chunks import ChunkReader
-from hangar.sessions.manifest import Manifest, ManifestPart, TreeEntry
-from hangar.sessions.parts import CheckpointParts
-from hangar.sessions.rebuild import tree_tar
+from hangar.checkpoints.chunked import open_manifest
+from hangar.checkpoints.chunks import ChunkReader
+from hangar.checkpoints.manifest import Manifest, ManifestPart, TreeEntry
+from hangar.checkpoints.parts import CheckpointParts
+from hangar.checkpoints.rebuild import tree_tar
 
 TREES = ("untracked", "agent", "exchange")
 _RESTORE_ORDER = ("repo.bundle", "staged.patch", "wip.patch", "untracked", "agent", "exchange")

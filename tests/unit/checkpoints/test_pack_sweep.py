@@ -28,9 +28,9 @@ from hangar.db.sqlite import SqliteDb
 from hangar.keys.local import LocalKeys
 from hangar.models import Checkpoint, CheckpointReason, Session
 from hangar.sandboxes import ExecResult, Sandboxes
-from hangar.sessions.checkpoints import Checkpointer, CheckpointTarget
-from hangar.sessions.chunks import packs_prefix
-from hangar.sessions.sweep import PackSweeper
+from hangar.checkpoints.checkpointer import Checkpointer, CheckpointTarget
+from hangar.checkpoints.chunks import packs_prefix
+from hangar.checkpoints.sweep import PackSweeper
 
 SEEDS = range(20)
 STEPS = 40

@@ -1,7 +1,7 @@
 """The manifest of a format-2 checkpoint: what the checkpoint holds, as content-addressed chunks.
 
 A format-2 checkpoint stores one part, ``manifest``, sealed under the checkpoint's data key like
-any part (:mod:`hangar.sessions.parts`). It lists the checkpoint's parts, each either a *blob*
+any part (:mod:`hangar.checkpoints.parts`). It lists the checkpoint's parts, each either a *blob*
 (the repo bundle, a patch, ``meta.json``: its bytes are its chunks joined) or a *tree* (the
 untracked files, the conversation folders, the exchange folder: entries with their paths,
 modes and chunks), and, for every chunk they name, where it is stored and the key it is sealed
@@ -9,7 +9,7 @@ under (:class:`ChunkRef`). Chunks are named inside the sandbox by the SHA-256 of
 (the ``cid``); in blobs they are known only by an HMAC of it under the owning session's naming
 key, inside packs with random names, so the bucket's listing reveals nothing about contents.
 
-The restore rebuilds each part from its chunks (:mod:`hangar.sessions.rebuild`) into the very
+The restore rebuilds each part from its chunks (:mod:`hangar.checkpoints.rebuild`) into the very
 forms :mod:`hangar.agent.restore` reads for format 1: a plain tar for a tree, the bytes for a
 blob.
 """
@@ -31,7 +31,7 @@ conversation folders and the exchange folder (relative to HOME)."""
 class ChunkRef(BaseModel):
     """Where one chunk is stored and how to open it: ``length`` sealed bytes at ``offset`` in
     the pack ``pack`` (a blob key) of session ``owner``, sealed under ``key`` (32 bytes) with
-    associated data binding ``owner`` and ``name`` (:func:`hangar.sessions.chunks.chunk_aad`);
+    associated data binding ``owner`` and ``name`` (:func:`hangar.checkpoints.chunks.chunk_aad`);
     ``size`` plaintext bytes, whose SHA-256 is the cid it is listed under."""
 
     model_config = ConfigDict(extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")

@@ -6,7 +6,7 @@ was forked from) and answers with a manifest line listing every part by its chun
 chunks' bytes after it. Nothing it says is trusted: :func:`accept` checks every name, size and
 cid (a chunk it did not send must be one the source holds; a chunk it sent must hash to its
 cid), and :class:`ChunkedStore` seals each new chunk under a key of its own into packs, then
-seals the manifest (:class:`~hangar.sessions.manifest.Manifest`) as the checkpoint's one part.
+seals the manifest (:class:`~hangar.checkpoints.manifest.Manifest`) as the checkpoint's one part.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from hangar.blobs import Blobs
 from hangar.errors import CheckpointError, DecryptionFailed
 from hangar.models import Checkpoint, CheckpointPart
-from hangar.sessions.chunks import OVERHEAD, PackWriter, new_key, pack_key, pack_target
-from hangar.sessions.chunks import ChunkReader
-from hangar.sessions.manifest import BLOB_PARTS, MAX_PIECE_PLAIN, TREE_PARTS, ChunkRef, Manifest
-from hangar.sessions.manifest import ManifestPart, ManifestRoot, PartHead, PieceRef, TreeEntry
-from hangar.sessions.manifest import cut_pieces, from_lines, manifest_lines
-from hangar.sessions.parts import CheckpointParts
+from hangar.checkpoints.chunks import OVERHEAD, PackWriter, new_key, pack_key, pack_target
+from hangar.checkpoints.chunks import ChunkReader
+from hangar.checkpoints.manifest import BLOB_PARTS, MAX_PIECE_PLAIN, TREE_PARTS, ChunkRef, Manifest
+from hangar.checkpoints.manifest import ManifestPart, ManifestRoot, PartHead, PieceRef, TreeEntry
+from hangar.checkpoints.manifest import cut_pieces, from_lines, manifest_lines
+from hangar.checkpoints.parts import CheckpointParts
 
 MANIFEST_PART = "manifest"
 BLOCK = 64 * 1024

@@ -39,8 +39,8 @@ from hangar.errors import (
 from hangar.keys import Keys
 from hangar.models import Checkpoint
 from hangar.sandboxes import HANGAR_TMP, HOME, Sandboxes, SandboxUser
-from hangar.sessions.contents import Contents
-from hangar.sessions.parts import CheckpointParts
+from hangar.checkpoints.contents import Contents
+from hangar.checkpoints.parts import CheckpointParts
 
 logger = logging.getLogger(__name__)
 

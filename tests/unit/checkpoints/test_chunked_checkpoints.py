@@ -16,11 +16,11 @@ from hangar.errors import DecryptionFailed, NoUsableCheckpoint
 from hangar.keys.local import LocalKeys
 from hangar.models import Checkpoint, CheckpointReason
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.sessions.chunked import open_manifest
-from hangar.sessions import chunks
-from hangar.sessions.chunks import ChunkReader, packs_prefix
+from hangar.checkpoints.chunked import open_manifest
+from hangar.checkpoints import chunks
+from hangar.checkpoints.chunks import ChunkReader, packs_prefix
 from tests.rig import Engine, make_engine
-from tests.unit.sessions.test_checkpoints import CONVERSATION, STATE, TURN_ONE
+from tests.unit.checkpoints.test_checkpoints import CONVERSATION, STATE, TURN_ONE
 
 EngineWith = Callable[..., Engine]
 

@@ -11,7 +11,7 @@
   (:func:`pack_key`), the UTC time of their making first so that a sweep can tell how old an
   unreferenced pack is without reading it. A checkpoint writes at most :data:`MAX_PACKS`,
   create-only, before its manifest is recorded.
-- :class:`ChunkReader` reads chunks back by their :class:`~hangar.sessions.manifest.ChunkRef`,
+- :class:`ChunkReader` reads chunks back by their :class:`~hangar.checkpoints.manifest.ChunkRef`,
   reading neighbouring chunks of a pack in one ranged read.
 """
 
@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from hangar.blobs import Blobs
 from hangar.errors import DecryptionFailed
-from hangar.sessions.manifest import ChunkRef
+from hangar.checkpoints.manifest import ChunkRef
 
 MAGIC = b"HGC\x01"
 _NONCE = 12

@@ -16,8 +16,8 @@ from hangar.errors import DecryptionFailed
 from hangar.keys.local import LocalKeys
 from hangar.models import Checkpoint
 from hangar.sandboxes.local import LocalSandboxes
-from hangar.sessions.parts import CheckpointParts
-from hangar.sessions.restore import Restorer
+from hangar.checkpoints.parts import CheckpointParts
+from hangar.checkpoints.restore import Restorer
 from tests.rig import Engine, make_engine
 
 pytestmark = pytest.mark.sandbox

@@ -12,11 +12,11 @@ The sandbox's output is untrusted: the manifest is validated, part names come fr
 and sizes must add up to what was received.
 
 Format 2 (``HANGAR_CHECKPOINT_FORMAT``, the default) stores content-addressed chunks instead of
-whole parts (:mod:`hangar.sessions.chunked`): the sandbox is told which chunks the *source*
+whole parts (:mod:`hangar.checkpoints.chunked`): the sandbox is told which chunks the *source*
 holds (the session's newest format-2 checkpoint, or for a fork's first, the one it was forked
 from) and sends only the others. Recording refuses a take whose source was pruned meanwhile
 (SourcePruned: its chunks may be swept); the take is then made again from no source, sending
-everything. Pruned and dropped checkpoints' packs are swept (:mod:`hangar.sessions.sweep`).
+everything. Pruned and dropped checkpoints' packs are swept (:mod:`hangar.checkpoints.sweep`).
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ from hangar.keys import Keys
 from hangar.models import Checkpoint, CheckpointPart, CheckpointReason, Compression
 from hangar.sandboxes import HANGAR_TMP, HOME, Sandboxes, SandboxUser
 from hangar.keys.envelope import CHUNK
-from hangar.sessions.chunked import ChunkedStore, Source, accept, open_source
-from hangar.sessions.contents import Contents
-from hangar.sessions.parts import CheckpointParts, part_key
-from hangar.sessions.sweep import PackSweeper
+from hangar.checkpoints.chunked import ChunkedStore, Source, accept, open_source
+from hangar.checkpoints.contents import Contents
+from hangar.checkpoints.parts import CheckpointParts, part_key
+from hangar.checkpoints.sweep import PackSweeper
 
 logger = logging.getLogger(__name__)
 

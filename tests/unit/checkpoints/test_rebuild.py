@@ -1,4 +1,4 @@
-"""hangar.sessions.rebuild: a format-2 tree part back into the plain tar the restore reads.
+"""hangar.checkpoints.rebuild: a format-2 tree part back into the plain tar the restore reads.
 
 The trees here are listings built by hand or read from a folder on disk; the last test runs the
 installed restore script on a rebuilt tree and on GNU tar's archive of the same folder.
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from hangar.errors import DecryptionFailed
-from hangar.sessions.manifest import TreeEntry
-from hangar.sessions.rebuild import END, header, tree_tar
+from hangar.checkpoints.manifest import TreeEntry
+from hangar.checkpoints.rebuild import END, header, tree_tar
 from tests.unit.agent.test_restore_script import World, restore, snapshot
 from tests.unit.agent.test_restore_script import world as restore_world  # noqa: F401 (fixture)
 

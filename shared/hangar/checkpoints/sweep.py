@@ -1,6 +1,6 @@
 """Which packs of chunks are alive, by mark and sweep over the checkpoints that refer to them.
 
-A pack (:mod:`hangar.sessions.chunks`) belongs to the session that wrote it, and is alive while
+A pack (:mod:`hangar.checkpoints.chunks`) belongs to the session that wrote it, and is alive while
 any recorded checkpoint, of that session or of another (a fork refers to its parent's chunks
 without copying them), lists it in ``packs``. Nothing counts references: after checkpoints are
 pruned or dropped, :meth:`PackSweeper.sweep` marks what every checkpoint using the owner still
@@ -21,7 +21,7 @@ from hangar.blobs import Blobs
 from hangar.db import Db
 from hangar.errors import HangarError
 from hangar.models import Checkpoint
-from hangar.sessions.chunks import pack_made, packs_prefix
+from hangar.checkpoints.chunks import pack_made, packs_prefix
 
 logger = logging.getLogger(__name__)
 
