@@ -33,6 +33,8 @@ from hangar.checkpoints.manifest import cut_pieces, from_lines, manifest_lines
 from hangar.checkpoints.parts import CheckpointParts
 
 MANIFEST_PART = "manifest"
+MOVE_BUDGET = 8 << 20
+"""The most a checkpoint copies out of packs it mostly no longer uses (:meth:`ChunkedStore._repack`)."""
 BLOCK = 64 * 1024
 """The largest chunk a sandbox may send (agent/chunking.py's BLOCK)."""
 _CID = re.compile(r"[0-9a-f]{64}")
@@ -66,6 +68,7 @@ class Source:
     checkpoint: Checkpoint
     manifest: Manifest
     pieces: dict[str, PieceRef]
+    pack_sizes: dict[str, int]
 
     def known(self) -> bytes:
         """Its cids as the sandbox reads them: 32-byte digests back to back."""
@@ -180,20 +183,27 @@ class ChunkedStore:
             for part in parts:
                 for cid in part.chunks or [c for e in part.entries for c in e.chunks]:
                     used[cid] = refs.get(cid) or held[cid]
+            sizes = {**(source.pack_sizes if same and source else {}), **writer.sizes}
+            evacuated = self._repack(used, sizes, writer)
             manifest = Manifest(session_id=checkpoint.session_id, checkpoint_id=checkpoint.id,
                                 naming_key=naming_key, parts=parts, chunks=used)  # fmt: skip
             old = source.pieces if source is not None else {}
             for piece in cut_pieces(manifest_lines(manifest)):
                 cid = hashlib.sha256(piece).hexdigest()
-                ref = old.get(cid) or writer.add(cid, zlib.compress(piece, 6))
-                pieces.append(PieceRef(cid=cid, **ref.model_dump(exclude={"cid"})))
+                kept: ChunkRef | None = old.get(cid)
+                if kept is None or kept.pack in evacuated:
+                    kept = writer.add(cid, zlib.compress(piece, 6))
+                pieces.append(PieceRef(cid=cid, **kept.model_dump(exclude={"cid"})))
             writer.close()
         finally:
             stored.extend(writer.keys)
+        sizes.update(writer.sizes)
+        mine = {r.pack for r in [*used.values(), *pieces] if r.owner == checkpoint.session_id}
         root = ManifestRoot(session_id=checkpoint.session_id, checkpoint_id=checkpoint.id,
                             naming_key=naming_key, pieces=pieces,
                             parts=[PartHead(name=p.name, kind=p.kind, size=p.size)
-                                   for p in parts])  # fmt: skip
+                                   for p in parts],
+                            pack_sizes={p: sizes[p] for p in sorted(mine) if p in sizes})  # fmt: skip
         body = root.model_dump_json().encode()
         # Among the packs: listed by the record, and swept like them if it never is.
         at = pack_key(checkpoint.session_id)
@@ -213,11 +223,40 @@ class ChunkedStore:
         })  # fmt: skip
 
 
+    def _repack(self, used: dict[str, ChunkRef], sizes: dict[str, int],
+                writer: PackWriter) -> set[str]:  # fmt: skip
+        """Move the chunks ``used`` still needs out of the writer's owner's packs that it uses
+        less than half of (sparsest first, up to MOVE_BUDGET bytes a checkpoint), copying their
+        sealed bytes into ``writer``'s packs and updating ``used``: once the checkpoints that
+        still list such a pack are pruned, it goes, and the bytes of the chunks no one uses in
+        it go with it. Returns the packs emptied of what ``used`` needs."""
+        live: dict[str, list[str]] = {}
+        for cid, ref in used.items():
+            if ref.owner == writer.owner and ref.pack in sizes:
+                live.setdefault(ref.pack, []).append(cid)
+        share = {pack: sum(used[c].length for c in cids) / sizes[pack]
+                 for pack, cids in live.items()}  # fmt: skip
+        moving: list[str] = []
+        budget = MOVE_BUDGET
+        for pack in sorted(share, key=share.__getitem__):
+            if share[pack] >= 0.5:
+                break
+            needed = sum(used[c].length for c in live[pack])
+            if needed > budget:
+                continue
+            budget -= needed
+            moving += sorted(live[pack], key=lambda c: used[c].offset)
+        refs = [used[c] for c in moving]
+        for cid, ref, sealed in zip(moving, refs, ChunkReader(self.blobs).sealed(refs)):
+            used[cid] = writer.move(ref, sealed)
+        return {ref.pack for ref in refs}
+
+
 def open_source(parts: CheckpointParts, checkpoint: Checkpoint) -> Source:
     """A format-2 checkpoint's manifest, unsealed, with its pieces (see open_manifest)."""
     root = _root(parts, checkpoint)
     return Source(checkpoint, _records(parts, checkpoint, root),
-                  {piece.cid: piece for piece in root.pieces})  # fmt: skip
+                  {piece.cid: piece for piece in root.pieces}, root.pack_sizes)  # fmt: skip
 
 
 def open_manifest(parts: CheckpointParts, checkpoint: Checkpoint) -> Manifest:

@@ -100,8 +100,9 @@ def pack_target(total: int) -> int:
 class PackWriter:
     """Seals new chunks of session ``owner`` and writes them into packs of about ``target``
     bytes (:func:`pack_target` of the sealed total), create-only. :meth:`add` returns the
-    chunk's :class:`ChunkRef`; :meth:`close` writes the last pack. ``keys`` lists every pack
-    written so far, for the caller to delete if the checkpoint fails. Not thread-safe."""
+    chunk's :class:`ChunkRef`, :meth:`move` places a chunk already sealed (of this owner) in a
+    new pack; :meth:`close` writes the last pack. ``keys`` lists every pack written so far, for
+    the caller to delete if the checkpoint fails; ``sizes`` their sizes. Not thread-safe."""
 
     def __init__(self, blobs: Blobs, owner: str, naming_key: bytes, target: int) -> None:
         self.blobs = blobs
@@ -109,6 +110,7 @@ class PackWriter:
         self.naming_key = naming_key
         self.target = target
         self.keys: list[str] = []
+        self.sizes: dict[str, int] = {}
         self.written = 0
         self._buffer: list[bytes] = []
         self._buffered = 0
@@ -118,13 +120,24 @@ class PackWriter:
         name = chunk_name(self.naming_key, cid)
         key = new_key()
         sealed = seal_chunk(key, chunk_aad(self.owner, name), data)
+        pack, offset = self._place(sealed)
+        return ChunkRef(owner=self.owner, name=name, pack=pack, offset=offset,
+                        length=len(sealed), size=len(data), key=key)  # fmt: skip
+
+    def move(self, ref: ChunkRef, sealed: bytes) -> ChunkRef:
+        """``ref``'s chunk, whose sealed bytes are ``sealed``, in this writer's packs: it opens
+        as before (its key and associated data do not name its pack)."""
+        assert ref.owner == self.owner and len(sealed) == ref.length
+        pack, offset = self._place(sealed)
+        return ref.model_copy(update={"pack": pack, "offset": offset})
+
+    def _place(self, sealed: bytes) -> tuple[str, int]:
         if self._buffered and self._buffered + len(sealed) > self.target:
             self._flush()
-        ref = ChunkRef(owner=self.owner, name=name, pack=self._key, offset=self._buffered,
-                       length=len(sealed), size=len(data), key=key)  # fmt: skip
+        at = (self._key, self._buffered)
         self._buffer.append(sealed)
         self._buffered += len(sealed)
-        return ref
+        return at
 
     def close(self) -> None:
         if self._buffered:
@@ -132,7 +145,9 @@ class PackWriter:
 
     def _flush(self) -> None:
         self.keys.append(self._key)  # before the put: a put that fails may have landed
-        self.written += self.blobs.put(self._key, self._buffer, if_absent=True)
+        size = self.blobs.put(self._key, self._buffer, if_absent=True)
+        self.sizes[self._key] = size
+        self.written += size
         self._buffer, self._buffered = [], 0
         self._key = pack_key(self.owner)
 
@@ -148,6 +163,15 @@ class ChunkReader:
     def read(self, refs: Sequence[ChunkRef]) -> Iterator[bytes]:
         """The plaintext of each of ``refs``, in order. Runs of chunks that lie close together
         in one pack are fetched with one ranged read of at most ``_READ_SPAN`` bytes."""
+        for ref, sealed in zip(refs, self.sealed(refs)):
+            plain = open_chunk(ref.key, chunk_aad(ref.owner, ref.name), sealed)
+            if len(plain) != ref.size:
+                raise DecryptionFailed("a chunk is not the size its manifest says")
+            yield plain
+
+    def sealed(self, refs: Sequence[ChunkRef]) -> Iterator[bytes]:
+        """The sealed bytes of each of ``refs``, in order, unopened (read as :meth:`read`
+        does)."""
         for run in _runs(refs):
             start = run[0].offset
             end = max(r.offset + r.length for r in run)
@@ -156,10 +180,7 @@ class ChunkReader:
                 sealed = data[ref.offset - start : ref.offset - start + ref.length]
                 if len(sealed) != ref.length:
                     raise DecryptionFailed(f"pack {ref.pack} ends before a chunk it should hold")
-                plain = open_chunk(ref.key, chunk_aad(ref.owner, ref.name), sealed)
-                if len(plain) != ref.size:
-                    raise DecryptionFailed("a chunk is not the size its manifest says")
-                yield plain
+                yield sealed
 
 
 def _runs(refs: Iterable[ChunkRef]) -> Iterator[list[ChunkRef]]:

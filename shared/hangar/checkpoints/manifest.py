@@ -135,6 +135,9 @@ class ManifestRoot(BaseModel):
     naming_key: bytes
     parts: list[PartHead]
     pieces: list[PieceRef]
+    pack_sizes: dict[str, int] = Field(
+        default_factory=dict, description="the sizes of the session's own packs it refers to "
+        "(to tell how much of a pack is still used)")
 
 
 def _line(record: list[object]) -> bytes:

@@ -328,3 +328,25 @@ def test_untracked_files_whose_patch_would_pass_the_limit_skip_it_without_making
     smaller = engine.take(sandbox, workspace)
     patch = b"".join(engine.checkpointer.contents(smaller).read("session.patch"))
     assert b"+a note\n" in patch
+
+
+def test_the_chunks_still_used_in_a_mostly_unused_pack_move_so_that_the_pack_can_go(
+    engine_with: EngineWith,
+) -> None:
+    engine = engine_with(session_keep_checkpoints=1)
+    sandbox, workspace = engine.sandbox()
+    engine.sh(sandbox, TURN_ONE + BIG)
+    first = engine.take(sandbox, workspace)  # one pack: the big file and everything else
+    engine.sh(sandbox, "rm -rf data")  # most of it is no longer needed
+    before = engine.sh(sandbox, STATE)
+    second = engine.take(sandbox, workspace)
+    assert not set(first.packs) & set(second.packs), "what it still needed moved out"
+    assert engine.blobs.list(packs_prefix(engine.session.id)) == sorted(second.packs)
+    assert stored_bytes(engine.blobs, engine.session.id) < first.written / 2
+    third = engine.take(sandbox, workspace)  # nothing changed: nothing moves again
+    assert third.written == 0 and third.source == second.id
+    engine.sandboxes.destroy(sandbox)
+    fresh, again = engine.sandbox()
+    report = engine.restorer.restore(engine.session.id, fresh, again.repo_dir)
+    assert report is not None and report.checkpoint.id == third.id and not report.fell_back
+    assert engine.sh(fresh, STATE) == before
