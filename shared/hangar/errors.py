@@ -36,7 +36,8 @@ once shipped; messages may.
     │   ├── SessionNotRunning           session_not_running 409
     │   ├── NoConversation              no_conversation     409
     │   ├── EnvironmentInUse            environment_in_use  409
-    │   └── DestroyVetoed               destroy_vetoed      409
+    │   ├── DestroyVetoed               destroy_vetoed      409
+    │   └── SourcePruned                checkpoint_source_pruned 409
     ├── SandboxError                    sandbox_error       502
     │   ├── SandboxUnavailable          sandbox_unavailable 503
     │   └── ExecTimeout                 exec_timeout        504
