@@ -271,14 +271,17 @@ def main(argv: list[str] | None = None) -> int:
                 assert not unexpected, unexpected
                 sizes.update({p.name: p.size for p in checkpoint.parts})
 
-            def unchanged() -> None:
-                taken = checkpointer.take(target, CheckpointReason.INTERVAL, skip_if_unchanged=True)
+            def unchanged(fmt: int = 2) -> None:
+                taken = by_format[fmt].take(target if fmt == 2 else target_f1,
+                                            CheckpointReason.INTERVAL, skip_if_unchanged=True)
                 assert taken is None, "an unchanged session was checkpointed"
 
             if args.only != "incremental":
                 report("checkpoint_turn", timed(turn, args.runs), part_bytes=sizes, format=1)
                 assert checkpointer.take(target, CheckpointReason.TURN) is not None  # format 2
                 report("checkpoint_unchanged", timed(unchanged, args.runs * 4), format=2)
+                report("checkpoint_unchanged", timed(lambda: unchanged(1), args.runs * 4),
+                       format=1)  # fmt: skip
             # The incremental lines edit the session: after the checkpoints restored below.
             bench = incremental.Bench(incremental.REFERENCE, db, blobs, sandboxes, sandbox,
                                       workspace.repo_dir, workspace.base_commit, by_format)  # fmt: skip

@@ -17,7 +17,7 @@ import hashlib
 import os
 import re
 import zlib
-from dataclasses import dataclass
+from functools import cached_property
 from typing import BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -60,19 +60,32 @@ class Sent(BaseModel):
     new: list[tuple[str, int]]
 
 
-@dataclass(frozen=True)
 class Source:
-    """The checkpoint whose chunks a take may reuse, with its opened manifest and the pieces
-    that manifest is stored in (by cid: a piece with the same bytes is reused too)."""
+    """The checkpoint whose chunks a take may reuse: its manifest's root and records, opened
+    and checked (:func:`open_source`). The records are parsed only when a take stores
+    something: an interval check the sandbox answers "unchanged" needs only :meth:`known`."""
 
-    checkpoint: Checkpoint
-    manifest: Manifest
-    pieces: dict[str, PieceRef]
-    pack_sizes: dict[str, int]
+    def __init__(self, checkpoint: Checkpoint, root: ManifestRoot, lines: list[bytes]) -> None:
+        self.checkpoint = checkpoint
+        self.root = root
+        self.lines = lines
+        self.pieces = {piece.cid: piece for piece in root.pieces}
+        """The pieces its manifest is stored in, by cid: a piece with the same bytes is reused."""
+        self.pack_sizes = root.pack_sizes
+
+    @cached_property
+    def manifest(self) -> Manifest:
+        try:
+            return from_lines(self.root, self.lines)
+        except ValueError as exc:
+            raise DecryptionFailed(f"checkpoint {self.checkpoint.id}: its manifest is "
+                                   f"malformed: {exc}") from None  # fmt: skip
 
     def known(self) -> bytes:
-        """Its cids as the sandbox reads them: 32-byte digests back to back."""
-        return b"".join(bytes.fromhex(cid) for cid in self.manifest.chunks)
+        """Its cids as the sandbox reads them, 32-byte digests back to back, read off its
+        records' lines (``["c","<cid>",...``) without parsing them."""
+        return b"".join(bytes.fromhex(line[6:70].decode()) for line in self.lines
+                        if line.startswith(b'["c","'))  # fmt: skip
 
 
 def accept(line: bytes, source: Source | None) -> tuple[list[ManifestPart], list[tuple[str, int]]]:
@@ -255,8 +268,7 @@ class ChunkedStore:
 def open_source(parts: CheckpointParts, checkpoint: Checkpoint) -> Source:
     """A format-2 checkpoint's manifest, unsealed, with its pieces (see open_manifest)."""
     root = _root(parts, checkpoint)
-    return Source(checkpoint, _records(parts, checkpoint, root),
-                  {piece.cid: piece for piece in root.pieces}, root.pack_sizes)  # fmt: skip
+    return Source(checkpoint, root, _lines(parts, checkpoint, root))
 
 
 def open_manifest(parts: CheckpointParts, checkpoint: Checkpoint) -> Manifest:
@@ -264,7 +276,7 @@ def open_manifest(parts: CheckpointParts, checkpoint: Checkpoint) -> Manifest:
     root (the ``manifest`` part) and the pieces of its records. DecryptionFailed when either
     does not open or is malformed, or the root is another checkpoint's; BlobNotFound when a
     part or a pack is gone."""
-    return _records(parts, checkpoint, _root(parts, checkpoint))
+    return open_source(parts, checkpoint).manifest
 
 
 def _root(parts: CheckpointParts, checkpoint: Checkpoint) -> ManifestRoot:
@@ -278,7 +290,8 @@ def _root(parts: CheckpointParts, checkpoint: Checkpoint) -> ManifestRoot:
     return root
 
 
-def _records(parts: CheckpointParts, checkpoint: Checkpoint, root: ManifestRoot) -> Manifest:
+def _lines(parts: CheckpointParts, checkpoint: Checkpoint, root: ManifestRoot) -> list[bytes]:
+    """The records' lines, from the root's pieces, each checked against its cid."""
     lines: list[bytes] = []
     for ref, packed in zip(root.pieces, ChunkReader(parts.blobs).read(root.pieces)):
         inflate = zlib.decompressobj()
@@ -290,8 +303,4 @@ def _records(parts: CheckpointParts, checkpoint: Checkpoint, root: ManifestRoot)
             raise DecryptionFailed(f"checkpoint {checkpoint.id}: a piece of its manifest is "
                                    "not what its root says")  # fmt: skip
         lines.extend(plain.splitlines(keepends=True))
-    try:
-        return from_lines(root, lines)
-    except ValueError as exc:
-        raise DecryptionFailed(f"checkpoint {checkpoint.id}: its manifest is malformed: "
-                               f"{exc}") from None
+    return lines
