@@ -484,6 +484,14 @@ class Checkpoint(Record):
         return sum(p.stored_size for p in self.parts) + self.written
 
 
+def takes_no_checkpoints(session: Session) -> bool:
+    """Whether the session is archived or being archived: its checkpoints are dropped, and the
+    record refuses any more (one in flight meanwhile would outlive the archive and name packs
+    it swept)."""
+    archiving = session.claim is not None and session.claim.kind is ClaimKind.ARCHIVE
+    return archiving or session.state is SessionState.ARCHIVED
+
+
 def last_good_checkpoint(checkpoints: Sequence[Checkpoint], session: Session) -> str | None:
     """The id of the newest of ``checkpoints`` (oldest first) known to restore: the one the
     session's sandbox was last restored from, or a newer one that passed the checks and that

@@ -54,12 +54,13 @@ from pydantic import ValidationError
 from hangar.db.records import micros, prefix_end, prepare, utc
 from hangar.errors import (
     AlreadyExists, BackendError, CheckpointNotFound, EnvironmentNotFound, HangarError,
-    InvalidInput, InvalidSettings, NameTaken, NotFound, SessionNotFound, SourcePruned,
-    TokenNotFound, VersionConflict,
+    InvalidInput, InvalidSettings, InvalidState, NameTaken, NotFound, SessionNotFound,
+    SourcePruned, TokenNotFound, VersionConflict,
 )
 from hangar.gcloud import translate, vendor_errors
 from hangar.models import (
     Checkpoint, Environment, Record, Session, SessionState, TickDue, Token, Turn, pruned,
+    takes_no_checkpoints,
 )
 
 if TYPE_CHECKING:
@@ -583,6 +584,9 @@ class FirestoreDb:
             if not owner.exists:
                 raise SessionNotFound(f"no session {stored.session_id!r}",
                                       session_id=stored.session_id)  # fmt: skip
+            if takes_no_checkpoints(_load(Session, owner)):
+                raise InvalidState(f"session {stored.session_id!r} is archived: it takes no "
+                                   "checkpoint", session_id=stored.session_id)  # fmt: skip
             if existing.exists:
                 raise AlreadyExists(f"checkpoint id {stored.id!r} exists", id=stored.id)
             if reused:

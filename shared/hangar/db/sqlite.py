@@ -35,11 +35,12 @@ from pydantic import ValidationError
 from hangar.db.records import micros, prefix_end, prepare
 from hangar.errors import (
     AlreadyExists, BackendError, CheckpointNotFound, EnvironmentNotFound, HangarError,
-    InvalidInput, InvalidSettings, NameTaken, NotFound, SessionNotFound, SourcePruned,
-    TokenNotFound, VersionConflict,
+    InvalidInput, InvalidSettings, InvalidState, NameTaken, NotFound, SessionNotFound,
+    SourcePruned, TokenNotFound, VersionConflict,
 )
 from hangar.models import (
     Checkpoint, Environment, Record, Session, SessionState, TickDue, Token, Turn, pruned,
+    takes_no_checkpoints,
 )
 from hangar.private import private_dirs, private_file
 
@@ -513,6 +514,9 @@ class SqliteDb:
                 raise SessionNotFound(
                     f"no session {stored.session_id!r}", session_id=stored.session_id
                 )
+            if takes_no_checkpoints(_load(Session, owner[0])):
+                raise InvalidState(f"session {stored.session_id!r} is archived: it takes no "
+                                   "checkpoint", session_id=stored.session_id)  # fmt: skip
             if stored.source is not None:
                 self._check_source(conn, stored)
             self._insert(conn, "checkpoints", {**columns, "version": 1, "doc": doc}, clash)

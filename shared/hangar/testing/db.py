@@ -29,6 +29,7 @@ from hangar.errors import (
     AlreadyExists,
     CheckpointNotFound,
     EnvironmentNotFound,
+    InvalidState,
     NameTaken,
     NotFound,
     SessionNotFound,
@@ -38,6 +39,8 @@ from hangar.errors import (
 from hangar.models import (
     Checkpoint,
     CheckpointPart,
+    Claim,
+    ClaimKind,
     CheckpointReason,
     Compression,
     Environment,
@@ -622,6 +625,21 @@ class DbConformance:
         with pytest.raises(SessionNotFound):
             db.record_checkpoint(make_checkpoint("ses-gone", 1), keep=5)
         assert db.list_checkpoints("ses-gone") == []
+
+    @pytest.mark.parametrize("how", ["being archived", "archived"])
+    def test_a_checkpoint_of_an_archived_session_is_refused_and_nothing_changes(
+        self, db: Db, how: str
+    ) -> None:
+        _sessions(db, "ses-1")
+        kept = make_checkpoint("ses-1", 1)
+        db.record_checkpoint(kept, keep=1)
+        session = db.get_session("ses-1")
+        claim = Claim(kind=ClaimKind.ARCHIVE, by="w", token="t", until=session.updated_at)
+        change = {"claim": claim} if how == "being archived" else {"state": SessionState.ARCHIVED}
+        db.update_session(session.model_copy(update=change))
+        with pytest.raises(InvalidState):
+            db.record_checkpoint(make_checkpoint("ses-1", 2), keep=1)
+        assert _ids(db.list_checkpoints("ses-1")) == [kept.id]
 
     def test_pruning_leaves_other_sessions_checkpoints_alone(self, db: Db) -> None:
         _sessions(db, "ses-1", "ses-other")
