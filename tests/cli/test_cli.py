@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hangar.checkpoints.parts import stored_at
 from hangar.cli import STATES
 from hangar.db.sqlite import SqliteDb
 from hangar.models import SessionState
@@ -279,9 +280,13 @@ def test_session_get_says_which_checkpoint_a_restore_used_and_why_newer_ones_wer
     assert cli("session", "suspend", "demo")[0] == 0
     view = json.loads(cli("session", "get", "demo", "--json")[1])
     older, newest = view["checkpoints"][-2]["id"], view["checkpoints"][-1]["id"]
-    blobs = server.data_dir / "blobs" / "sessions" / view["id"] / newest
-    for part in blobs.iterdir():
-        part.write_bytes(b"tampered")  # the newest no longer decrypts
+    db = SqliteDb.from_url(f"sqlite://{server.data_dir}/hangar.db")
+    try:
+        record = db.get_checkpoint(view["id"], newest)
+    finally:
+        db.close()
+    for part in record.parts:  # the newest no longer decrypts
+        (server.data_dir / "blobs" / stored_at(record, part)).write_bytes(b"tampered")
     assert cli("session", "open", "demo")[0] == 0
     view = json.loads(cli("session", "get", "demo", "--json")[1])
     assert view["restored_from"] == older
