@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from hangar.blobs.local import LocalBlobs
+from hangar.checkpoints.parts import stored_at
 from hangar.db.sqlite import SqliteDb
 from hangar.keys.local import LocalKeys
 
@@ -288,10 +289,10 @@ def test_fork_restores_one_checkpoint_into_new_sessions_that_hand_off(world: Wor
 def test_a_fork_that_cannot_restore_is_failed_and_leaves_no_sandbox(world: World) -> None:
     start(world)
     world.service.suspend("demo")
-    newest = world.service.get("demo").checkpoints[-1]
-    for key in world.blobs.list("sessions/"):
-        if newest.id in key:
-            world.blobs.delete(key)
+    session = world.service.get("demo")
+    newest = world.db.get_checkpoint(session.id, session.checkpoints[-1].id)
+    for part in newest.parts:  # its manifest gone: it cannot restore
+        world.blobs.delete(stored_at(newest, part))
     [asked] = world.service.fork("demo", 1)
     fork = world.settle(asked.name)
     assert fork.state is SessionState.FAILED and fork.error and fork.start_error
