@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import timedelta
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import BinaryIO, NoReturn, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -41,14 +41,14 @@ from hangar.errors import (
     BackendError, BlobNotFound, CheckpointError, CheckpointNotFound, DecryptionFailed, ExecTimeout,
     HangarError, SourcePruned,
 )
-from hangar.keys import Keys
-from hangar.models import Checkpoint, CheckpointPart, CheckpointReason, Compression
-from hangar.sandboxes import HANGAR_TMP, HOME, Sandboxes, SandboxUser
-from hangar.keys.envelope import CHUNK
 from hangar.checkpoints.chunked import ChunkedStore, Source, accept, open_source
 from hangar.checkpoints.contents import Contents
 from hangar.checkpoints.parts import CheckpointParts, part_key
 from hangar.checkpoints.sweep import PackSweeper
+from hangar.keys import Keys
+from hangar.keys.envelope import CHUNK
+from hangar.models import Checkpoint, CheckpointPart, CheckpointReason, Compression
+from hangar.sandboxes import HANGAR_TMP, HOME, Sandboxes, SandboxUser
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,9 @@ _PARTS_AT_ONCE = 4
 PART_THREADS = "hangar-checkpoint-part"
 """The name prefix of the threads that store a checkpoint's parts."""
 
+Write = Callable[[Checkpoint, bytes, list[str]], Checkpoint]
+"""Stores a take's parts for ``checkpoint`` under its data key, adding every blob key it
+writes (or may have written) to the list as it goes; returns the checkpoint as recorded."""
 
 
 class _Bounded:
@@ -141,6 +144,16 @@ class _Manifest(BaseModel):
     format: int = 1
 
 
+def _expect_remaining(spool: BinaryIO, size: int) -> None:
+    """CheckpointError unless exactly ``size`` bytes of the sandbox's output follow the
+    manifest line (before anything is stored)."""
+    received = os.fstat(spool.fileno()).st_size - spool.tell()
+    if received < size:
+        raise CheckpointError("the sandbox's checkpoint output ended early")
+    if received > size:
+        raise CheckpointError("the sandbox's checkpoint output has trailing bytes")
+
+
 def _read_range(fd: int, offset: int, size: int) -> Iterator[bytes]:
     """``size`` bytes of the file ``fd`` from ``offset``, a chunk at a time (positioned reads:
     several parts are read from one spool at once)."""
@@ -163,7 +176,7 @@ class Checkpointer:
         self.sandboxes = sandboxes
         self.settings = settings
         self.parts = CheckpointParts(blobs, keys)
-        self.chunked = ChunkedStore(blobs, self.parts)
+        self.chunked = ChunkedStore(self.parts)
         grace = timedelta(seconds=2 * settings.checkpoint_timeout_seconds + 600)
         self.sweeper = PackSweeper(db, blobs, grace)
 
@@ -235,14 +248,13 @@ class Checkpointer:
         self, target: CheckpointTarget, reason: CheckpointReason, config: dict[str, object],
         previous: str | None, source: Source | None,
     ) -> Checkpoint | None:  # fmt: skip
-        stdin = None
-        if config.get("format") == 2:
-            stdin = source.known() if source is not None else b""
+        chunked = config.get("format") == 2
+        stdin = (source.known() if source is not None else b"") if chunked else None
         with tempfile.TemporaryFile() as spool:
             self._pack(target, config, spool, stdin)
             spool.seek(0)
-            line = spool.readline(_MAX_CHUNKED_MANIFEST if stdin is not None else _MAX_MANIFEST)
-            manifest = self._manifest(line)
+            line = spool.readline(_MAX_CHUNKED_MANIFEST if chunked else _MAX_MANIFEST)
+            manifest = self._manifest(line, chunked)
             if manifest.unchanged:
                 # Only a skip that was asked for, against the very fingerprint given, is one.
                 if previous is None or manifest.fingerprint != previous:
@@ -252,11 +264,19 @@ class Checkpointer:
                         session_id=target.session_id,
                     )
                 return None
-            if manifest.format == 2 and stdin is not None:
-                return self._store(target, reason, manifest, spool, (line, source))
-            if stdin is not None:
-                raise CheckpointError("the sandbox answered a format-2 checkpoint in format 1")
-            return self._store(target, reason, manifest, spool)
+            write: Write
+            if chunked:
+                parts, new = accept(line, source)
+                _expect_remaining(spool, sum(size for _, size in new))
+
+                def write(checkpoint: Checkpoint, key: bytes, stored: list[str]) -> Checkpoint:
+                    return self.chunked.store(checkpoint, key, parts, new, spool, source, stored)
+            else:
+                _expect_remaining(spool, sum(p.size for p in manifest.parts))
+
+                def write(checkpoint: Checkpoint, key: bytes, stored: list[str]) -> Checkpoint:
+                    return self._store_parts(checkpoint, key, manifest, spool, stored)
+            return self._store(target, reason, manifest, write)
 
     def _pack(self, target: CheckpointTarget, config: dict[str, object], spool: BinaryIO,
               stdin: bytes | None = None) -> None:  # fmt: skip
@@ -287,15 +307,20 @@ class Checkpointer:
     def _output_limit(self) -> int:
         return len(PART_NAMES) * self.settings.max_part_bytes + _MAX_CHUNKED_MANIFEST
 
-    def _manifest(self, line: bytes) -> _Manifest:
+    def _manifest(self, line: bytes, chunked: bool) -> _Manifest:
+        """The sandbox's manifest line, checked: the format asked for, and format 1's parts
+        (format 2's are checked by :func:`~hangar.checkpoints.chunked.accept`)."""
         if not line.endswith(b"\n"):
             raise CheckpointError("the sandbox's checkpoint manifest is too long or cut short")
         try:
             manifest = _Manifest.model_validate_json(line)
         except ValidationError as exc:
             raise CheckpointError(f"the sandbox's checkpoint manifest is malformed: {exc}") from None
-        if manifest.format == 2:
-            return manifest  # its parts are checked by chunked.accept
+        if not manifest.unchanged and manifest.format != (2 if chunked else 1):
+            raise CheckpointError(f"the sandbox answered a format-{2 if chunked else 1} "
+                                  f"checkpoint in format {manifest.format}")  # fmt: skip
+        if chunked:
+            return manifest
         names = [p.name for p in manifest.parts]
         bad = [n for n in names if n not in PART_NAMES]
         if bad or len(set(names)) != len(names):
@@ -310,9 +335,10 @@ class Checkpointer:
         target: CheckpointTarget,
         reason: CheckpointReason,
         manifest: _Manifest,
-        spool: BinaryIO,
-        chunked: tuple[bytes, Source | None] | None = None,
+        write: Write,
     ) -> Checkpoint:
+        """Write the take's parts (``write``), then record the checkpoint and prune; anything
+        that fails before the record deletes what was written and records nothing."""
         data_key, wrapped = self.parts.new_key()
         checkpoint = Checkpoint(
             session_id=target.session_id,
@@ -330,21 +356,11 @@ class Checkpointer:
             verified=manifest.checked,
             wrapped_key=wrapped,
         )
-        if chunked is not None:
-            stored: list[str] = []
-            try:
-                parts, new = accept(*chunked)
-                checkpoint = self.chunked.store(checkpoint, data_key, parts, new, spool,
-                                                chunked[1], stored)  # fmt: skip
-            except BaseException as exc:
-                self._abandon(target, stored, exc)
-        else:
-            stored = [part_key(target.session_id, checkpoint.id, p.name) for p in manifest.parts]
-            try:
-                checkpoint.parts = self._store_parts(target, checkpoint.id, data_key, manifest,
-                                                     spool)  # fmt: skip
-            except BaseException as exc:
-                self._abandon(target, stored, exc)
+        stored: list[str] = []
+        try:
+            checkpoint = write(checkpoint, data_key, stored)
+        except BaseException as exc:
+            self._abandon(target, stored, exc)
         recorded = self._record(target, checkpoint, stored)
         for old in recorded:
             self._delete_quietly(old)
@@ -352,32 +368,23 @@ class Checkpointer:
         return checkpoint.model_copy(update={"version": 1})
 
     def _store_parts(
-        self,
-        target: CheckpointTarget,
-        checkpoint_id: str,
-        data_key: bytes,
-        manifest: _Manifest,
-        spool: BinaryIO,
-    ) -> list[CheckpointPart]:
-        """Seal and store every part of the spooled output, side by side: each part is read
-        from its own offset, and one part's writes (and, on disk, its flush to stable storage)
-        overlap the others'. Raises the first failure once every part has ended (then some
-        may be stored: the caller deletes them all), and CheckpointError before storing
-        anything when the output is shorter or longer than the manifest says."""
-        start = spool.tell()
-        offsets, end = [], start
+        self, checkpoint: Checkpoint, data_key: bytes, manifest: _Manifest, spool: BinaryIO,
+        stored: list[str],
+    ) -> Checkpoint:  # fmt: skip
+        """Format 1: seal and store every part of the spooled output whole, side by side: each
+        part is read from its own offset, and one part's writes (and, on disk, its flush to
+        stable storage) overlap the others'. Raises the first failure once every part has
+        ended (then some may be stored: all their keys are in ``stored``)."""
+        stored += [part_key(checkpoint.session_id, checkpoint.id, p.name) for p in manifest.parts]
+        offsets, end = [], spool.tell()
         for packed in manifest.parts:
             offsets.append(end)
             end += packed.size
-        received = os.fstat(spool.fileno()).st_size
-        if received < end:
-            raise CheckpointError("the sandbox's checkpoint output ended early")
-        if received > end:
-            raise CheckpointError("the sandbox's checkpoint output has trailing bytes")
 
         def store(packed: _PackedPart, offset: int) -> CheckpointPart:
             chunks = _read_range(spool.fileno(), offset, packed.size)
-            part = self.parts.put(target.session_id, checkpoint_id, packed.name, data_key, chunks)
+            part = self.parts.put(checkpoint.session_id, checkpoint.id, packed.name, data_key,
+                                  chunks)  # fmt: skip
             return CheckpointPart(name=packed.name, size=part.size, stored_size=part.stored_size,
                                   compression=packed.compression, sha256=part.sha256)  # fmt: skip
 
@@ -387,7 +394,7 @@ class Checkpointer:
         for future in futures:
             if (failure := future.exception()) is not None:
                 raise failure
-        return [future.result() for future in futures]
+        return checkpoint.model_copy(update={"parts": [future.result() for future in futures]})
 
     def _record(
         self, target: CheckpointTarget, checkpoint: Checkpoint, stored: list[str]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import os
 import re
 import zlib
 from functools import cached_property
@@ -22,7 +21,6 @@ from typing import BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from hangar.blobs import Blobs
 from hangar.errors import CheckpointError, DecryptionFailed
 from hangar.models import Checkpoint, CheckpointPart
 from hangar.checkpoints.chunks import OVERHEAD, PackWriter, new_key, pack_key, pack_target
@@ -161,28 +159,24 @@ def _total(cids: list[str], sizes: dict[str, int]) -> int:
 class ChunkedStore:
     """Stores what a format-2 take sent: packs first, then the sealed manifest."""
 
-    def __init__(self, blobs: Blobs, parts: CheckpointParts) -> None:
-        self.blobs = blobs
+    def __init__(self, parts: CheckpointParts) -> None:
         self.parts = parts
+        self.blobs = parts.blobs
 
     def store(
         self, checkpoint: Checkpoint, data_key: bytes, parts: list[ManifestPart],
         new: list[tuple[str, int]], spool: BinaryIO, source: Source | None, stored: list[str],
     ) -> Checkpoint:  # fmt: skip
-        """Seal and pack the new chunks read from ``spool`` (each must hash to its cid), then
-        seal the manifest; returns ``checkpoint`` with its part, packs and sizes. Every blob
-        key written (or maybe written) is appended to ``stored`` as it is, for the caller to
-        delete on failure. Raises CheckpointError when the spool holds other bytes."""
-        start = spool.tell()
-        received = os.fstat(spool.fileno()).st_size - start
-        expected = sum(size for _, size in new)
-        if received != expected:
-            raise CheckpointError("the sandbox's checkpoint output "
-                                  + ("ended early" if received < expected else "has trailing bytes"))
-        same = source is not None and source.manifest.session_id == checkpoint.session_id
-        naming_key = source.manifest.naming_key if same and source else new_key()
+        """Seal and pack the new chunks read from ``spool`` (each must hash to its cid; the
+        caller checked that it holds exactly their bytes), then seal the manifest; returns
+        ``checkpoint`` with its part, packs and sizes. Every blob key written (or maybe
+        written) is appended to ``stored`` as it is, for the caller to delete on failure."""
+        own = source if source is not None and source.root.session_id == checkpoint.session_id \
+            else None  # fmt: skip
+        naming_key = own.root.naming_key if own is not None else new_key()
+        sealed_total = sum(size for _, size in new) + len(new) * OVERHEAD
         writer = PackWriter(self.blobs, checkpoint.session_id, naming_key,
-                            pack_target(expected + len(new) * OVERHEAD))  # fmt: skip
+                            pack_target(sealed_total))  # fmt: skip
         refs: dict[str, ChunkRef] = {}
         pieces: list[PieceRef] = []
         try:
@@ -192,11 +186,8 @@ class ChunkedStore:
                     raise CheckpointError("a chunk the sandbox sent does not match its cid")
                 refs[cid] = writer.add(cid, data)
             held = source.manifest.chunks if source is not None else {}
-            used: dict[str, ChunkRef] = {}
-            for part in parts:
-                for cid in part.chunks or [c for e in part.entries for c in e.chunks]:
-                    used[cid] = refs.get(cid) or held[cid]
-            sizes = {**(source.pack_sizes if same and source else {}), **writer.sizes}
+            used = {cid: refs.get(cid) or held[cid] for part in parts for cid in part.cids}
+            sizes = {**(own.pack_sizes if own is not None else {}), **writer.sizes}
             evacuated = self._repack(used, sizes, writer)
             manifest = Manifest(session_id=checkpoint.session_id, checkpoint_id=checkpoint.id,
                                 naming_key=naming_key, parts=parts, chunks=used)  # fmt: skip
@@ -211,7 +202,8 @@ class ChunkedStore:
         finally:
             stored.extend(writer.keys)
         sizes.update(writer.sizes)
-        mine = {r.pack for r in [*used.values(), *pieces] if r.owner == checkpoint.session_id}
+        listed = [*used.values(), *pieces]
+        mine = {r.pack for r in listed if r.owner == checkpoint.session_id}
         root = ManifestRoot(session_id=checkpoint.session_id, checkpoint_id=checkpoint.id,
                             naming_key=naming_key, pieces=pieces,
                             parts=[PartHead(name=p.name, kind=p.kind, size=p.size)
@@ -223,18 +215,17 @@ class ChunkedStore:
         stored.append(at)
         put = self.parts.put(checkpoint.session_id, checkpoint.id, MANIFEST_PART, data_key, [body],
                              key=at)  # fmt: skip
-        packs = sorted({at, *(ref.pack for ref in [*used.values(), *pieces])})
+        packs = sorted({at, *(ref.pack for ref in listed)})
         return checkpoint.model_copy(update={
             "format": 2,
             "parts": [CheckpointPart(name=MANIFEST_PART, size=put.size, stored_size=put.stored_size,
                                      sha256=put.sha256, key=at)],
             "packs": packs,
-            "uses": sorted({checkpoint.session_id, *(r.owner for r in [*used.values(), *pieces])}),
+            "uses": sorted({checkpoint.session_id, *(r.owner for r in listed)}),
             "written": writer.written,
             "source": source.checkpoint.id if source else None,
             "source_session": source.checkpoint.session_id if source else None,
         })  # fmt: skip
-
 
     def _repack(self, used: dict[str, ChunkRef], sizes: dict[str, int],
                 writer: PackWriter) -> set[str]:  # fmt: skip

@@ -97,10 +97,9 @@ class Contents:
 
     def _chunked(self, part: ManifestPart) -> RestorePart:
         refs = self.manifest.chunks
+        stream = self.reader.read([refs[cid] for cid in part.cids])
         if part.kind == "blob":
-            chunks = self.reader.read([refs[cid] for cid in part.chunks])
-            return RestorePart(part.name, part.size, Compression.NONE, chunks)
-        stream = self.reader.read([refs[cid] for e in part.entries for cid in e.chunks])
+            return RestorePart(part.name, part.size, Compression.NONE, stream)
 
         def contents(entry: TreeEntry) -> Iterator[bytes]:
             return itertools.islice(stream, len(entry.chunks))

@@ -16,6 +16,9 @@ blob.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -72,6 +75,11 @@ class ManifestPart(BaseModel):
     size: int = Field(ge=0, description="a blob's bytes; a tree's files' bytes")
     chunks: list[str] = Field(default_factory=list)
     entries: list[TreeEntry] = Field(default_factory=list)
+
+    @property
+    def cids(self) -> list[str]:
+        """Every chunk of the part in the order its bytes come: a blob's, or its files'."""
+        return self.chunks if self.kind == "blob" else [c for e in self.entries for c in e.chunks]
 
 
 class Manifest(BaseModel):
@@ -141,16 +149,12 @@ class ManifestRoot(BaseModel):
 
 
 def _line(record: list[object]) -> bytes:
-    import json
-
     return json.dumps(record, separators=(",", ":")).encode() + b"\n"
 
 
 def manifest_lines(manifest: Manifest) -> list[bytes]:
     """The records of ``manifest`` as JSON lines, in a stable order: the same entries and refs
     give the same lines."""
-    import base64
-
     lines: list[bytes] = []
     written: set[str] = set()
 
@@ -179,8 +183,6 @@ def manifest_lines(manifest: Manifest) -> list[bytes]:
 def cut_pieces(lines: list[bytes]) -> list[bytes]:
     """``lines`` joined into pieces, cut after each line whose SHA-256 is 0 modulo PIECE_CUT or
     once a piece passes PIECE_MAX bytes."""
-    import hashlib
-
     pieces: list[bytes] = []
     current: list[bytes] = []
     size = 0
@@ -198,9 +200,6 @@ def cut_pieces(lines: list[bytes]) -> list[bytes]:
 def from_lines(root: ManifestRoot, lines: list[bytes]) -> Manifest:
     """The manifest of ``root`` with its records read back from ``lines``; ValueError when
     they are not what :func:`manifest_lines` writes for these parts."""
-    import base64
-    import json
-
     parts = [ManifestPart(name=h.name, kind=h.kind, size=h.size) for h in root.parts]
     chunks: dict[str, ChunkRef] = {}
     try:
@@ -225,9 +224,7 @@ def from_lines(root: ManifestRoot, lines: list[bytes]) -> Manifest:
     for part in parts:
         if part.kind == "blob" and part.entries or part.kind == "tree" and part.chunks:
             raise ValueError(f"part {part.name}: records of the other kind")
-    used = {c for p in parts for c in p.chunks} | {c for p in parts for e in p.entries
-                                                   for c in e.chunks}  # fmt: skip
-    if used - chunks.keys():
+    if {c for p in parts for c in p.cids} - chunks.keys():
         raise ValueError("a chunk without its ref")
     return Manifest(session_id=root.session_id, checkpoint_id=root.checkpoint_id,
                     naming_key=root.naming_key, parts=parts, chunks=chunks)  # fmt: skip

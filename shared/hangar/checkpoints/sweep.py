@@ -14,7 +14,7 @@ written its packs and not yet recorded them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Set as AbstractSet
 from datetime import UTC, datetime, timedelta
 
 from hangar.blobs import Blobs
@@ -53,7 +53,7 @@ class PackSweeper:
                 logger.exception("sweeping the packs of session %s failed", owner)
         return deleted
 
-    def sweep(self, owner: str, dropped: set[str] = frozenset(), *,  # type: ignore[assignment]
+    def sweep(self, owner: str, dropped: AbstractSet[str] = frozenset(), *,
               everything: bool = False) -> int:  # fmt: skip
         """Delete the packs of session ``owner`` that no recorded checkpoint lists: those in
         ``dropped`` at once, the others once older than ``grace`` (all of them with
