@@ -841,17 +841,17 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=F
     produced["meta.json"] = meta_path
 
     if chunked:
-        parts = chunked_parts(cfg, produced, ext, sink, warnings, written)
+        written += [e.size for e in produced.get("untracked" + ext) or () if e.kind == "file"]
+        parts = chunked_parts(cfg, produced, ext, sink, warnings)
         cache.save()
         sink.close()
     else:
+        written += [os.path.getsize(p) if os.path.isfile(p) else 0 for p in
+                    (os.path.join(repo, u) for u in untracked)]  # fmt: skip
         parts = whole_parts(cfg, produced, ext, compression, warnings)
     tree_size = produced.pop("tree size")
     facts.keep(refused, tree_size)
     written.append(tree_size)
-    if not chunked:
-        written += [os.path.getsize(p) if os.path.isfile(p) else 0 for p in
-                    (os.path.join(repo, u) for u in untracked)]  # fmt: skip
     cap = cfg.get("max_restore")
     if cap is not None and sum(written) > cap:
         manifest["checked"] = False
@@ -866,7 +866,7 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=F
     return manifest, parts
 
 
-def chunked_parts(cfg, produced, ext, sink, warnings, written):
+def chunked_parts(cfg, produced, ext, sink, warnings):
     """Format 2's parts: the listings of the trees (their new chunks already in ``sink``), and
     the files made in staging cut into chunks (new ones into ``sink``). A part over
     ``max_part`` bytes is left out, named."""
@@ -880,8 +880,6 @@ def chunked_parts(cfg, produced, ext, sink, warnings, written):
             size = sum(e.size for e in made if e.kind == "file")
             part = {"name": name, "kind": "tree", "size": size,
                     "entries": [entry_fields(e) for e in made]}  # fmt: skip
-            if name == "untracked":
-                written.append(size)  # the conversation folders' files are in already
         else:
             size = os.path.getsize(made)
             part = {"name": name, "kind": "blob", "size": size, "chunks": None, "path": made}

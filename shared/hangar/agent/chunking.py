@@ -127,12 +127,18 @@ def read_chunks(fd, size, sink=None):
             data += more
         if not data:
             break  # cut short since it was opened
-        cid = sha256(data).hexdigest()
-        if sink is not None:
-            sink(cid, data)
-        chunks.append(Chunk(cid, offset, len(data)))
+        chunks.append(named(sha256, data, offset, sink))
         offset += len(data)
     return chunks
+
+
+def named(sha256, data, offset, sink):
+    """The :class:`Chunk` of ``data`` found at ``offset``, passed to ``sink(cid, data)`` when
+    one is given."""
+    cid = sha256(data).hexdigest()
+    if sink is not None:
+        sink(cid, data)
+    return Chunk(cid, offset, len(data))
 
 
 def split_patch(data):
@@ -153,11 +159,6 @@ def split_patch(data):
     return pieces
 
 
-def join_patch(pieces):
-    """The inverse of :func:`split_patch`."""
-    return b"".join(pieces)
-
-
 def patch_chunks(data, sink=None):
     """The chunks of a patch: each piece of :func:`split_patch`, cut into BLOCK-byte blocks
     when longer (``sink`` as in :func:`chunk_file`)."""
@@ -166,10 +167,7 @@ def patch_chunks(data, sink=None):
     for piece in split_patch(data):
         for at in range(0, len(piece), BLOCK):
             block = piece[at:at + BLOCK]
-            cid = sha256(block).hexdigest()
-            if sink is not None:
-                sink(cid, block)
-            chunks.append(Chunk(cid, offset, len(block)))
+            chunks.append(named(sha256, block, offset, sink))
             offset += len(block)
     return chunks
 
@@ -417,11 +415,13 @@ class PatchSize:
     def __call__(self, cid, data):
         if self.binary is None:
             self.binary = b"\0" in data[:TEXT_PROBE]
-        if self.binary:
-            import zlib
+            if self.binary:
+                import zlib  # only for binary files: the unchanged check never loads it
 
+                self.compress = zlib.compress
+        if self.binary:
             sample = data[:SAMPLE]
-            self.total += len(data) * len(zlib.compress(sample, 1)) // len(sample)
+            self.total += len(data) * len(self.compress(sample, 1)) // len(sample)
         else:
             self.total += len(data)
         if self.sink is not None:

@@ -17,7 +17,7 @@ import pytest
 
 from hangar.agent import chunking
 from hangar.agent.chunking import BLOCK, RACY_NS, Chunk, StatCache, Unreadable, chunk_file, listing
-from hangar.agent.chunking import join_patch, patch_chunks, split_patch
+from hangar.agent.chunking import patch_chunks, split_patch
 
 # Shipped into sandboxes beside chunking.py, themselves standard library only.
 SHIPPED = {"hangar.agent.paths"}
@@ -305,7 +305,7 @@ PATCH = (b"diff --git a/x b/x\nindex 1..2 100644\n--- a/x\n+++ b/x\n@@ -1 +1 @@\
 def test_a_patch_is_cut_into_one_section_per_file_that_join_to_the_same_bytes() -> None:
     pieces = split_patch(PATCH)
     assert len(pieces) == 3 and all(p.startswith(b"diff --git ") for p in pieces)
-    assert join_patch(pieces) == PATCH
+    assert b"".join(pieces) == PATCH
     assert split_patch(b"") == [] and split_patch(b"no diff here\n") == [b"no diff here\n"]
     assert split_patch(b"\ndiff --git a") == [b"\n", b"diff --git a"]
     chunks = patch_chunks(PATCH)
@@ -325,7 +325,7 @@ def test_split_patch_round_trips_any_bytes() -> None:
         if rng.random() < 0.2:
             data += os.urandom(rng.randrange(0, 64))
         pieces = split_patch(data)
-        assert join_patch(pieces) == data and all(pieces)
+        assert b"".join(pieces) == data and all(pieces)
         assert all(p.startswith(b"diff --git ") for p in pieces[1:])
         assert all(chunking.PATCH_CUT not in p[:-1] for p in pieces), data
 
