@@ -350,3 +350,17 @@ def test_the_chunks_still_used_in_a_mostly_unused_pack_move_so_that_the_pack_can
     report = engine.restorer.restore(engine.session.id, fresh, again.repo_dir)
     assert report is not None and report.checkpoint.id == third.id and not report.fell_back
     assert engine.sh(fresh, STATE) == before
+
+
+def test_the_agent_can_neither_read_nor_plant_the_stat_cache(
+    engine: Engine, started: tuple[str, Any, Checkpoint, int]
+) -> None:
+    sandbox, workspace, first, _ = started
+    as_agent = engine.sandboxes.exec
+    for probe in ("ls /hangar/tmp", "cat /hangar/tmp/stat-cache.json",
+                  "echo '{}' > /hangar/tmp/stat-cache.json"):
+        result = as_agent(sandbox, ["sh", "-c", probe])
+        assert not result.ok and b"Permission denied" in result.stderr, probe
+    # Checkpoints go on as before, seeing its edits.
+    engine.sh(sandbox, "echo more >> data/note-9.txt")
+    assert engine.take(sandbox, workspace).written > 0
