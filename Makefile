@@ -27,10 +27,17 @@ TASKS_STAMP := $(TASKS_VENV)/.installed-$(TASKS_EMULATOR_VERSION)
 # The dashboard's browser libraries, built from the npm packages pinned in its lock file.
 DASHBOARD := shared/hangar/dashboard
 ASSETS_STAMP := $(DASHBOARD)/static/vendor/.built
+# cryptography (built for the stable ABI) and cffi's extension for CPython 3.9..3.14, which
+# hangar's in-sandbox scripts seal with where a sandbox gets them (docs/architecture.md,
+# "Sealing inside the sandbox"); one folder per machine under build/sandbox-crypto.
+SANDBOX_CRYPTO := build/sandbox-crypto
+SANDBOX_CRYPTOGRAPHY := 50.0.2
+SANDBOX_CFFI := 2.0.0
+SANDBOX_CRYPTO_STAMP := $(SANDBOX_CRYPTO)/.fetched-$(SANDBOX_CRYPTOGRAPHY)-$(SANDBOX_CFFI)
 
-.PHONY: install system-packages test-packages harnesses test-tools tasks-emulator assets test bench run package lint clean
+.PHONY: install system-packages test-packages harnesses test-tools tasks-emulator assets sandbox-crypto test bench run package lint clean
 
-install: system-packages $(STAMP) assets
+install: system-packages $(STAMP) assets sandbox-crypto
 
 system-packages:
 	@scripts/install-system-packages $(DEB_PACKAGES)
@@ -42,6 +49,11 @@ assets: $(ASSETS_STAMP)
 
 $(ASSETS_STAMP): $(DASHBOARD)/package.json $(DASHBOARD)/package-lock.json
 	@scripts/build-dashboard-assets
+
+sandbox-crypto: $(SANDBOX_CRYPTO_STAMP)
+
+$(SANDBOX_CRYPTO_STAMP): | $(STAMP)
+	@$(BIN)/python scripts/fetch-sandbox-crypto $(SANDBOX_CRYPTO) $(SANDBOX_CRYPTOGRAPHY) $(SANDBOX_CFFI)
 
 harnesses:
 	@scripts/install-harnesses "$(HANGAR_HARNESS_DIR)" $(HARNESS_PACKAGES)
