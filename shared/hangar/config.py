@@ -62,6 +62,21 @@ class Settings(BaseModel):
     kms_endpoint: str | None = Field(
         None, description="Cloud KMS REST endpoint (the stand-in); unset: the real service"
     )
+    signing_key_file: Path | None = Field(
+        None, description="A service account key file (JSON, as Google issues them) whose key "
+        "signs the URLs sandboxes move checkpoints with; unset: "
+        "HANGAR_SIGNING_SERVICE_ACCOUNT signs")
+    signing_service_account: str | None = Field(
+        None, pattern=r"^[^@/\s]+@[^@/\s]+$", description="The service account (email) that "
+        "signs those URLs through the IAM Credentials API's signBlob (on Cloud Run the "
+        "function's own, allowed signBlob on itself); unset, and no key file: no signed URLs, "
+        "checkpoints go through the control plane")
+    iam_endpoint: str | None = Field(
+        None, description="IAM Credentials REST endpoint (the stand-in); unset: the real service"
+    )
+    signed_url_endpoint: str = Field(
+        "https://storage.googleapis.com", pattern=r"^https?://[^/?#@\s]+$", description="The "
+        "scheme and host of signed URLs: the storage endpoint as the sandboxes reach it")
     tasks_endpoint: str | None = Field(
         None, description="Cloud Tasks endpoint HOST:PORT (the emulator); unset: the real service"
     )

@@ -10,6 +10,9 @@ Contract for every backend (checked by :mod:`hangar.testing.blobs`):
 - ``open`` streams an object; ``get`` reads it whole; ``read_range`` reads a slice of it in
   one request. A missing key raises :class:`~hangar.errors.BlobNotFound`.
 - ``delete`` is idempotent. ``list`` returns keys under a prefix, sorted.
+
+A backend may also sign URLs for its objects (:mod:`hangar.blobs.signing`: ``url_signer``,
+``SignsUrls``, ``SignedRequest``, ``BlobStat``, re-exported here).
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from contextlib import AbstractContextManager
 from typing import BinaryIO, Protocol
 
 from hangar.backends import pick
+from hangar.blobs.signing import BlobStat as BlobStat
+from hangar.blobs.signing import SignedRequest as SignedRequest
+from hangar.blobs.signing import SignsUrls as SignsUrls
+from hangar.blobs.signing import url_signer as url_signer
 from hangar.config import Settings
 from hangar.errors import InvalidInput
 

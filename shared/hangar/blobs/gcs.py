@@ -10,23 +10,30 @@
   existence check guards it).
 - When ``STORAGE_EMULATOR_HOST`` is set the client talks to that emulator with anonymous
   credentials and a placeholder project (``GOOGLE_CLOUD_PROJECT`` if set).
+- Signed URLs (:mod:`hangar.blobs.signing`): V4, for the host ``HANGAR_SIGNED_URL_ENDPOINT``,
+  signed by the credentials the settings name (:mod:`hangar.blobs.signers`); without any,
+  :meth:`GcsBlobs.url_signer` is None. A signing service's failure is a BackendError.
 
 The google libraries are imported lazily: importing this module costs nothing.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import timedelta
 from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
 from hangar.blobs import check_key, check_range
+from hangar.blobs.signing import (CREATE_ONLY, MAX_SECONDS, BlobStat, SignedRequest,
+                                  SignsUrls)  # fmt: skip
 from hangar.config import Settings
-from hangar.errors import AlreadyExists, BlobNotFound, InvalidSettings
+from hangar.errors import AlreadyExists, BackendError, BlobNotFound, InvalidInput, InvalidSettings
 from hangar.gcloud import translate, vendor_errors
 
 SINGLE_REQUEST_LIMIT = 8 * 1024 * 1024
@@ -50,6 +57,16 @@ def _mapped(key: str, action: str) -> Iterator[None]:
         raise BlobNotFound(f"blob {key!r} not found", key=key) from None
     except vendor_errors() as exc:
         raise translate(exc, f"cannot {action} blob {key!r}", key=key) from None
+
+
+@contextlib.contextmanager
+def _signing_mapped(key: str) -> Iterator[None]:
+    """Turn the signing service's errors (an unknown account is its NotFound, a missing grant
+    its PermissionDenied) into one BackendError: they say nothing about the blob."""
+    try:
+        yield
+    except vendor_errors() as exc:
+        raise translate(exc, f"cannot sign a URL for blob {key!r}", key=key) from None
 
 
 class _ChunkReader(io.RawIOBase):
@@ -129,7 +146,9 @@ class GcsBlobs:
         self.settings = settings
         self._client: Any = None
         self._bucket: Any = None
+        self._credentials: Any = None
         self._lock = threading.Lock()
+        self._signing_lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, settings: Settings | None = None) -> GcsBlobs:
@@ -270,3 +289,66 @@ class GcsBlobs:
         with _mapped(self.prefix + prefix, "list"):
             names = [b.name for b in bucket.list_blobs(prefix=self.prefix + prefix)]
         return sorted(name[start:] for name in names)
+
+    # -- signed URLs (hangar.blobs.signing.SignsUrls) ------------------------------------------
+
+    def url_signer(self) -> SignsUrls | None:
+        """This backend, when the settings name signing credentials (a key file or a service
+        account); else None."""
+        settings = self.settings
+        if settings is None or (settings.signing_key_file is None
+                                and not settings.signing_service_account):  # fmt: skip
+            return None
+        return self
+
+    def _signing_credentials(self) -> Any:
+        from hangar.blobs.signers import signing_credentials
+
+        with self._signing_lock:
+            if self._credentials is None and self.settings is not None:
+                self._credentials = signing_credentials(self.settings)
+            if self._credentials is None:
+                raise InvalidSettings(
+                    "no signing credentials: set HANGAR_SIGNING_KEY_FILE or "
+                    "HANGAR_SIGNING_SERVICE_ACCOUNT", setting="HANGAR_SIGNING_SERVICE_ACCOUNT",
+                )
+            return self._credentials
+
+    def _sign(self, key: str, method: str, seconds: int, headers: dict[str, str]) -> SignedRequest:
+        if not 1 <= seconds <= MAX_SECONDS:
+            raise InvalidInput(f"a signed URL lives 1 to {MAX_SECONDS} seconds, not {seconds}",
+                               key=key, seconds=seconds)  # fmt: skip
+        blob = self._blob(key)
+        credentials = self._signing_credentials()
+        assert self.settings is not None  # credentials come from the settings
+        with _signing_mapped(key):
+            url = blob.generate_signed_url(
+                version="v4",
+                expiration=timedelta(seconds=seconds),
+                method=method,
+                headers=dict(headers),  # the client adds Host to what it is given
+                credentials=credentials,
+                api_access_endpoint=self.settings.signed_url_endpoint,
+            )
+        return SignedRequest(method, str(url), dict(headers))
+
+    def sign_put(self, key: str, seconds: int) -> SignedRequest:
+        """A create-only PUT of ``key`` (under this store's prefix): ``x-goog-if-generation-match:
+        0`` is among the signed headers and in the answer's ``headers``."""
+        return self._sign(key, "PUT", seconds, dict(CREATE_ONLY))
+
+    def sign_get(self, key: str, seconds: int) -> SignedRequest:
+        return self._sign(key, "GET", seconds, {})
+
+    def stat(self, key: str) -> BlobStat:
+        """Size and MD5 from the object's metadata. BlobNotFound if missing; BackendError for
+        an object the service keeps no MD5 of (a composed one: hangar composes none)."""
+        bucket = self._get_bucket()
+        name = self.prefix + check_key(key)
+        with _mapped(key, "stat"):
+            blob = bucket.get_blob(name)
+        if blob is None:
+            raise BlobNotFound(f"blob {key!r} not found", key=key)
+        if blob.md5_hash is None or blob.size is None:
+            raise BackendError(f"blob {key!r} has no MD5 or size in its metadata", key=key)
+        return BlobStat(int(blob.size), base64.b64decode(blob.md5_hash).hex())
