@@ -156,7 +156,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], handler: type[_Handler], upstream: str,
-                 accounts: Accounts, now: Callable[[], datetime], verbose: bool) -> None:  # fmt: skip
+                 accounts: Accounts, now: Callable[[], datetime],
+                 verbose: bool) -> None:  # fmt: skip
         super().__init__(address, handler)
         parts = urlsplit(upstream)
         self.upstream = upstream.rstrip("/")
@@ -195,7 +196,8 @@ class _RelayHandler(_Handler):
             conn.endheaders()
             _send_body(conn, self.body(length), chunked=length is None)
             response = conn.getresponse()
-            ours = f"http://{self.headers.get('Host') or '%s:%d' % server.server_address[:2]}"
+            host, port = server.server_address[:2]
+            ours = f"http://{self.headers.get('Host') or f'{host!s}:{port}'}"
             headers = []
             for name, value in response.getheaders():
                 if name.lower() in _HOP:
@@ -353,7 +355,8 @@ class _SignedHandler(_Handler):
         self.send_header("ETag", f'"{md5}"')
         self.send_header("x-goog-generation", str(doc.get("generation", "")))
         self.send_header("x-goog-metageneration", str(doc.get("metageneration", "1")))
-        self.send_header("x-goog-hash", f"crc32c={doc.get('crc32c', '')},md5={doc.get('md5Hash', '')}")
+        hashes = f"crc32c={doc.get('crc32c', '')},md5={doc.get('md5Hash', '')}"
+        self.send_header("x-goog-hash", hashes)
         self.send_header("x-goog-stored-content-length", str(doc.get("size", "")))
         self.send_header("Content-Length", "0")
         self.end_headers()

@@ -146,7 +146,7 @@ def _auth_params(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
                             "is not signed.")  # fmt: skip
     if missing:
         raise XmlError(400, "MissingSecurityHeader", "Your request was missing a required "
-                       f"header.", Details=f"missing query parameter {missing[0]}")  # fmt: skip
+                       "header.", Details=f"missing query parameter {missing[0]}")  # fmt: skip
     return found
 
 

@@ -4,6 +4,7 @@ leaves the bucket as it was; the API port still serves the google-cloud-storage 
 
 from __future__ import annotations
 
+import http.client
 import os
 import urllib.error
 import urllib.request
@@ -11,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 from xml.etree import ElementTree
 
 import pytest
@@ -142,7 +144,8 @@ def test_the_same_put_url_used_twice_is_refused_412_and_the_first_object_stays(
 
 @pytest.mark.parametrize(
     "offset, expected",
-    [(timedelta(seconds=61), (400, "ExpiredToken")), (-timedelta(minutes=5), (403, "AccessDenied"))],
+    [(timedelta(seconds=61), (400, "ExpiredToken")),
+     (-timedelta(minutes=5), (403, "AccessDenied"))],  # fmt: skip
     ids=["expired", "not-yet-valid"],
 )
 def test_an_expired_or_not_yet_valid_url_is_refused_and_writes_nothing(
@@ -248,6 +251,35 @@ def test_a_refused_put_of_a_large_body_still_gets_its_answer(
     status, _, body = send("PUT", url, os.urandom(4 << 20))
     assert (status, error_code(body)) == (403, "AccessDenied")
     assert contents(gcs, bucket) == {}
+
+
+def send_chunked(method: str, url: str, pieces: list[bytes], headers: dict[str, str]) -> int:
+    """Send a request whose body goes chunked (no Content-Length); its status."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.netloc, timeout=10)
+    try:
+        target = f"{parts.path}?{parts.query}" if parts.query else parts.path
+        conn.request(method, target, body=iter(pieces), headers=headers, encode_chunked=True)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_chunked_bodies_pass_both_ports(gcs: FakeGcs, signer: Any, bucket: str) -> None:
+    headers = {**PRECONDITION, "Content-Type": "text/plain"}
+    url = sign(gcs, signer, bucket, "signed", "PUT", headers)  # Content-Type signed in too
+    assert send_chunked("PUT", url, [b"one ", b"two"], headers) == 200
+    media = f"{gcs.api_url}/upload/storage/v1/b/{bucket}/o?uploadType=media&name=relayed"
+    assert send_chunked("POST", media, [b"three ", b"four"], {"Content-Type": "text/plain"}) == 200
+    assert contents(gcs, bucket) == {"signed": b"one two", "relayed": b"three four"}
+    blob = _client(gcs).bucket(bucket).get_blob("signed")
+    assert blob is not None and blob.content_type == "text/plain"
+    # The signed Content-Type is part of the signature: another one does not pass.
+    again = sign(gcs, signer, bucket, "other", "PUT", headers)
+    other = {**PRECONDITION, "Content-Type": "application/json"}
+    assert send("PUT", again, b"{}", other)[0] == 403
 
 
 class TestGcsBlobsThroughTheApiPort(BlobsConformance):
