@@ -279,8 +279,8 @@ class _SignedHandler(_Handler):
             path = unquote(raw_path, errors="strict")
         except UnicodeDecodeError:
             raise XmlError(400, "InvalidURI", "Couldn't parse the specified URI.") from None
-        bucket, _, name = path.lstrip("/").partition("/")
-        if not raw_path.startswith("/") or bucket in _JSON_ROOTS or not bucket or not name:
+        bucket, _, name = path[1:].partition("/")
+        if not path.startswith("/") or bucket in _JSON_ROOTS or not bucket or not name:
             raise access_denied("Only signed XML-API object requests (/BUCKET/OBJECT) are served "
                                 "on this port.")  # fmt: skip
         return bucket, name, query
