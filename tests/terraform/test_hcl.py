@@ -571,3 +571,48 @@ def test_the_sandbox_cluster_variables_are_typed_and_described_in_full_sentences
             f"{directory.name}: var.{name}: {description!r}"
         )
         assert "type" in body
+
+
+def test_each_function_may_sign_blobs_as_itself_and_nothing_more() -> None:
+    resources = _resources(MODULES / "functions")
+    [(role_name, role)] = [
+        (n, b) for t, n, b in resources if t == "google_project_iam_custom_role"
+    ]
+    assert role["permissions"] == ["iam.serviceAccounts.signBlob"]
+    grants = {
+        n: b for t, n, b in resources if t == "google_service_account_iam_member"
+    }
+    assert len(grants) == 2
+    granted = set()
+    for name, grant in grants.items():
+        [account] = _SA_REF.findall(grant["member"])
+        assert grant["service_account_id"] == f"${{google_service_account.{account}.name}}", (
+            f"{name}: {account} may sign only as itself"
+        )
+        assert grant["role"] == f"${{google_project_iam_custom_role.{role_name}.name}}"
+        granted.add(account)
+    assert granted == {"api", "ticks"}
+    # Never project-wide (it would let a function sign as every account of the project).
+    for directory in CONFIG_DIRS:
+        for rtype, name, body in _resources(directory):
+            if rtype.startswith("google_project_iam_") and "role" in body:
+                assert "sign_blob" not in _text(body["role"]), f"{rtype}.{name}"
+                assert body["role"] != "roles/iam.serviceAccountTokenCreator"
+
+
+def test_each_function_signs_urls_as_its_own_account_through_the_iam_credentials_api() -> (
+    None
+):
+    functions = {
+        n: b
+        for t, n, b in _resources(MODULES / "functions")
+        if t == "google_cloudfunctions2_function"
+    }
+    for name, function in functions.items():
+        env = _squash(function["service_config"][0]["environment_variables"])
+        # Last in the merge: extra_env cannot name another account.
+        assert env.startswith("'${merge(local.common_env,{"), env
+        assert env.count("HANGAR_SIGNING_SERVICE_ACCOUNT") == 1, env
+        assert f"HANGAR_SIGNING_SERVICE_ACCOUNT=google_service_account.{name}.email" in env, env
+    apis = _by_name(DEV)[("google_project_service", "apis")]
+    assert "iamcredentials.googleapis.com" in _text(apis["for_each"])

@@ -28,6 +28,7 @@ resource "google_project_service" "apis" {
     "container.googleapis.com",
     "firestore.googleapis.com",
     "iam.googleapis.com",
+    "iamcredentials.googleapis.com",
     "compute.googleapis.com",
     "run.googleapis.com",
     "storage.googleapis.com",

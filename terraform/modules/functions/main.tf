@@ -15,6 +15,32 @@ resource "google_service_account" "ticks" {
   display_name = "hangar ticks function"
 }
 
+# Signed URLs. A sandbox that checkpoints straight to the bucket gets V4 signed URLs, one per
+# object, signed with the function's own account: Cloud Run holds no private key, so the
+# function signs through the IAM Credentials API's signBlob (HANGAR_SIGNING_SERVICE_ACCOUNT).
+# That needs iam.serviceAccounts.signBlob on the account, and nothing more: a custom role with
+# that one permission (roles/iam.serviceAccountTokenCreator would add access tokens, ID tokens
+# and JWTs), granted to each function's account on itself only, never project-wide.
+resource "google_project_iam_custom_role" "sign_blob" {
+  project     = var.project_id
+  role_id     = "${replace(var.name_prefix, "-", "_")}_signBlob"
+  title       = "hangar: sign blobs as itself"
+  description = "iam.serviceAccounts.signBlob only: signs the URLs of direct checkpoints."
+  permissions = ["iam.serviceAccounts.signBlob"]
+}
+
+resource "google_service_account_iam_member" "api_signs_as_itself" {
+  service_account_id = google_service_account.api.name
+  role               = google_project_iam_custom_role.sign_blob.name
+  member             = "serviceAccount:${google_service_account.api.email}"
+}
+
+resource "google_service_account_iam_member" "ticks_signs_as_itself" {
+  service_account_id = google_service_account.ticks.name
+  role               = google_project_iam_custom_role.sign_blob.name
+  member             = "serviceAccount:${google_service_account.ticks.email}"
+}
+
 locals {
   # HANGAR_TASKS_INVOKER: Cloud Tasks signs every tick as this identity (an OIDC token for
   # the ticks function). FUNCTION_USE_ASGI: both entry points are ASGI; functions-framework
@@ -66,7 +92,9 @@ resource "google_cloudfunctions2_function" "ticks" {
     max_instance_count             = var.ticks_max_instances
     ingress_settings               = "ALLOW_ALL"
     all_traffic_on_latest_revision = true
-    environment_variables          = local.common_env
+    environment_variables = merge(local.common_env, {
+      HANGAR_SIGNING_SERVICE_ACCOUNT = google_service_account.ticks.email
+    })
 
     # Direct VPC egress, private ranges only: the cluster's private endpoint is reached through
     # the VPC; Google APIs and everything else keep the default path.
@@ -111,6 +139,9 @@ resource "google_cloudfunctions2_function" "api" {
     environment_variables = merge(local.common_env, {
       # Cloud Tasks posts every tick to this URL, signed as the tasks service account.
       HANGAR_TICKS_URL = google_cloudfunctions2_function.ticks.service_config[0].uri
+
+      # Signed URLs for direct checkpoints, signed by signBlob as this function's own account.
+      HANGAR_SIGNING_SERVICE_ACCOUNT = google_service_account.api.email
     })
 
     dynamic "direct_vpc_network_interface" {
