@@ -76,8 +76,10 @@ def test_the_make_target_fetched_one_folder_per_machine_with_cffi_for_every_pyth
 
 
 def test_the_make_target_is_idempotent(tmp_path: Path) -> None:
-    # Up to date in the repository: make has nothing to do.
-    assert subprocess.run(["make", "-q", "sandbox-crypto"], cwd=REPO).returncode == 0
+    # Up to date in the repository: make has nothing to do (the venv, which only runs pip
+    # when there is something to fetch, is left out of the question).
+    up_to_date = ["make", "-q", "-o", ".venv/.installed", "sandbox-crypto"]
+    assert subprocess.run(up_to_date, cwd=REPO).returncode == 0
     # The script itself does nothing where its stamp is (no download: the folder stays).
     stamps = list(BUILD.glob(".fetched-*"))
     assert len(stamps) == 1
