@@ -188,6 +188,8 @@ def _send(request, key, data=None, headers=None, timeout=TIMEOUT):
     sent.update(headers or {})
     if data is not None:
         sent["Content-Length"] = str(len(data))
+        if not any(name.lower() == "content-type" for name in sent):
+            sent["Content-Type"] = "application/octet-stream"  # urllib would say a form's
     req = urllib.request.Request(request["url"], data=data, headers=sent, method=method)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as answer:
