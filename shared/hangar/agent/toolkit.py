@@ -66,18 +66,27 @@ class CryptoArchive:
 
 def crypto_folder(settings: Settings) -> Path | None:
     """The folder to install: ``HANGAR_SANDBOX_CRYPTO``, else the repository's
-    ``build/sandbox-crypto/<this machine>``; None when it is not a folder."""
+    ``build/sandbox-crypto/<this machine>``; None when it is not a folder. The setting may
+    also name the folder's archive, a ``.tar.gz`` file holding :func:`crypto_archive`'s bytes
+    (what a deployment without the repository ships: 5.4 MB instead of 17)."""
     folder = settings.sandbox_crypto or _REPO_BUILD / platform.machine()
-    return folder if folder.is_dir() else None
+    if folder.is_dir() or (folder.name.endswith(".tar.gz") and folder.is_file()):
+        return folder
+    return None
 
 
 @functools.cache
 def crypto_archive(folder: Path) -> CryptoArchive:
     """The archive of ``folder`` (regular files and folders, ``__pycache__`` left out; files
     0644, folders 0755, fixed times: the same bytes for the same files). Read once per process
-    and folder. OSError if it cannot be read."""
+    and folder. A ``.tar.gz`` file is taken as such an archive already, named by the digest
+    of its bytes. OSError if it cannot be read."""
     import gzip
     import tarfile
+
+    if folder.is_file():
+        data = folder.read_bytes()
+        return CryptoArchive(f"crypto-{hashlib.sha256(data).hexdigest()[:20]}", data)
 
     files = sorted(p for p in folder.rglob("*") if "__pycache__" not in p.parts
                    and p.is_file() and not p.is_symlink())  # fmt: skip
@@ -117,7 +126,7 @@ def install_crypto(sandboxes: Sandboxes, sandbox_id: str, settings: Settings) ->
     if folder is None:
         where = settings.sandbox_crypto or _REPO_BUILD / platform.machine()
         return CryptoProbe(available=False, reason=f"the control plane has no cryptography "
-                           f"for sandboxes: {where} is not a folder (make sandbox-crypto "
+                           f"for sandboxes: {where} is neither a folder nor its .tar.gz (make sandbox-crypto "
                            "fetches it; HANGAR_SANDBOX_CRYPTO names another)")  # fmt: skip
     try:
         archive = crypto_archive(folder)

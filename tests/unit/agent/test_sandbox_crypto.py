@@ -170,7 +170,7 @@ def test_a_sandbox_without_the_folder_is_unavailable_with_the_reason(
     missing = settings.replace(sandbox_crypto=tmp_path / "no-such-folder")
     answer = toolkit.install_crypto(sandboxes, sandbox, missing)
     assert not answer.available
-    assert str(tmp_path / "no-such-folder") in answer.reason and "not a folder" in answer.reason
+    assert str(tmp_path / "no-such-folder") in answer.reason and "neither a folder" in answer.reason
     assert sandboxes.exec(sandbox, ["test", "-e", "/hangar/lib/crypto"]).exit_code == 1
 
 
@@ -186,3 +186,14 @@ def test_a_broken_folder_installs_but_is_unavailable_with_the_import_error(
     # The working folder, installed after it, takes its place.
     fixed = toolkit.install_crypto(sandboxes, sandbox, settings)
     assert fixed.available, fixed.reason
+
+
+def test_the_setting_may_name_the_folders_archive_instead_of_the_folder(
+    sandboxes: LocalSandboxes, sandbox: str, settings: Settings, tmp_path: Path
+) -> None:
+    archive = tmp_path / "sandbox-crypto.tar.gz"
+    archive.write_bytes(toolkit.crypto_archive(MACHINE_FOLDER).data)
+    answer = toolkit.install_crypto(sandboxes, sandbox, settings.replace(sandbox_crypto=archive))
+    assert answer.available, answer.reason
+    named = run(sandboxes, sandbox, "readlink /hangar/lib/crypto", user=HANGAR).strip()
+    assert named == toolkit.crypto_archive(archive).name != installed_name(settings)
