@@ -145,6 +145,16 @@ class Settings(BaseModel):
     checkpoint_format: Literal[1, 2] = Field(
         2, description="How new checkpoints are stored: 2, content-addressed chunks (a turn "
         "stores what changed); 1, every part whole, as hangar did before. Both restore")
+    checkpoint_direct: bool = Field(
+        True, description="Format-2 checkpoints and restores move their bytes straight between "
+        "the sandbox and the bucket through signed URLs, where the blobs backend can sign them "
+        "(gs:// with signing credentials) and the sandboxes reach the bucket (gke://); false: "
+        "every byte goes through the control plane")
+    sandbox_crypto: Path | None = Field(
+        None, description="The folder of cryptography that hangar installs in sandboxes which "
+        "seal checkpoints themselves (what make sandbox-crypto puts in "
+        "build/sandbox-crypto/MACHINE, for the sandboxes' machine); unset: the repository's "
+        "build/sandbox-crypto/MACHINE for this machine, when it is there")
     sandbox_ttl_minutes: float = Field(120, gt=0)
     prebuild_environments: str = Field(
         "", description="Environments whose sandbox templates and warm pools are made at start "

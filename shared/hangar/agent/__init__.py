@@ -50,16 +50,20 @@ AGENT_COMMAND = "hangar-agent"
 
 USES: dict[str, tuple[str, ...]] = {
     "attach": (),
-    "checkpoint": ("gitsafe", "paths", "chunking"),
+    "checkpoint": ("gitsafe", "paths", "chunking", "sealed"),
     "context": ("gitsafe",),
+    "cryptokit": (),
     "exchange": ("paths",),
     "homeconfig": ("tomltext",),
     "pirpc": (),
-    "restore": ("gitsafe", "paths", "quiesce", "fdtree"),
+    "restore": ("gitsafe", "paths", "quiesce", "fdtree", "sealed"),
     "run": (),
 }
 """The scripts, each with the helper modules it uses."""
 
+SEALING_UNAVAILABLE = 5
+"""The status of a direct checkpoint or restore whose sandbox cannot seal (no ``cryptography``
+that its ``python3`` loads): the control plane then moves the bytes itself."""
 NOT_RUNNABLE = (126, 127)
 """The statuses of a command that cannot be run (126) or found (127), as shells and ``env``
 give them: a missing launcher's."""
@@ -70,9 +74,14 @@ _HELD = 4096  # bytes of a caller's stderr held until the launcher is known to h
 _LAUNCH = '''#!%s -IS
 """hangar's launcher: ``launch NAME ARGS...`` runs hangar.agent.NAME's main() with ARGS as its
 arguments, importing only from beside this file (hangar's folder, which the agent cannot
-change)."""
+change) and, after the standard library, from hangar's cryptography when it is installed (the
+folder the link ``crypto`` beside this file's folder names: see hangar.agent.cryptokit)."""
 import os, sys
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+crypto = os.path.join(os.path.dirname(here), "crypto")
+if os.path.isdir(crypto):
+    sys.path.append(os.path.realpath(crypto))
 name = sys.argv.pop(1) if len(sys.argv) > 1 else ""
 if name not in %r:
     sys.exit("launch: no script %%r" %% name)
