@@ -616,3 +616,12 @@ def test_each_function_signs_urls_as_its_own_account_through_the_iam_credentials
         assert f"HANGAR_SIGNING_SERVICE_ACCOUNT=google_service_account.{name}.email" in env, env
     apis = _by_name(DEV)[("google_project_service", "apis")]
     assert "iamcredentials.googleapis.com" in _text(apis["for_each"])
+
+
+def test_the_sandbox_pods_reach_the_storage_endpoint_through_cloud_nat() -> None:
+    # Direct checkpoints: a pod (private node, its address from the pods' secondary range)
+    # uploads to storage.googleapis.com through the NAT, which must cover every range.
+    gke = _by_name(MODULES / "gke")
+    nat = gke[("google_compute_router_nat", "nat")]
+    assert nat["source_subnetwork_ip_ranges_to_nat"] == "ALL_SUBNETWORKS_ALL_IP_RANGES"
+    assert nat["router"] == "${google_compute_router.nat.name}"
