@@ -179,6 +179,7 @@ def _error_code(body):
 def _send(request, key, data=None, headers=None, timeout=TIMEOUT):
     """(status, body) of ``request`` sent with ``data`` and ``headers`` beside its own;
     :class:`TransferFailed` for anything but a 2xx answer read whole."""
+    import http.client
     import socket
     import urllib.error
     import urllib.request
@@ -190,7 +191,10 @@ def _send(request, key, data=None, headers=None, timeout=TIMEOUT):
         sent["Content-Length"] = str(len(data))
         if not any(name.lower() == "content-type" for name in sent):
             sent["Content-Type"] = "application/octet-stream"  # urllib would say a form's
-    req = urllib.request.Request(request["url"], data=data, headers=sent, method=method)
+    try:
+        req = urllib.request.Request(request["url"], data=data, headers=sent, method=method)
+    except ValueError:  # the message would quote the URL, whose signature is a secret
+        raise TransferFailed(method, key, None, "a malformed request URL") from None
     try:
         with urllib.request.urlopen(req, timeout=timeout) as answer:
             return answer.status, answer.read()
@@ -202,9 +206,10 @@ def _send(request, key, data=None, headers=None, timeout=TIMEOUT):
         finally:
             exc.close()
         raise TransferFailed(method, key, exc.code, _error_code(body)) from None
-    except (urllib.error.URLError, socket.timeout, OSError, ValueError) as exc:
+    except (urllib.error.URLError, socket.timeout, OSError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", None) or exc
-        raise TransferFailed(method, key, None, str(reason)[:200]) from None
+        raise TransferFailed(method, key, None, str(reason)[:200] or type(exc).__name__) \
+            from None  # fmt: skip
 
 
 def http_put(request, key, data, timeout=TIMEOUT):

@@ -55,6 +55,7 @@ class Store:
         assert root is not None
         return {"session_id": checkpoint.session_id, "checkpoint_id": checkpoint.id,
                 "data_key": base64.b64encode(data_key).decode(), "root": root,
+                "root_size": checkpoint.parts[0].size, "root_sha256": checkpoint.parts[0].sha256,
                 "gets": {k: self.request("GET", k) for k in checkpoint.packs}}  # fmt: skip
 
     def puts_of(self, method: str) -> list[str]:

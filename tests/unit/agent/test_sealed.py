@@ -330,6 +330,28 @@ def test_a_granted_put_used_twice_fails_with_the_stores_precondition_error(
     assert refused.value.status == 403
 
 
+def test_a_root_that_is_not_the_records_fails_the_fetch(
+    store: Store, parts: CheckpointParts, tmp_path: Path
+) -> None:
+    _, sent, chunks = first_take(tmp_path)
+    checkpoint, _ = sandbox_take(store, parts, SESSION, sent, chunks, None)
+    grant = store.read_grant(checkpoint, parts.data_key(checkpoint))
+    grant["root_sha256"] = "0" * 64
+    with pytest.raises(sealed.Corrupt, match="does not match its record"):
+        sealed.fetch(grant, str(tmp_path))
+
+
+def test_a_store_that_cannot_be_reached_fails_without_quoting_the_signed_url() -> None:
+    request = {"method": "GET", "url": "http://127.0.0.1:1/b/k?X-Goog-Signature=cafe1234",
+               "headers": {}}  # fmt: skip
+    with pytest.raises(sealed.TransferFailed) as failed:
+        sealed.http_get(request, "k", 0, 10, timeout=5)
+    assert failed.value.status is None and "cafe1234" not in str(failed.value)
+    with pytest.raises(sealed.TransferFailed) as malformed:
+        sealed.http_get(dict(request, url="nowhere:?X-Goog-Signature=cafe1234"), "k")
+    assert "cafe1234" not in str(malformed.value)
+
+
 def test_a_take_that_needs_more_objects_than_granted_fails_before_its_root(
     store: Store, parts: CheckpointParts, tmp_path: Path
 ) -> None:
