@@ -53,6 +53,10 @@ RESTORE_PARTS = ("repo.bundle", "staged.patch", "wip.patch", "untracked", "agent
 TIMEOUT = 60
 """Seconds a request may wait for the store to answer (each read of the socket)."""
 MAX_ERROR_BODY = 16 << 10
+READS_IN_FLIGHT = 4
+"""Ranged reads (of up to READ_SPAN bytes each) kept going at once."""
+WRITES_IN_FLIGHT = 2
+"""Packs being uploaded at once, while the next one fills."""
 TAR_BLOCK = 512
 _CID = re.compile(r"[0-9a-f]{64}\Z")
 
@@ -250,19 +254,38 @@ def _runs(refs):
 
 def read_sealed(refs, gets, timeout=TIMEOUT):
     """The sealed bytes of each of ``refs``, in order, read with the GET requests ``gets`` (by
-    pack key) one ranged read a run of neighbouring chunks."""
-    for run in _runs(refs):
-        pack = run[0].pack
-        if pack not in gets:
-            raise SealedError("no read was granted for pack %s" % pack)
-        start = run[0].offset
-        end = max(r.offset + r.length for r in run)
-        data = http_get(gets[pack], pack, start, end - start, timeout)
-        for ref in run:
-            sealed = data[ref.offset - start:ref.offset - start + ref.length]
-            if len(sealed) != ref.length:
-                raise Corrupt("pack %s ends before a chunk it should hold" % pack)
-            yield sealed
+    pack key) one ranged read a run of neighbouring chunks, READS_IN_FLIGHT runs at once."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(READS_IN_FLIGHT) as pool:
+        pending = deque()
+        try:
+            for run in _runs(refs):
+                pending.append(pool.submit(_read_run, run, gets, timeout))
+                if len(pending) >= READS_IN_FLIGHT:
+                    yield from pending.popleft().result()
+            while pending:
+                yield from pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def _read_run(run, gets, timeout):
+    pack = run[0].pack
+    if pack not in gets:
+        raise SealedError("no read was granted for pack %s" % pack)
+    start = run[0].offset
+    end = max(r.offset + r.length for r in run)
+    data = http_get(gets[pack], pack, start, end - start, timeout)
+    out = []
+    for ref in run:
+        sealed = data[ref.offset - start:ref.offset - start + ref.length]
+        if len(sealed) != ref.length:
+            raise Corrupt("pack %s ends before a chunk it should hold" % pack)
+        out.append(sealed)
+    return out
 
 
 def read_chunks(refs, gets, cids=None, timeout=TIMEOUT):
@@ -544,7 +567,8 @@ class Packs:
     only, to the granted ``puts`` in order (``PackWriter``); :meth:`put` writes any other
     object to the next one. ``objects`` holds the size and MD5 of everything written (or
     maybe written: a PUT that failed may have landed), ``sizes`` the packs', ``written`` their
-    bytes."""
+    bytes. Packs upload in the background, WRITES_IN_FLIGHT at once: :meth:`close` returns once
+    every one has landed (raising the first failure); :meth:`shutdown` ends the uploads."""
 
     def __init__(self, puts, owner, naming_key, target, timeout=TIMEOUT):
         self.puts = list(puts)
@@ -553,6 +577,7 @@ class Packs:
         self.objects, self.sizes, self.written = {}, {}, 0
         self._used = 0
         self._buffer, self._buffered, self._key = [], 0, None
+        self._pool, self._inflight = None, []
 
     def add(self, cid, data):
         """The :class:`Ref` of ``data`` (chunk ``cid``) sealed under a new key into a pack."""
@@ -583,6 +608,13 @@ class Packs:
     def close(self):
         if self._buffered:
             self._flush()
+        self._drain(0)
+
+    def shutdown(self):
+        if self._pool is not None:
+            for future in self._inflight:
+                future.cancel()
+            self._pool.shutdown(wait=True)
 
     def _flush(self):
         size = self._write(self._key, b"".join(self._buffer))
@@ -601,13 +633,24 @@ class Packs:
         """Write ``data`` to the next granted key; returns that key."""
         key = self._next()
         self._write(key, data)
+        self._drain(0)
         return key
 
     def _write(self, key, data):
         request = self.puts[[p["key"] for p in self.puts].index(key)]
         self.objects[key] = {"size": len(data), "md5": _md5(data)}
-        http_put(request, key, data, self.timeout)
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(WRITES_IN_FLIGHT)
+        self._drain(WRITES_IN_FLIGHT - 1)
+        self._inflight.append(self._pool.submit(http_put, request, key, data, self.timeout))
         return len(data)
+
+    def _drain(self, left):
+        """Wait until at most ``left`` uploads are in flight."""
+        while len(self._inflight) > left:
+            self._inflight.pop(0).result()
 
 
 def _md5(data):
@@ -676,13 +719,21 @@ def store(grant, sent, chunks_path, source=None, timeout=TIMEOUT):
 
     Raises :class:`SealedError`; objects already written are left for the control plane,
     which deletes whatever it granted and does not record."""
-    session_id, checkpoint_id = grant["session_id"], grant["checkpoint_id"]
+    session_id = grant["session_id"]
     own = source if source is not None and source.session_id == session_id else None
     naming_key = own.naming_key if own is not None else secrets.token_bytes(32)
     parts = sent_parts(sent)
     new = [(_cid(cid), _natural(size, True)) for cid, size in sent["new"]]
     total = sum(size for _, size in new) + len(new) * OVERHEAD
     packs = Packs(grant["puts"], session_id, naming_key, pack_target(total), timeout)
+    try:
+        return _store(grant, parts, new, chunks_path, source, own, packs, timeout)
+    finally:
+        packs.shutdown()
+
+
+def _store(grant, parts, new, chunks_path, source, own, packs, timeout):
+    session_id, checkpoint_id, naming_key = packs.owner, grant["checkpoint_id"], packs.naming_key
     refs = {}
     with open(chunks_path, "rb") as spool:
         for cid, size in new:

@@ -330,6 +330,28 @@ def test_a_granted_put_used_twice_fails_with_the_stores_precondition_error(
     assert refused.value.status == 403
 
 
+def test_a_take_over_many_packs_writes_them_to_the_granted_keys_in_order_and_reads_back(
+    store: Store, parts: CheckpointParts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sealed, "PACK_TARGET", 100_000)
+    _, sent, chunks = first_take(tmp_path)
+    checkpoint, data_key = new_checkpoint(parts, SESSION)
+    grant = store.grant(SESSION, checkpoint.id, data_key)
+    answer = sealed.store(grant, sent, str(chunks), None)
+    granted = [p["key"] for p in grant["puts"]]
+    assert len(answer["objects"]) >= 5
+    assert list(answer["objects"]) == granted[: len(answer["objects"])]
+    assert answer["root"]["key"] == granted[len(answer["objects"]) - 1]
+    monkeypatch.undo()
+    recorded, _ = sandbox_take(store, parts, SESSION, sent, chunks, None)
+    many = checkpoint.model_copy(update={"format": 2, "packs": answer["packs"],
+                                         "parts": [recorded.parts[0].model_copy(update={
+                                             **answer["root"], "name": "manifest"})]})  # fmt: skip
+    assert len(many.packs) >= 5
+    assert fetched(store, parts, many, tmp_path / "staging") == rebuilt(parts, many)
+    assert rebuilt(parts, many) == rebuilt(parts, recorded)
+
+
 def test_a_root_that_is_not_the_records_fails_the_fetch(
     store: Store, parts: CheckpointParts, tmp_path: Path
 ) -> None:
