@@ -813,8 +813,9 @@ def fetch(grant, staging, names=RESTORE_PARTS, timeout=TIMEOUT):
     the folder ``staging``: each of its parts among ``names``, in that order, a blob as its
     bytes, a tree as the plain tar ``hangar.checkpoints.rebuild.tree_tar`` makes of it. Every
     chunk is checked (it opens, has its size and its cid's content) before its part's file is
-    given its name. Returns {restore name: path} (:func:`restore_name`). On any failure it
-    raises, having removed every file it made: ``staging`` is left as it was."""
+    given its name; no file there is replaced. Returns {restore name: path}
+    (:func:`restore_name`). On any failure it raises (a local one as :class:`SealedError` too),
+    having removed every file it made: ``staging`` is left as it was."""
     manifest = open_checkpoint(grant, timeout)
     made, out = [], {}
     try:
@@ -824,10 +825,18 @@ def fetch(grant, staging, names=RESTORE_PARTS, timeout=TIMEOUT):
                 continue
             path = os.path.join(staging, restore_name(part))
             tmp = path + ".partial"
-            made.append(tmp)
-            _write_part(part, manifest.chunks, grant["gets"], tmp, timeout)
-            made.append(path)
-            os.rename(tmp, path)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o600)  # fmt: skip
+                made.append(tmp)
+                _write_part(part, manifest.chunks, grant["gets"], fd, timeout)
+                os.link(tmp, path)
+                made.append(path)
+                os.unlink(tmp)
+                made.remove(tmp)
+            except OSError as exc:
+                raise SealedError("cannot write %s in the staging folder: %s"
+                                  % (restore_name(part), exc.strerror)) from None  # fmt: skip
             out[restore_name(part)] = path
     except BaseException:
         for path in made:
@@ -839,12 +848,12 @@ def fetch(grant, staging, names=RESTORE_PARTS, timeout=TIMEOUT):
     return out
 
 
-def _write_part(part, refs, gets, path, timeout):
-    cids = cids_of(part)
-    _check_sizes([part], refs)
-    chunks = read_chunks([refs[c] for c in cids], gets, cids, timeout)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+def _write_part(part, refs, gets, fd, timeout):
+    """Write ``part`` to ``fd`` (closed here) as :func:`fetch` gives it."""
     with os.fdopen(fd, "wb") as out:
+        cids = cids_of(part)
+        _check_sizes([part], refs)
+        chunks = read_chunks([refs[c] for c in cids], gets, cids, timeout)
         if part["kind"] == "blob":
             for chunk in chunks:
                 out.write(chunk)

@@ -302,6 +302,20 @@ def test_a_chunk_whose_size_is_not_its_manifests_fails_the_fetch(
     assert list(staging.iterdir()) == []
 
 
+def test_a_fetch_replaces_no_file_in_staging_and_leaves_it_as_it_was(
+    store: Store, parts: CheckpointParts, tmp_path: Path
+) -> None:
+    _, sent, chunks = first_take(tmp_path)
+    checkpoint, _ = sandbox_take(store, parts, SESSION, sent, chunks, None)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    (staging / "untracked.tar").write_bytes(b"already here")
+    with pytest.raises(sealed.SealedError, match="untracked.tar"):
+        fetched(store, parts, checkpoint, staging)
+    assert [p.name for p in staging.iterdir()] == ["untracked.tar"]
+    assert (staging / "untracked.tar").read_bytes() == b"already here"
+
+
 def test_a_missing_pack_fails_the_fetch_with_the_stores_error(
     store: Store, parts: CheckpointParts, blobs: LocalBlobs, tmp_path: Path
 ) -> None:
