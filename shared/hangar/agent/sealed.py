@@ -83,6 +83,28 @@ class Corrupt(SealedError):
     """Data does not open, is malformed, or is not what its manifest says."""
 
 
+Broken = SealedError
+"""The name the checkpoint and restore scripts catch."""
+
+
+class Unavailable(SealedError):
+    """This interpreter cannot seal: ``cryptography``'s AES-GCM does not import or work."""
+
+
+def require():
+    """Check that this interpreter can seal (AES-GCM imports and seals); :class:`Unavailable`
+    says why not."""
+    try:
+        aead = _aead(bytes(32))
+        if aead.decrypt(bytes(12), aead.encrypt(bytes(12), b"hangar", b""), b"") != b"hangar":
+            raise Unavailable("AES-GCM opened what it sealed to other bytes")
+    except Unavailable:
+        raise
+    except Exception as exc:  # a native module fails to load in many ways: each is the answer
+        raise Unavailable("cannot seal with cryptography's AES-GCM: %s: %s"
+                          % (type(exc).__name__, exc)) from None  # fmt: skip
+
+
 # ------------------------------------------------------------------------------ sealing
 
 
@@ -803,8 +825,9 @@ def _repack(used, sizes, packs, gets, timeout):
 # ------------------------------------------------------------------------------ fetching
 
 
-def restore_name(part):
-    """The name the restore takes a part by: a tree's is its plain tar's."""
+def file_name(part):
+    """The name of a part's file in staging: a tree's is its plain tar's (what the restore
+    takes it by)."""
     return part["name"] + ".tar" if part["kind"] == "tree" else part["name"]
 
 
@@ -813,8 +836,8 @@ def fetch(grant, staging, names=RESTORE_PARTS, timeout=TIMEOUT):
     the folder ``staging``: each of its parts among ``names``, in that order, a blob as its
     bytes, a tree as the plain tar ``hangar.checkpoints.rebuild.tree_tar`` makes of it. Every
     chunk is checked (it opens, has its size and its cid's content) before its part's file is
-    given its name; no file there is replaced. Returns {restore name: path}
-    (:func:`restore_name`). On any failure it raises (a local one as :class:`SealedError` too),
+    given its name (:func:`file_name`: a tree's ends in ``.tar``); no file there is replaced.
+    Returns {part name: path}, in ``names``' order. On any failure it raises (a local one as :class:`SealedError` too),
     having removed every file it made: ``staging`` is left as it was."""
     manifest = open_checkpoint(grant, timeout)
     made, out = [], {}
@@ -823,7 +846,7 @@ def fetch(grant, staging, names=RESTORE_PARTS, timeout=TIMEOUT):
             part = manifest.part(name)
             if part is None:
                 continue
-            path = os.path.join(staging, restore_name(part))
+            path = os.path.join(staging, file_name(part))
             tmp = path + ".partial"
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
@@ -836,8 +859,8 @@ def fetch(grant, staging, names=RESTORE_PARTS, timeout=TIMEOUT):
                 made.remove(tmp)
             except OSError as exc:
                 raise SealedError("cannot write %s in the staging folder: %s"
-                                  % (restore_name(part), exc.strerror)) from None  # fmt: skip
-            out[restore_name(part)] = path
+                                  % (file_name(part), exc.strerror)) from None  # fmt: skip
+            out[part["name"]] = path
     except BaseException:
         for path in made:
             try:

@@ -114,7 +114,9 @@ def fetched(store: Store, parts: CheckpointParts, checkpoint: Checkpoint,
             staging: Path) -> dict[str, bytes]:  # fmt: skip
     staging.mkdir(exist_ok=True)
     paths = sealed.fetch(store.read_grant(checkpoint, parts.data_key(checkpoint)), str(staging))
-    return {name: Path(path).read_bytes() for name, path in paths.items()}
+    trees = {"untracked", "agent", "exchange"}
+    assert all(Path(p).name == (n + ".tar" if n in trees else n) for n, p in paths.items())
+    return {Path(path).name: Path(path).read_bytes() for path in paths.values()}
 
 
 def first_take(tmp_path: Path) -> tuple[Path, dict[str, Any], Path]:
@@ -388,6 +390,19 @@ def test_a_store_that_cannot_be_reached_fails_without_quoting_the_signed_url() -
     assert "cafe1234" not in str(malformed.value)
 
 
+def test_sealing_is_required_to_work_and_unavailable_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sealed.require()
+
+    def broken(key: bytes) -> None:
+        raise ImportError("libssl.so.3: cannot open shared object file")
+
+    monkeypatch.setattr(sealed, "_aead", broken)
+    with pytest.raises(sealed.Unavailable, match="ImportError: libssl"):
+        sealed.require()
+
+
 def test_a_take_that_needs_more_objects_than_granted_fails_before_its_root(
     store: Store, parts: CheckpointParts, tmp_path: Path
 ) -> None:
@@ -468,4 +483,5 @@ def test_a_store_and_a_fetch_run_in_an_isolated_python_without_site(
                           capture_output=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()
     paths = json.loads(done.stdout)
-    assert {n: Path(p).read_bytes() for n, p in paths.items()} == rebuilt(parts, recorded)
+    assert list(paths) == ["repo.bundle", "untracked"]
+    assert {Path(p).name: Path(p).read_bytes() for p in paths.values()} == rebuilt(parts, recorded)
