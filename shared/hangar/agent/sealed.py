@@ -404,10 +404,15 @@ class Manifest:
         self.pieces = dict(root["pieces"])
         self.pack_sizes = root["pack_sizes"]
         self.lines = lines
-        self.parts = []
-        self._chunks = None
+        self._parts = self._chunks = None
         self._heads = root["parts"]
         self.gets = gets
+
+    @property
+    def parts(self):
+        if self._parts is None:
+            self._parse()
+        return self._parts
 
     @property
     def chunks(self):
@@ -425,8 +430,6 @@ class Manifest:
         return b"".join(bytes.fromhex(cid) for cid in sorted(self.known()))
 
     def part(self, name):
-        if self._chunks is None:
-            self._parse()
         return next((p for p in self.parts if p["name"] == name), None)
 
     def _parse(self):
@@ -455,7 +458,7 @@ class Manifest:
                 raise Corrupt("part %s: records of the other kind" % part["name"])
             if {c for c in cids_of(part)} - chunks.keys():
                 raise Corrupt("a chunk without its ref")
-        self.parts, self._chunks = parts, chunks
+        self._parts, self._chunks = parts, chunks
 
 
 def cids_of(part):
