@@ -1,6 +1,10 @@
-"""Every cloud emulator at once: the Firestore emulator, fake-gcs-server, the Cloud Tasks emulator
-and the KMS stand-in, each on a free 127.0.0.1 port, and the environment that points hangar at
-them (sandboxes stay local).
+"""Every cloud emulator at once: the Firestore emulator, fake-gcs-server behind our verifying
+front, the Cloud Tasks emulator, the KMS stand-in and the IAM Credentials stand-in, each on a free
+127.0.0.1 port, and the environment that points hangar at them (sandboxes stay local).
+
+hangar signs URLs as :data:`SIGNER` through the IAM stand-in's ``signBlob`` (as on Cloud Run,
+where there is no private key), and the front's signed port trusts that account's key: it is
+the endpoint of those URLs, and the one port a stand-in pod may be given.
 
 Used by ``emulators/run -- CMD`` and by the tests that run hangar whole on the cloud backends.
 """
@@ -12,6 +16,7 @@ from typing import Self
 
 from emulators.firestore import FirestoreEmulator
 from emulators.gcs import FakeGcs
+from emulators.iam import IamStandIn
 from emulators.kms import KmsStandIn
 from emulators.processes import Emulator
 from emulators.tasks import TasksEmulator
@@ -20,6 +25,8 @@ PROJECT = "hangar-local"
 LOCATION = "us-central1"
 BUCKET = "hangar-local"
 QUEUE = "hangar-ticks"
+SIGNER = "hangar-control@{project}.iam.gserviceaccount.com"
+"""The service account hangar signs URLs as (the project filled in)."""
 
 
 class CloudEmulators(Emulator):
@@ -30,14 +37,16 @@ class CloudEmulators(Emulator):
     def __init__(self, project: str = PROJECT) -> None:
         self.project = project
         self.firestore = FirestoreEmulator()
-        self.gcs = FakeGcs()
+        self.gcs = FakeGcs(front=True)
         self.tasks = TasksEmulator()
         self.kms = KmsStandIn()
+        self.iam = IamStandIn()
+        self.signer = SIGNER.format(project=project)
         self.queue = f"projects/{project}/locations/{LOCATION}/queues/{QUEUE}"
         self._started: list[Emulator] = []
 
     def start(self) -> Self:
-        emulators: list[Emulator] = [self.firestore, self.gcs, self.tasks, self.kms]
+        emulators: list[Emulator] = [self.firestore, self.gcs, self.tasks, self.kms, self.iam]
         with concurrent.futures.ThreadPoolExecutor(len(emulators)) as pool:
             futures = {pool.submit(e.start): e for e in emulators}
             errors: list[BaseException] = []
@@ -50,6 +59,7 @@ class CloudEmulators(Emulator):
             self.stop()
             raise errors[0]
         self.gcs.create_bucket(BUCKET, self.project)
+        self.gcs.trust(self.signer, self.iam.add_account(self.signer).public_key_pem)
         self.tasks.create_queue(self.queue)
         return self
 
@@ -74,5 +84,15 @@ class CloudEmulators(Emulator):
             "HANGAR_KEYS": f"gcpkms://projects/{self.project}/locations/global/keyRings/hangar"
             f"/cryptoKeys/{key}",
             "HANGAR_TICKS": f"cloudtasks://{self.queue}",
+            **self.signing_environment(),
+        }
+
+    def signing_environment(self) -> dict[str, str]:
+        """The variables that have hangar sign URLs through the IAM stand-in, for the front's
+        signed port."""
+        return {
+            "HANGAR_SIGNING_SERVICE_ACCOUNT": self.signer,
+            "HANGAR_IAM_ENDPOINT": self.iam.url,
+            "HANGAR_SIGNED_URL_ENDPOINT": self.gcs.signed_url,
         }
 

@@ -42,6 +42,7 @@ once shipped; messages may.
     │   ├── SandboxUnavailable          sandbox_unavailable 503
     │   └── ExecTimeout                 exec_timeout        504
     ├── CheckpointError                 checkpoint_failed   500
+    │   ├── SealingUnavailable          sealing_unavailable 500
     │   └── RestoreFailed               restore_failed      500
     │       └── NoUsableCheckpoint      no_usable_checkpoint 500
     ├── ArtifactTooLarge                artifact_too_large  413
@@ -333,6 +334,13 @@ class CheckpointError(HangarError):
 
     code = "checkpoint_failed"
     status = 500
+
+
+class SealingUnavailable(CheckpointError):
+    """A sandbox cannot seal checkpoints itself (its ``python3`` cannot load hangar's
+    ``cryptography``): its checkpoints and restores go through the control plane instead."""
+
+    code = "sealing_unavailable"
 
 
 class SourcePruned(Conflict):

@@ -34,6 +34,10 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def new_checkpoint_id() -> str:
+    return new_id("ckp", 6)
+
+
 def new_id(prefix: str, nbytes: int = 4) -> str:
     """A random id such as ``ses-1a2b3c4d`` (the spec's "prefix + 8 hex")."""
     return f"{prefix}-{secrets.token_hex(nbytes)}"
@@ -427,7 +431,7 @@ class Checkpoint(Record):
     """A recorded checkpoint: every part listed here is stored, encrypted, under
     ``sessions/<session_id>/<id>/<part>`` in blobs."""
 
-    id: str = Field(default_factory=lambda: new_id("ckp", 6))
+    id: str = Field(default_factory=new_checkpoint_id)
     session_id: str
     ts: datetime = Field(default_factory=utcnow)
     reason: CheckpointReason

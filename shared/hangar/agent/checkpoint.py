@@ -67,6 +67,8 @@ from hangar.agent.paths import untracked_rule
 PIN = "refs/hangar/checkpoint"
 DIFF = ["diff", "--binary", "--no-ext-diff", "--no-textconv", "--no-color"]
 STAGING_PREFIX = ".hangar-ckpt-"
+SEALING_UNAVAILABLE = 5
+"""The exit status when this sandbox cannot seal a direct checkpoint (hangar.agent's)."""
 # Fields in a `git status --porcelain=v2` record (the path is the last, and may hold spaces).
 STATUS_FIELDS = {b"1": 9, b"u": 11, b"?": 2}
 STALE_SECONDS = 3600
@@ -947,6 +949,22 @@ def emit_patch(cfg, r, staging, records, out):
     out.flush()
 
 
+def direct_grant(stream, limit=1 << 24):
+    """A direct checkpoint's grant, read from ``stream`` (hangar's standard input: never the
+    agent's to read), and its source opened; exits with status SEALING_UNAVAILABLE when this
+    sandbox's python cannot seal."""
+    from hangar.agent import sealed
+
+    try:
+        sealed.require()
+    except sealed.Unavailable as exc:
+        sys.stderr.write("cannot seal in this sandbox: %s\n" % exc)
+        sys.exit(SEALING_UNAVAILABLE)
+    grant = json.loads(stream.read(limit))
+    source = sealed.open_source(grant["source"]) if grant.get("source") else None
+    return grant, source
+
+
 def make_staging(tmp):
     """A new private folder under ``tmp`` (tempfile would cost the quick path its budget)."""
     for _ in range(100):
@@ -1003,9 +1021,23 @@ def main():
         import threading
 
         clean_stale(tmp, keep=staging)
-        known = read_known(sys.stdin.buffer) if cfg.get("format") == 2 else None
+        grant = source = None
+        if cfg.get("direct"):
+            grant, source = direct_grant(sys.stdin.buffer)
+            known = source.known() if source is not None else set()
+        else:
+            known = read_known(sys.stdin.buffer) if cfg.get("format") == 2 else None
         manifest, parts = pack(cfg, r, staging, head, branch, records, fp, head_warnings,
                                own_tmp, known)  # fmt: skip
+        if grant is not None:
+            from hangar.agent import sealed
+
+            chunks = manifest.pop("chunks")
+            sent = {"parts": manifest.pop("parts"), "new": manifest.pop("new")}
+            answer = sealed.store(grant, sent, chunks, source)
+            out.write(json.dumps(dict(manifest, direct=True, **answer)).encode() + b"\n")
+            out.flush()
+            return
         if known is not None:
             chunks = manifest.pop("chunks")
             out.write(json.dumps(manifest).encode() + b"\n")

@@ -90,6 +90,8 @@ from hangar.agent.paths import (
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+SEALING_UNAVAILABLE = 5
+"""The exit status when this sandbox cannot open a direct restore (hangar.agent's)."""
 PARTS_VERIFIED = b"hangar: every part verified\n"
 """The control plane's line after the last part (:data:`hangar.checkpoints.restore.PARTS_VERIFIED`)."""
 STEPS = ("agent", "receive", "check", "reset", "fetch", "checkout", "apply", "untar", "hand_over")
@@ -267,6 +269,29 @@ def receive(stream, part, path, budget):
     finally:
         failure = inflater.finish()
     return plain, failure
+
+
+def fetch_direct(grant, staging, budget):
+    """A direct restore's step 1: the checkpoint's parts downloaded with the grant's signed
+    URLs and every chunk verified (:func:`hangar.agent.sealed.fetch`) into ``staging``, its
+    trees as plain tars; returns their paths by the names :func:`restore` reads. Nothing
+    outside staging is touched; any failure is restore_failed at ``receive``."""
+    from hangar.agent import sealed
+
+    folder = os.path.join(staging, "parts")
+    os.mkdir(folder, 0o700)
+    try:
+        fetched = sealed.fetch(grant, folder)
+    except (sealed.Broken, OSError, ValueError) as exc:
+        raise Failure("restore_failed", "receive", "the checkpoint did not download whole "
+                      "and verified: %s" % exc) from None  # fmt: skip
+    paths = {}
+    for name, path in fetched.items():
+        if name in ("untracked", "agent", "exchange"):
+            budget.spend(os.path.getsize(path), name)
+            name += ".tar"
+        paths[name] = path
+    return paths
 
 
 def tree_size(r, head):
@@ -464,14 +489,16 @@ def restore(plan, staging, clock):
     budget = Budget(plan.get("max_bytes"))
     paths = {}
     failures = []
-    for part in plan["parts"]:
+    if plan.get("direct") is not None:
+        paths = fetch_direct(plan["direct"], staging, budget)
+    for part in plan.get("parts") or ():
         if "/" in part["name"] or part["name"] in ("", ".", ".."):
             raise Failure("restore_failed", "receive", "bad part name %r" % part["name"])
         path, failure = receive(sys.stdin.buffer, part, os.path.join(staging, part["name"]),
                                 budget)  # fmt: skip
         paths[part["name"]] = path
         failures += [failure] if failure else []
-    if sys.stdin.buffer.readline(len(PARTS_VERIFIED)) != PARTS_VERIFIED:
+    if plan.get("direct") is None and sys.stdin.buffer.readline(len(PARTS_VERIFIED)) != PARTS_VERIFIED:
         raise Failure("restore_failed", "receive", "the parts were not vouched for: their "
                       "stream ended before the control plane's closing line")  # fmt: skip
     clock.lap("receive")
@@ -693,6 +720,14 @@ def main():
     staging = None
     try:
         plan = json.loads(sys.stdin.buffer.readline())
+        if plan.get("direct") is not None:
+            from hangar.agent import sealed
+
+            try:
+                sealed.require()
+            except sealed.Unavailable as exc:
+                sys.stderr.write("cannot open checkpoints in this sandbox: %s\n" % exc)
+                sys.exit(SEALING_UNAVAILABLE)
         tmp = plan.get("tmp")
         if not tmp or not os.path.isdir(tmp):
             tmp = None  # a sandbox without a folder of hangar's own

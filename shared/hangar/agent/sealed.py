@@ -37,6 +37,8 @@ NONCE = 12
 OVERHEAD = len(CHUNK_MAGIC) + NONCE + TAG
 """Sealed bytes beyond a chunk's plaintext."""
 MAX_PACKS = 64
+SPARE_PUTS = 3
+"""Granted keys a take keeps back from its new chunks (:func:`store`)."""
 PACK_TARGET = 8 << 20
 READ_SPAN = 8 << 20
 GAP = 64 << 10
@@ -189,9 +191,9 @@ def open_chunk(key, aad, sealed):
         raise Corrupt("a chunk does not authenticate (altered, or not this session's)") from None
 
 
-def pack_target(total):
-    """The size to fill packs to so that ``total`` sealed bytes take at most MAX_PACKS."""
-    return max(PACK_TARGET, -(-total // MAX_PACKS))
+def pack_target(total, packs=MAX_PACKS):
+    """The size to fill packs to so that ``total`` sealed bytes take at most ``packs``."""
+    return max(PACK_TARGET, -(-total // max(1, packs)))
 
 
 # ------------------------------------------------------------------------------ transfers
@@ -750,7 +752,10 @@ def store(grant, sent, chunks_path, source=None, timeout=TIMEOUT):
     parts = sent_parts(sent)
     new = [(_cid(cid), _natural(size, True)) for cid, size in sent["new"]]
     total = sum(size for _, size in new) + len(new) * OVERHEAD
-    packs = Packs(grant["puts"], session_id, naming_key, pack_target(total), timeout)
+    # Some granted keys are kept back: the manifest's pieces, the chunks a repack moves and
+    # the root come after the new chunks.
+    target = pack_target(total, len(grant["puts"]) - SPARE_PUTS)
+    packs = Packs(grant["puts"], session_id, naming_key, target, timeout)
     try:
         return _store(grant, parts, new, chunks_path, source, own, packs, timeout)
     finally:

@@ -39,15 +39,18 @@ from hangar.config import Settings
 from hangar.db import Db
 from hangar.errors import (
     BackendError, BlobNotFound, CheckpointError, CheckpointNotFound, DecryptionFailed, ExecTimeout,
-    HangarError, SourcePruned,
+    HangarError, SealingUnavailable, SourcePruned,
 )
+from hangar.blobs.signing import url_signer
 from hangar.checkpoints.chunked import ChunkedStore, Source, accept, open_source
+from hangar.checkpoints.direct import Answer, check_answer, grant_source, grant_take
 from hangar.checkpoints.contents import Contents
 from hangar.checkpoints.parts import CheckpointParts, part_key
 from hangar.checkpoints.sweep import PackSweeper
 from hangar.keys import Keys
 from hangar.keys.envelope import CHUNK
 from hangar.models import Checkpoint, CheckpointPart, CheckpointReason, Compression
+from hangar.models import new_checkpoint_id
 from hangar.sandboxes import HANGAR_TMP, HOME, Sandboxes, SandboxUser
 
 logger = logging.getLogger(__name__)
@@ -144,6 +147,20 @@ class _Manifest(BaseModel):
     format: int = 1
 
 
+def _unchanged(target: CheckpointTarget, manifest: _Manifest, previous: str | None) -> bool:
+    """Whether the sandbox answered "unchanged"; CheckpointError when that was not asked for:
+    only a skip asked for, against the very fingerprint given, is one."""
+    if not manifest.unchanged:
+        return False
+    if previous is None or manifest.fingerprint != previous:
+        raise CheckpointError(
+            f"checkpoint of {target.session_id} failed: the sandbox answered 'unchanged' to a "
+            "checkpoint that asked for no skip or for another one",
+            session_id=target.session_id,
+        )
+    return True
+
+
 def _expect_remaining(spool: BinaryIO, size: int) -> None:
     """CheckpointError unless exactly ``size`` bytes of the sandbox's output follow the
     manifest line (before anything is stored)."""
@@ -177,6 +194,9 @@ class Checkpointer:
         self.settings = settings
         self.parts = CheckpointParts(blobs, keys)
         self.chunked = ChunkedStore(self.parts)
+        self.signer = url_signer(blobs) if (settings.checkpoint_direct
+                                            and sandboxes.capabilities.object_store) else None
+        """Set when checkpoints go straight between the sandbox and the bucket (:mod:`direct`)."""
         grace = timedelta(seconds=2 * settings.checkpoint_timeout_seconds + 600)
         self.sweeper = PackSweeper(db, blobs, grace)
 
@@ -200,7 +220,6 @@ class Checkpointer:
         history = self.db.list_checkpoints(target.session_id)
         previous = history[-1].fingerprint if skip_if_unchanged and history else None
         chunked = self.settings.checkpoint_format == 2
-        source = self._source(target, history) if chunked else None
         config: dict[str, object] = {
             "repo": target.repo_dir,
             "home": target.home,
@@ -218,6 +237,13 @@ class Checkpointer:
         }
         if chunked:
             config["format"] = 2
+        if chunked and self.signer is not None:
+            try:
+                return self._take_direct(target, reason, config, previous, history)
+            except SealingUnavailable as exc:
+                logger.warning("checkpoint of %s: %s; its bytes go through the control plane",
+                               target.session_id, exc.message)  # fmt: skip
+        source = self._source(target, history) if chunked else None
         try:
             return self._take(target, reason, config, previous, source)
         except SourcePruned:
@@ -255,14 +281,7 @@ class Checkpointer:
             spool.seek(0)
             line = spool.readline(_MAX_CHUNKED_MANIFEST if chunked else _MAX_MANIFEST)
             manifest = self._manifest(line, chunked)
-            if manifest.unchanged:
-                # Only a skip that was asked for, against the very fingerprint given, is one.
-                if previous is None or manifest.fingerprint != previous:
-                    raise CheckpointError(
-                        f"checkpoint of {target.session_id} failed: the sandbox answered "
-                        "'unchanged' to a checkpoint that asked for no skip or for another one",
-                        session_id=target.session_id,
-                    )
+            if _unchanged(target, manifest, previous):
                 return None
             write: Write
             if chunked:
@@ -277,6 +296,77 @@ class Checkpointer:
                 def write(checkpoint: Checkpoint, key: bytes, stored: list[str]) -> Checkpoint:
                     return self._store_parts(checkpoint, key, manifest, spool, stored)
             return self._store(target, reason, manifest, write)
+
+    def _take_direct(
+        self, target: CheckpointTarget, reason: CheckpointReason, config: dict[str, object],
+        previous: str | None, history: list[Checkpoint],
+    ) -> Checkpoint | None:  # fmt: skip
+        """A format-2 take whose bytes go straight from the sandbox to the bucket
+        (:mod:`hangar.checkpoints.direct`): granted, taken, checked, recorded. A source pruned
+        meanwhile makes it again from none; SealingUnavailable when the sandbox cannot seal."""
+        source = self._direct_source(target, history)
+        while True:
+            try:
+                return self._direct(target, reason, config, previous, source)
+            except SourcePruned:
+                if source is None:
+                    raise
+                logger.info("checkpoint of %s: its source was pruned meanwhile; taking it "
+                            "whole", target.session_id)  # fmt: skip
+                source = None
+
+    def _direct(
+        self, target: CheckpointTarget, reason: CheckpointReason, config: dict[str, object],
+        previous: str | None, source: Checkpoint | None,
+    ) -> Checkpoint | None:  # fmt: skip
+        assert self.signer is not None
+        signer = self.signer
+        checkpoint_id = new_checkpoint_id()
+        data_key, wrapped = self.parts.new_key()
+        try:
+            read = grant_source(signer, self.parts, source) if source is not None else None
+            grant = grant_take(signer, target.session_id, checkpoint_id, data_key, read)
+        except HangarError as exc:
+            raise CheckpointError(f"checkpoint of {target.session_id} failed: {exc.message}",
+                                  session_id=target.session_id, cause=exc.code) from exc  # fmt: skip
+        granted = [put.key for put in grant.puts]
+        try:
+            with tempfile.TemporaryFile() as spool:
+                self._pack(target, {**config, "direct": True}, spool,
+                           grant.model_dump_json().encode())  # fmt: skip
+                spool.seek(0)
+                line = spool.readline(_MAX_MANIFEST)
+                manifest = self._manifest(line, True)
+                if _unchanged(target, manifest, previous):
+                    return None
+                _expect_remaining(spool, 0)
+                try:
+                    answer = Answer.model_validate_json(line)
+                except ValidationError as exc:
+                    raise CheckpointError(f"the sandbox's direct checkpoint answer is "
+                                          f"malformed: {exc}") from None  # fmt: skip
+        except BaseException:
+            self._discard(granted)  # whichever it wrote before it failed
+            raise
+
+        def write(checkpoint: Checkpoint, key: bytes, stored: list[str]) -> Checkpoint:
+            stored.extend(granted)
+            return checkpoint.model_copy(update=check_answer(signer, grant, answer, source))
+
+        return self._store(target, reason, manifest, write, (checkpoint_id, data_key, wrapped))
+
+    def _direct_source(self, target: CheckpointTarget, history: list[Checkpoint]) -> Checkpoint | None:
+        """The record a direct take reuses (as :meth:`_source`, unopened: the sandbox opens it)."""
+        try:
+            if history:
+                newest = history[-1]
+            elif target.fork_of is not None:
+                newest = self.db.get_checkpoint(*target.fork_of)
+            else:
+                return None
+        except CheckpointNotFound:
+            return None
+        return newest if newest.format == 2 else None
 
     def _pack(self, target: CheckpointTarget, config: dict[str, object], spool: BinaryIO,
               stdin: bytes | None = None) -> None:  # fmt: skip
@@ -299,6 +389,9 @@ class Checkpointer:
             ) from None
         if not result.ok:
             detail = result.stderr.decode(errors="replace").strip()[-2000:]
+            if config.get("direct") and result.exit_code == agent.SEALING_UNAVAILABLE:
+                raise SealingUnavailable(f"the sandbox cannot seal checkpoints: {detail}",
+                                         session_id=target.session_id)  # fmt: skip
             raise CheckpointError(
                 f"checkpoint of {target.session_id} failed in the sandbox: {detail}",
                 session_id=target.session_id,
@@ -336,11 +429,14 @@ class Checkpointer:
         reason: CheckpointReason,
         manifest: _Manifest,
         write: Write,
+        prepared: tuple[str, bytes, str] | None = None,
     ) -> Checkpoint:
         """Write the take's parts (``write``), then record the checkpoint and prune; anything
-        that fails before the record deletes what was written and records nothing."""
-        data_key, wrapped = self.parts.new_key()
+        that fails before the record deletes what was written and records nothing.
+        ``prepared``: the checkpoint's id, data key and wrapped key, when made before the take."""
+        checkpoint_id, data_key, wrapped = prepared or (new_checkpoint_id(), *self.parts.new_key())
         checkpoint = Checkpoint(
+            id=checkpoint_id,
             session_id=target.session_id,
             reason=reason,
             head=manifest.head,

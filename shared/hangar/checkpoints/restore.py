@@ -34,11 +34,14 @@ from hangar.errors import (
     NoUsableCheckpoint,
     RestoreFailed,
     SandboxError,
+    SealingUnavailable,
     UnsafeArchive,
 )
 from hangar.keys import Keys
 from hangar.models import Checkpoint
-from hangar.sandboxes import HANGAR_TMP, HOME, Sandboxes, SandboxUser
+from hangar.sandboxes import HANGAR_TMP, HOME, ExecResult, Sandboxes, SandboxUser, Stdin
+from hangar.blobs.signing import url_signer
+from hangar.checkpoints.direct import grant_source
 from hangar.checkpoints.contents import Contents
 from hangar.checkpoints.parts import CheckpointParts
 
@@ -82,6 +85,9 @@ class Restorer:
         self.sandboxes = sandboxes
         self.settings = settings
         self.parts = CheckpointParts(blobs, keys)
+        self.signer = url_signer(blobs) if (settings.checkpoint_direct
+                                            and sandboxes.capabilities.object_store) else None
+        """Set when restores download straight from the bucket (:mod:`direct`)."""
 
     def restore(
         self, session_id: str, sandbox_id: str, repo_dir: str, *, home: str = HOME,
@@ -140,21 +146,27 @@ class Restorer:
         started = time.perf_counter()
         if checkpoint.head is None:
             raise RestoreFailed(f"checkpoint {checkpoint.id} has no head", checkpoint=checkpoint.id)
+        plan: dict[str, object] = {
+            "repo": repo_dir,
+            "home": home,
+            "branch": checkpoint.branch,
+            "head": checkpoint.head,
+            "conversation_dirs": checkpoint.conversation_dirs,
+            "exchange_dir": checkpoint.exchange_dir,
+            "tmp": HANGAR_TMP,
+            "max_bytes": self.settings.max_restore_bytes,
+            "fresh": fresh,
+        }
+        if checkpoint.format == 2 and self.signer is not None:
+            try:
+                return self._restore_direct(checkpoint, sandbox_id, plan, started)
+            except SealingUnavailable as exc:
+                logger.warning("restoring %s: %s; its bytes go through the control plane",
+                               checkpoint.id, exc.message)  # fmt: skip
         with ExitStack() as stack:
             # Every part opened before the exec: a missing one fails before the sandbox is used.
             opened = Contents(self.parts, checkpoint).restore_parts(stack)
-            plan = {
-                "repo": repo_dir,
-                "home": home,
-                "branch": checkpoint.branch,
-                "head": checkpoint.head,
-                "conversation_dirs": checkpoint.conversation_dirs,
-                "exchange_dir": checkpoint.exchange_dir,
-                "tmp": HANGAR_TMP,
-                "max_bytes": self.settings.max_restore_bytes,
-                "fresh": fresh,
-                "parts": [part.entry() for part in opened],
-            }
+            plan["parts"] = [part.entry() for part in opened]
 
             unsealing = [0.0]
 
@@ -171,23 +183,44 @@ class Restorer:
                 yield PARTS_VERIFIED
 
             unsealed = time.perf_counter()
-            try:
-                result = agent.run_script(
-                    self.sandboxes,
-                    sandbox_id,
-                    "restore",
-                    stdin=stdin(),
-                    timeout=self.settings.checkpoint_timeout_seconds,
-                    user=SandboxUser.HANGAR,
-                )
-            except ExecTimeout:
-                raise RestoreFailed(
-                    f"restoring {checkpoint.id} timed out", checkpoint=checkpoint.id
-                ) from None
+            result = self._run(checkpoint, sandbox_id, stdin())
         seconds = {"open": unsealed - started, "unseal": unsealing[0],
                    "exec": time.perf_counter() - unsealed}  # fmt: skip
         warnings = _warnings_of(checkpoint, result.exit_code, result.stdout, result.stderr)
         return warnings, {**_seconds_of(result.stdout), **seconds}
+
+
+    def _restore_direct(
+        self, checkpoint: Checkpoint, sandbox_id: str, plan: dict[str, object], started: float
+    ) -> tuple[list[str], dict[str, float]]:
+        """A format-2 restore that the sandbox downloads and verifies itself, through signed
+        URLs (:mod:`hangar.checkpoints.direct`); SealingUnavailable when it cannot."""
+        assert self.signer is not None
+        grant = grant_source(self.signer, self.parts, checkpoint)
+        plan = {**plan, "direct": grant.model_dump()}
+        granted = time.perf_counter()
+        result = self._run(checkpoint, sandbox_id, json.dumps(plan).encode() + b"\n")
+        if result.exit_code == agent.SEALING_UNAVAILABLE:
+            raise SealingUnavailable(f"the sandbox cannot open checkpoints: "
+                                     f"{result.stderr.decode(errors='replace').strip()[-500:]}")  # fmt: skip
+        seconds = {"open": granted - started, "exec": time.perf_counter() - granted}
+        warnings = _warnings_of(checkpoint, result.exit_code, result.stdout, result.stderr)
+        return warnings, {**_seconds_of(result.stdout), **seconds}
+
+    def _run(self, checkpoint: Checkpoint, sandbox_id: str, stdin: Stdin) -> ExecResult:
+        try:
+            return agent.run_script(
+                self.sandboxes,
+                sandbox_id,
+                "restore",
+                stdin=stdin,
+                timeout=self.settings.checkpoint_timeout_seconds,
+                user=SandboxUser.HANGAR,
+            )
+        except ExecTimeout:
+            raise RestoreFailed(
+                f"restoring {checkpoint.id} timed out", checkpoint=checkpoint.id
+            ) from None
 
 
 _MAX_WARNINGS = 20

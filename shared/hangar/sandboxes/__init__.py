@@ -165,6 +165,9 @@ class SandboxCapabilities:
     port uses it yet; the layer that follows a run's output will).
     ``pools``: warm pools of ready sandboxes, kept at a size hangar sets
     (:meth:`Sandboxes.keep_pool`).
+    ``object_store``: its sandboxes reach the object store's endpoint (Google Cloud Storage),
+    so checkpoints can go there straight from the sandbox through signed URLs
+    (:mod:`hangar.checkpoints.direct`).
     """
 
     ro_paths: bool = False
@@ -172,6 +175,7 @@ class SandboxCapabilities:
     host_reads: bool = False
     images: bool = False
     pools: bool = False
+    object_store: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 
 from hangar import agent
+from hangar.agent.toolkit import install_crypto
 from hangar.config import Settings
 from hangar.errors import CheckpointError, HangarError, SandboxCapabilityMissing, SandboxError
 from hangar.errors import SandboxNotFound
@@ -196,8 +197,15 @@ class Provisioner:
 
     def prepare(self, sandbox_id: str) -> None:
         """Install hangar's scripts and its ``hangar-agent`` command in a ready sandbox (one
-        exec, :func:`hangar.agent.install`)."""
+        exec, :func:`hangar.agent.install`); where checkpoints go straight between sandbox and
+        bucket, hangar's ``cryptography`` too (:func:`hangar.agent.toolkit.install_crypto`: a
+        sandbox that cannot use it has its checkpoints go through the control plane)."""
         agent.install(self.sandboxes, sandbox_id)
+        if self.restorer.signer is not None:
+            probe = install_crypto(self.sandboxes, sandbox_id, self.settings)
+            if not probe.available:
+                logger.warning("sandbox %s cannot seal checkpoints itself (%s): they go through "
+                               "the control plane", sandbox_id, probe.reason)  # fmt: skip
 
     def _check_capabilities(self, env: Environment) -> None:
         """Say in the environment's terms what the backend lacks (before anything is made)."""

@@ -27,7 +27,7 @@ from hangar.config import Settings
 from hangar.db.sqlite import SqliteDb
 from hangar.keys.local import LocalKeys
 from hangar.models import Checkpoint, CheckpointReason, Session
-from hangar.sandboxes import ExecResult, Sandboxes
+from hangar.sandboxes import ExecResult, SandboxCapabilities, Sandboxes
 from hangar.checkpoints.checkpointer import Checkpointer, CheckpointTarget
 from hangar.checkpoints.chunks import packs_prefix
 from hangar.checkpoints.sweep import PackSweeper
@@ -69,6 +69,8 @@ class ChunkingSandboxes:
     the chunks of its repo bundle, and its checkpoint script answers with a manifest line
     naming them all and sending, after it, those whose cid is not among the 32-byte digests
     given on standard input."""
+
+    capabilities = SandboxCapabilities()
 
     def __init__(self) -> None:
         self.held: dict[str, list[bytes]] = {}

@@ -11,7 +11,7 @@ from hangar.db import Db
 from hangar.blobs import Blobs
 from hangar.keys import Keys
 from hangar.models import Checkpoint
-from hangar.sandboxes import ExecResult, Sandboxes
+from hangar.sandboxes import ExecResult, SandboxCapabilities, Sandboxes
 from hangar.checkpoints.restore import Restorer
 from hangar.testing.db import make_checkpoint
 
@@ -33,6 +33,8 @@ class OneKey:
 
 class Restores:
     """A sandbox whose restores answer from ``answers`` in turn, keeping each plan sent."""
+
+    capabilities = SandboxCapabilities()
 
     def __init__(self, answers: list[dict[str, object]]) -> None:
         self.answers = answers

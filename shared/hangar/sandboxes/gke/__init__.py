@@ -125,7 +125,7 @@ class GkeSandboxes:
     while it runs).
     """
 
-    capabilities = SandboxCapabilities(images=True, pools=True)
+    capabilities = SandboxCapabilities(images=True, pools=True, object_store=True)
     """Images and warm pools, yes; no host paths, host ports or host reads (the pod is on
     another machine)."""
 
