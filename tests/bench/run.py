@@ -11,7 +11,9 @@ Then the Cloud Run functions' cold starts (:mod:`tests.bench.cold_imports`), 200
 (:mod:`tests.bench.cli_list`), every call into the sandbox port while a client follows a
 60-second turn (:mod:`tests.bench.port_calls`), ``get_session`` on the Firestore emulator
 (:mod:`tests.bench.firestore`) and a resume on ``gke://`` sandboxes on the Kubernetes
-stand-in, warm and cold, with the API requests it makes (:mod:`tests.bench.gke`).
+stand-in, warm and cold, with the API requests it makes (:mod:`tests.bench.gke`), and last
+checkpoints and restores straight between ``gke://`` sandboxes and GCS beside ones through the
+control plane, with the checkpoint bytes that crossed it (:mod:`tests.bench.direct`).
 
 The checkpoint lines: ``checkpoint_turn`` is a whole format-1 checkpoint (the old way, for
 comparison); the incremental lines of :mod:`tests.bench.incremental` (issue 26) follow, on the
@@ -19,11 +21,12 @@ reference session and then on a variant with 200 MB of untracked files (built on
 sandbox: ``untracked_200mb_build``); ``checkpoint_unchanged`` and ``restore`` are of format-2
 checkpoints (the default), with a format-1 ``restore`` line beside them.
 
-Usage: ``python -m tests.bench.run [--runs N] [--only sessions|incremental|start|calls|gke]``:
-``sessions`` runs the checkpoint and restore lines alone, ``incremental`` the incremental
-checkpoint lines alone (both sessions, both formats), ``start`` only ``sandbox_start``
-(sandboxes started and destroyed, nothing else), ``calls`` only ``port_calls_followed_turn``,
-``gke`` only the two GKE resumes, for a quick side-by-side comparison.
+Usage: ``python -m tests.bench.run [--runs N] [--only ONLY]``, ONLY one of
+``sessions|incremental|start|calls|gke|direct``: ``sessions`` runs the checkpoint and restore
+lines alone, ``incremental`` the incremental checkpoint lines alone (both sessions, both
+formats), ``start`` only ``sandbox_start`` (sandboxes started and destroyed, nothing else),
+``calls`` only ``port_calls_followed_turn``, ``gke`` only the two GKE resumes, ``direct`` only
+the direct and proxied GCS checkpoint and restore lines, for a quick side-by-side comparison.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from hangar.sessions.workspace import Workspace, clone
 from tests.bench import (
     cli_list,
     cold_imports,
+    direct,
     firestore,
     gke,
     incremental,
@@ -214,8 +218,8 @@ def start_only(runs: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make bench")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--only", choices=("sessions", "incremental", "start", "calls", "gke"),
-                        default=None)  # fmt: skip
+    parser.add_argument("--only", default=None,
+                        choices=("sessions", "incremental", "start", "calls", "gke", "direct"))
     args = parser.parse_args(argv)
     if args.only == "start":
         return start_only(args.runs)
@@ -224,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.only == "gke":
         for line in gke.lines(args.runs):
+            print(json.dumps(line), flush=True)
+        return 0
+    if args.only == "direct":
+        for line in direct.lines(args.runs):
             print(json.dumps(line), flush=True)
         return 0
 
@@ -361,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in firestore.run(args.runs * 20):
         print(json.dumps(line), flush=True)
     for line in gke.lines(args.runs):
+        print(json.dumps(line), flush=True)
+    for line in direct.lines(args.runs):
         print(json.dumps(line), flush=True)
     return 0
 
