@@ -96,3 +96,4 @@ def test_an_upload_the_sandbox_skips_or_alters_leaves_no_checkpoint_recorded(
             world.take(sandbox, base)
     assert world.db.list_checkpoints(world.session.id) == kept
     assert set(world.objects()) == before  # every granted key deleted
+
