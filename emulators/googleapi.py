@@ -19,7 +19,12 @@ class ApiError(Exception):
 
 
 class JsonHandler(BaseHTTPRequestHandler):
-    """Logs requests only when the server's ``verbose`` is set; answers JSON documents."""
+    """Logs requests only when the server's ``verbose`` is set; answers JSON documents.
+
+    Its socket sends at once (no Nagle): an answer's headers and body go out as two writes, and
+    the client's delayed acknowledgement of the first would hold the second back 40 ms."""
+
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         if getattr(self.server, "verbose", False):

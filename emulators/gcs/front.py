@@ -153,12 +153,14 @@ def _send_body(conn: http.client.HTTPConnection, pieces: Iterator[bytes], chunke
 
 
 class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the default 5 drops a burst of connections: 1 s retries
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], handler: type[_Handler], upstream: str,
-                 accounts: Accounts, now: Callable[[], datetime],
-                 verbose: bool) -> None:  # fmt: skip
+                 accounts: Accounts, now: Callable[[], datetime], verbose: bool,
+                 served: list[tuple[str, str]]) -> None:  # fmt: skip
         super().__init__(address, handler)
+        self.served = served
         parts = urlsplit(upstream)
         self.upstream = upstream.rstrip("/")
         self.upstream_host = parts.hostname or "127.0.0.1"
@@ -239,11 +241,13 @@ class _SignedHandler(_Handler):
                     raise access_denied("This front accepts only create-only uploads: sign "
                                         "x-goog-if-generation-match: 0 into the URL.")  # fmt: skip
                 self._put(bucket, name)
+                self.server.served.append((self.command, f"{bucket}/{name}"))
             else:
                 if precondition is not None:
                     raise XmlError(501, "NotImplemented", "A request header you provided "
                                    "implies functionality that is not implemented.")  # fmt: skip
                 self._get(bucket, name)
+                self.server.served.append((self.command, f"{bucket}/{name}"))
         except XmlError as exc:
             self._drain()
             self.send_xml_error(exc)
@@ -379,7 +383,7 @@ class _Listener(ThreadedStandIn):
     def make_server(self) -> _Server:
         front = self._front
         return _Server((self.host, self.port), self._handler, front.upstream, front.accounts,
-                       lambda: front.now(), self.verbose)  # fmt: skip
+                       lambda: front.now(), self.verbose, front.served)  # fmt: skip
 
 
 class GcsFront(Emulator):
@@ -388,13 +392,17 @@ class GcsFront(Emulator):
     ``GcsFront(upstream, host="127.0.0.1", api_port=0, signed_port=0).start()`` binds both
     (port 0: a free one); :attr:`api_url` and :attr:`signed_url` give them. Trust a signer with
     :meth:`trust` (before or after start); a signature by any other account is refused.
-    :attr:`now` is the clock expiry is judged by (tests may replace it)."""
+    :attr:`now` is the clock expiry is judged by (tests may replace it); :attr:`served`
+    lists the signed requests it answered."""
 
     def __init__(self, upstream: str, host: str = "127.0.0.1", api_port: int = 0,
                  signed_port: int = 0, *, verbose: bool = False) -> None:  # fmt: skip
         self.upstream = upstream
         self.accounts = Accounts()
         self.now: Callable[[], datetime] = _now
+        self.served: list[tuple[str, str]] = []
+        """(method, ``BUCKET/OBJECT``) of every signed request answered, in order (list
+        appends are atomic, so concurrent requests need no lock)."""
         self.api = _Listener("gcs front (api)", _RelayHandler, self, host, api_port, verbose)
         self.signed = _Listener("gcs front (signed)", _SignedHandler, self, host, signed_port,
                                 verbose)  # fmt: skip

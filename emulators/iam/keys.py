@@ -7,6 +7,7 @@ key file (``type``, ``project_id``, ``private_key_id``, ``private_key``, ``clien
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -18,6 +19,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 TOKEN_URI = "https://oauth2.googleapis.com/token"
+
+
+@functools.lru_cache(maxsize=64)
+def _loaded(private_key_pem: bytes) -> rsa.RSAPrivateKey:
+    """The key of ``private_key_pem``, loaded once: loading checks the key, which costs tens
+    of milliseconds, more than the signature."""
+    key = serialization.load_pem_private_key(private_key_pem, password=None)
+    assert isinstance(key, rsa.RSAPrivateKey)
+    return key
 
 
 @dataclass(frozen=True)
@@ -49,9 +59,7 @@ class ServiceAccountKey:
         return cls(email, hashlib.sha1(public).hexdigest(), private_key_pem)
 
     def _private(self) -> rsa.RSAPrivateKey:
-        key = serialization.load_pem_private_key(self.private_key_pem, password=None)
-        assert isinstance(key, rsa.RSAPrivateKey)
-        return key
+        return _loaded(self.private_key_pem)
 
     @property
     def public_key_pem(self) -> bytes:

@@ -204,6 +204,7 @@ class _Handler(JsonHandler):
 
 
 class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the default 5 drops a burst of connections: 1 s retries
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], verbose: bool) -> None:
