@@ -102,14 +102,16 @@ class World:
     restorer: Restorer
     session: Session
 
-    def sandbox(self) -> tuple[str, str]:
-        """A ready pod with hangar's scripts and cryptography and the seed repo; (id, base)."""
+    def sandbox(self, *, crypto: bool = True) -> tuple[str, str]:
+        """A ready pod with hangar's scripts and cryptography (``crypto``: else a pod whose
+        image cannot seal) and the seed repo; (id, base)."""
         info = self.sandboxes.create(SandboxSpec(labels={"hangar.session": self.session.id}))
         status = self.sandboxes.await_status(info.id, 120)
         assert status.state is SandboxState.READY, status
         agent.install(self.sandboxes, info.id)
-        probe = install_crypto(self.sandboxes, info.id, self.settings)
-        assert probe.available, probe.reason
+        if crypto:
+            probe = install_crypto(self.sandboxes, info.id, self.settings)
+            assert probe.available, probe.reason
         return info.id, self.sh(info.id, SEED, cwd="/").strip()
 
     def sh(self, sandbox_id: str, script: str, cwd: str = REPO) -> str:

@@ -949,10 +949,9 @@ def emit_patch(cfg, r, staging, records, out):
     out.flush()
 
 
-def direct_grant(stream, limit=1 << 24):
-    """A direct checkpoint's grant, read from ``stream`` (hangar's standard input: never the
-    agent's to read), and its source opened; exits with status SEALING_UNAVAILABLE when this
-    sandbox's python cannot seal."""
+def require_sealing():
+    """Exit with status SEALING_UNAVAILABLE, before any work, when this sandbox's python
+    cannot seal: the control plane then takes the checkpoint through itself."""
     from hangar.agent import sealed
 
     try:
@@ -960,6 +959,14 @@ def direct_grant(stream, limit=1 << 24):
     except sealed.Unavailable as exc:
         sys.stderr.write("cannot seal in this sandbox: %s\n" % exc)
         sys.exit(SEALING_UNAVAILABLE)
+
+
+def direct_grant(stream, limit=1 << 24):
+    """A direct checkpoint's grant, read from ``stream`` (hangar's standard input: never the
+    agent's to read), and its source opened; exits with status SEALING_UNAVAILABLE when this
+    sandbox's python cannot seal."""
+    from hangar.agent import sealed
+
     grant = json.loads(stream.read(limit))
     source = sealed.open_source(grant["source"]) if grant.get("source") else None
     return grant, source
@@ -981,6 +988,8 @@ def main():
     global shutil, subprocess, threading
     cfg = json.loads(sys.argv[1])
     out = sys.stdout.buffer
+    if cfg.get("direct"):
+        require_sealing()
     tmp = cfg.get("tmp")
     own_tmp = private_folder(tmp)
     if not tmp or not os.path.isdir(tmp):

@@ -1,0 +1,51 @@
+"""A pod that cannot seal (no cryptography its python loads) has its checkpoints and restores go
+through the control plane, and either path reads what the other wrote."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from tests.direct_rig import REPO, World, direct_world
+from tests.unit.checkpoints.test_direct_gke import STATE, WORK
+
+pytestmark = [pytest.mark.sandbox]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    with direct_world(tmp_path_factory.mktemp("fallback")) as running:
+        yield running
+
+
+def test_a_pod_that_cannot_seal_checkpoints_through_the_control_plane_and_a_sealing_pod_restores_it(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    plain, base = world.sandbox(crypto=False)
+    world.sh(plain, WORK)
+    before = world.blobs.bytes
+    with caplog.at_level(logging.WARNING, logger="hangar.checkpoints.checkpointer"):
+        proxied = world.take(plain, base)
+    assert world.blobs.bytes - before > 300000  # its bytes went through the blobs port
+    assert "cannot seal" in caplog.text and proxied.format == 2
+
+    sealing, _ = world.sandbox()
+    before = world.blobs.bytes
+    report = world.restorer.restore(world.session.id, sealing, REPO)
+    assert report is not None and report.checkpoint.id == proxied.id
+    assert world.blobs.bytes == before  # a direct restore of a proxied take
+    assert world.sh(sealing, STATE, cwd="/") == world.sh(plain, STATE, cwd="/")
+
+    # The sealing pod's next take reuses the proxied take's chunks, and the pod that cannot
+    # seal restores what it wrote, through the control plane.
+    world.sh(sealing, "echo 'a later line' >> notes.txt")
+    direct = world.take(sealing, base)
+    assert direct.source == proxied.id and direct.written < 20000
+    again, _ = world.sandbox(crypto=False)
+    with caplog.at_level(logging.WARNING, logger="hangar.checkpoints.restore"):
+        report = world.restorer.restore(world.session.id, again, REPO)
+    assert report is not None and report.checkpoint.id == direct.id
+    assert "cannot open checkpoints" in caplog.text
+    assert world.sh(again, STATE, cwd="/") == world.sh(sealing, STATE, cwd="/")
