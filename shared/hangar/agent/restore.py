@@ -281,17 +281,12 @@ def fetch_direct(grant, staging, budget):
     folder = os.path.join(staging, "parts")
     os.mkdir(folder, 0o700)
     try:
-        fetched = sealed.fetch(grant, folder)
+        fetched = sealed.fetch(grant, folder, spend=budget.spend)
     except (sealed.Broken, OSError, ValueError) as exc:
         raise Failure("restore_failed", "receive", "the checkpoint did not download whole "
                       "and verified: %s" % exc) from None  # fmt: skip
-    paths = {}
-    for name, path in fetched.items():
-        if name in ("untracked", "agent", "exchange"):
-            budget.spend(os.path.getsize(path), name)
-            name += ".tar"
-        paths[name] = path
-    return paths
+    return {name + ".tar" if name in ("untracked", "agent", "exchange") else name: path
+            for name, path in fetched.items()}  # fmt: skip
 
 
 def tree_size(r, head):

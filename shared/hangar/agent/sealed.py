@@ -839,14 +839,16 @@ def file_name(part):
     return part["name"] + ".tar" if part["kind"] == "tree" else part["name"]
 
 
-def fetch(grant, staging, names=RESTORE_PARTS, timeout=TIMEOUT):
+def fetch(grant, staging, names=RESTORE_PARTS, timeout=TIMEOUT, spend=None):
     """Read the checkpoint ``grant`` names (as :func:`open_checkpoint` takes it) into files in
     the folder ``staging``: each of its parts among ``names``, in that order, a blob as its
     bytes, a tree as the plain tar ``hangar.checkpoints.rebuild.tree_tar`` makes of it. Every
     chunk is checked (it opens, has its size and its cid's content) before its part's file is
     given its name (:func:`file_name`: a tree's ends in ``.tar``); no file there is replaced.
     Returns {part name: path}, in ``names``' order. On any failure it raises (a local one as :class:`SealedError` too),
-    having removed every file it made: ``staging`` is left as it was."""
+    having removed every file it made: ``staging`` is left as it was. ``spend(size, what)`` is
+    called with a tree's files' bytes before any of them is read (the restore's cap: it
+    raises to refuse)."""
     manifest = open_checkpoint(grant, timeout)
     made, out = [], {}
     try:
@@ -854,6 +856,8 @@ def fetch(grant, staging, names=RESTORE_PARTS, timeout=TIMEOUT):
             part = manifest.part(name)
             if part is None:
                 continue
+            if spend is not None and part["kind"] == "tree":
+                spend(part["size"], part["name"])
             path = os.path.join(staging, file_name(part))
             tmp = path + ".partial"
             try:

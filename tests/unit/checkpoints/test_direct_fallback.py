@@ -49,3 +49,24 @@ def test_a_pod_that_cannot_seal_checkpoints_through_the_control_plane_and_a_seal
     assert report is not None and report.checkpoint.id == direct.id
     assert "cannot open checkpoints" in caplog.text
     assert world.sh(again, STATE, cwd="/") == world.sh(sealing, STATE, cwd="/")
+
+
+def test_a_direct_restore_past_the_restore_cap_is_refused_before_it_touches_the_tree(
+    world: World,
+) -> None:
+    from hangar.checkpoints.restore import Restorer
+    from hangar.errors import NoUsableCheckpoint
+    from hangar.keys.local import LocalKeys
+
+    source, base = world.sandbox()
+    world.sh(source, WORK)
+    world.take(source, base)
+    capped = world.settings.replace(session_max_restore_mb=0.2)  # the untracked files: 0.3 MB
+    restorer = Restorer(world.db, world.blobs, LocalKeys.from_url(capped.keys),
+                        world.sandboxes, capped)  # fmt: skip
+    fresh, _ = world.sandbox()
+    before = world.blobs.bytes
+    with pytest.raises(NoUsableCheckpoint, match="restore past its cap"):
+        restorer.restore(world.session.id, fresh, REPO)
+    assert world.blobs.bytes == before  # refused in the pod, directly
+    assert "notes.txt" not in world.sh(fresh, "ls")
