@@ -44,6 +44,7 @@ from hangar.errors import (
 from hangar.blobs.signing import url_signer
 from hangar.checkpoints.chunked import ChunkedStore, Source, accept, open_source
 from hangar.checkpoints.direct import Answer, check_answer, grant_source, grant_take
+from hangar.checkpoints.direct import url_seconds
 from hangar.checkpoints.contents import Contents
 from hangar.checkpoints.parts import CheckpointParts, part_key
 from hangar.checkpoints.sweep import PackSweeper
@@ -323,9 +324,10 @@ class Checkpointer:
         signer = self.signer
         checkpoint_id = new_checkpoint_id()
         data_key, wrapped = self.parts.new_key()
+        seconds = url_seconds(self.settings.checkpoint_timeout_seconds)
         try:
-            read = grant_source(signer, self.parts, source) if source is not None else None
-            grant = grant_take(signer, target.session_id, checkpoint_id, data_key, read)
+            read = grant_source(signer, self.parts, source, seconds) if source else None
+            grant = grant_take(signer, target.session_id, checkpoint_id, data_key, read, seconds)
         except HangarError as exc:
             raise CheckpointError(f"checkpoint of {target.session_id} failed: {exc.message}",
                                   session_id=target.session_id, cause=exc.code) from exc  # fmt: skip

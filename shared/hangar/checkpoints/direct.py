@@ -8,7 +8,7 @@ downloads them there; no checkpoint byte passes through the control plane.
 - **The grant** (:class:`Grant`) is what the control plane hands the sandbox's script on its
   standard input, read by hangar's uid only: the new checkpoint's data key (wrapped by the keys
   port on the record, as for any checkpoint), one create-only signed PUT per object it may write
-  (:data:`GRANTED_PUTS` pack keys it named, valid for minutes), and the *source* to reuse
+  (:data:`GRANTED_PUTS` pack keys it named, valid for the script's budget), and the *source* to reuse
   (its data key, the key of its manifest, and a signed GET per pack it refers to). A restore's
   grant is a source alone.
 - **The answer** (:class:`Answer`) says which granted objects were written, each with its size
@@ -36,8 +36,14 @@ GRANTED_PUTS = 16
 """Objects a take may write: its packs and the manifest's root. Few, since each is one
 signature (on Cloud Run, one call of the IAM API): the sandbox fills fewer, larger packs."""
 _SIGNING_THREADS = 8
-URL_SECONDS = 900
-"""How long a signed URL is valid: a take's budget is minutes."""
+URL_MARGIN = 120
+"""A signed URL is valid for the script's whole budget (HANGAR_CHECKPOINT_TIMEOUT_SECONDS) and
+this much more: minutes, never days."""
+
+
+def url_seconds(timeout: float) -> int:
+    """How long the URLs of a take or restore with ``timeout`` seconds are valid."""
+    return min(int(timeout) + URL_MARGIN, 7 * 24 * 3600)
 MANIFEST_PART = "manifest"
 
 
@@ -115,7 +121,9 @@ def _b64(key: bytes) -> str:
     return base64.b64encode(key).decode()
 
 
-def grant_source(signer: SignsUrls, parts: CheckpointParts, checkpoint: Checkpoint) -> SourceGrant:
+def grant_source(
+    signer: SignsUrls, parts: CheckpointParts, checkpoint: Checkpoint, seconds: int
+) -> SourceGrant:
     """Read access to a format-2 ``checkpoint``: its data key (unwrapped here: the keys port
     never reaches the sandbox) and a signed GET per pack. DecryptionFailed when the key does
     not unwrap."""
@@ -129,17 +137,17 @@ def grant_source(signer: SignsUrls, parts: CheckpointParts, checkpoint: Checkpoi
         checkpoint_id=checkpoint.id,
         data_key=_b64(parts.data_key(checkpoint)),
         root=root,
-        gets=dict(zip(keys, _signed(lambda key: signer.sign_get(key, URL_SECONDS), keys))),
+        gets=dict(zip(keys, _signed(lambda key: signer.sign_get(key, seconds), keys))),
     )
 
 
 def grant_take(
     signer: SignsUrls, session_id: str, checkpoint_id: str, data_key: bytes,
-    source: SourceGrant | None,
+    source: SourceGrant | None, seconds: int,
 ) -> Grant:  # fmt: skip
     """A take's grant: :data:`GRANTED_PUTS` create-only PUTs to pack keys named here."""
     keys = [pack_key(session_id) for _ in range(GRANTED_PUTS)]
-    signed = _signed(lambda key: signer.sign_put(key, URL_SECONDS), keys)
+    signed = _signed(lambda key: signer.sign_put(key, seconds), keys)
     puts = [Put(key=key, **request.model_dump()) for key, request in zip(keys, signed)]
     return Grant(session_id=session_id, checkpoint_id=checkpoint_id, data_key=_b64(data_key),
                  puts=puts, source=source)  # fmt: skip

@@ -41,7 +41,7 @@ from hangar.keys import Keys
 from hangar.models import Checkpoint
 from hangar.sandboxes import HANGAR_TMP, HOME, ExecResult, Sandboxes, SandboxUser, Stdin
 from hangar.blobs.signing import url_signer
-from hangar.checkpoints.direct import grant_source
+from hangar.checkpoints.direct import grant_source, url_seconds
 from hangar.checkpoints.contents import Contents
 from hangar.checkpoints.parts import CheckpointParts
 
@@ -196,7 +196,8 @@ class Restorer:
         """A format-2 restore that the sandbox downloads and verifies itself, through signed
         URLs (:mod:`hangar.checkpoints.direct`); SealingUnavailable when it cannot."""
         assert self.signer is not None
-        grant = grant_source(self.signer, self.parts, checkpoint)
+        valid = url_seconds(self.settings.checkpoint_timeout_seconds)
+        grant = grant_source(self.signer, self.parts, checkpoint, valid)
         plan = {**plan, "direct": grant.model_dump()}
         granted = time.perf_counter()
         result = self._run(checkpoint, sandbox_id, json.dumps(plan).encode() + b"\n")
