@@ -1,6 +1,8 @@
 """The session walk-through on GKE sandboxes: ``hangar serve`` with ``HANGAR_SANDBOXES=gke://``
 on the Kubernetes stand-in, whose pods are real sandboxes, driven through the ``hangar`` CLI
-with the real Claude Code, Codex and pi CLIs talking to the model stub.
+with the real Claude Code, Codex and pi CLIs talking to the model stub; once more with direct
+checkpoints (blobs in fake-gcs-server behind the verifying front, URLs signed through the IAM
+stand-in), where the pods themselves move every checkpoint byte to and from the bucket.
 
 The pods reach the model stub and a git server (``git daemon`` over the test's bare repo) the
 way pods reach a cluster's Services: at ``127.0.0.1:PORT`` inside, relayed by the stand-in
@@ -14,14 +16,20 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
+from emulators.gcs import FakeGcs
 from emulators.git import GitDaemon
+from emulators.iam import IamStandIn
 from emulators.kube import kinds
 from emulators.kube.cluster import StandInCluster
 from emulators.model import ModelStub
+from hangar.db.sqlite import SqliteDb
 from hangar.sandboxes.gke import manifests
+from tests.direct_rig import BUCKET, SIGNER
 from tests.e2e.conftest import HANGAR, Server, _server
 from tests.e2e.test_acceptance import (
     IDENTITY,
@@ -68,9 +76,16 @@ def gke_server(tmp_path: Path, cluster: StandInCluster, git: GitDaemon,
                stub: ModelStub) -> Iterator[Server]:  # fmt: skip
     """hangar serve on the embedded backends with gke:// sandboxes; the pods made from now on
     reach the model stub and the git server."""
-    cluster.set_services([stub.port, git.port])
-    yield from _server(tmp_path / "data", harness_dir(), **cluster.environment(),
-                       HANGAR_ACTIVITY_GRACE_SECONDS="1")  # fmt: skip
+    yield from serve_on(cluster, tmp_path, [stub.port, git.port])
+
+
+def serve_on(cluster: StandInCluster, root: Path, services: list[int],
+             **extra: str) -> Iterator[Server]:  # fmt: skip
+    """hangar serve with gke:// sandboxes, on the embedded backends but for what ``extra``
+    sets; the pods made from now on reach ``services``; the claims left are deleted after."""
+    cluster.set_services(services)
+    yield from _server(root / "data", harness_dir(), **cluster.environment(),
+                       HANGAR_ACTIVITY_GRACE_SECONDS="1", **extra)  # fmt: skip
     for claim in claims(cluster):  # what the session left: the next test starts with none
         delete_claim(cluster, claim["metadata"]["name"])
 
@@ -166,3 +181,84 @@ def test_on_gke_a_session_forks_survives_its_claim_deleted_opens_a_terminal_and_
     idled = get(server, "base")
     assert idled["sandbox_id"] is None and idled["checkpoints"][-1]["reason"] == "suspend"
     assert resumed["sandbox_id"] not in [c["metadata"]["name"] for c in claims(cluster)]
+
+
+PREFIX = "e2e-direct"
+WORK_SHOWN = "git log -1 --format=%s; cat notes.txt; git diff --stat | tail -1"
+"""Turn one's work as a shell shows it: its commit, its untracked file, its uncommitted edit."""
+
+
+@pytest.fixture
+def direct_gcs() -> Iterator[tuple[FakeGcs, dict[str, str]]]:
+    """fake-gcs-server behind the verifying front, which trusts the key of :data:`SIGNER` (held
+    by the IAM stand-in); with the settings that put hangar's blobs there and have it sign its
+    URLs through the stand-in, as on Cloud Run."""
+    with FakeGcs(front=True) as gcs, IamStandIn() as iam:
+        gcs.create_bucket(BUCKET)
+        gcs.trust(SIGNER, iam.add_account(SIGNER).public_key_pem)
+        yield gcs, {**gcs.environment(), "HANGAR_SESSION_STORE": f"gs://{BUCKET}/{PREFIX}",
+                    "HANGAR_SIGNING_SERVICE_ACCOUNT": SIGNER, "HANGAR_IAM_ENDPOINT": iam.url,
+                    "HANGAR_SIGNED_URL_ENDPOINT": gcs.signed_url}  # fmt: skip
+
+
+@pytest.fixture
+def direct_server(tmp_path: Path, cluster: StandInCluster, git: GitDaemon, stub: ModelStub,
+                  direct_gcs: tuple[FakeGcs, dict[str, str]]) -> Iterator[Server]:  # fmt: skip
+    """:func:`gke_server` with its blobs in GCS behind the verifying front; the pods reach the
+    front's signed port too (as pods reach the storage endpoint), and no other port of it."""
+    gcs, settings = direct_gcs
+    signed = urlsplit(gcs.signed_url).port
+    assert signed is not None
+    yield from serve_on(cluster, tmp_path, [stub.port, git.port, signed], **settings)
+
+
+def bucket_objects(gcs: FakeGcs) -> set[str]:
+    """The names of the objects in :data:`BUCKET`, asked of fake-gcs-server itself."""
+    listed = httpx.get(f"{gcs.url}/storage/v1/b/{BUCKET}/o", params={"prefix": f"{PREFIX}/"},
+                       timeout=10)  # fmt: skip
+    listed.raise_for_status()
+    return {item["name"] for item in listed.json().get("items", [])}
+
+
+def test_on_gke_with_direct_checkpoints_a_session_suspends_resumes_and_forks_with_its_work(
+    direct_server: Server, direct_gcs: tuple[FakeGcs, dict[str, str]], cluster: StandInCluster,
+    git_url: str, stub: ModelStub,
+) -> None:  # fmt: skip
+    server, (gcs, _) = direct_server, direct_gcs
+    assert gcs.front is not None
+    add_env(server, git_url, stub)
+    out = server.ok("session", "new", "work", TURN_ONE, "--env", "app", "--harness", "claude",
+                    "--model", MODELS["claude"], "-w")  # fmt: skip
+    assert out.strip() == "Turn one done."
+    first = get(server, "work")
+
+    suspended = json.loads(server.ok("session", "suspend", "work", "--json"))
+    assert suspended["state"] == "suspended" and suspended["sandbox_id"] is None
+    assert claims(cluster) == []
+    read_before = len(gcs.front.served)
+    resume_and_check(server, stub, "claude", first)  # a fresh pod, the conversation carried on
+    read = {name for method, name in gcs.front.served[read_before:] if method == "GET"}
+
+    [fork] = server.ok("session", "fork", "work", "1").split()
+    assert server.ok("session", "send", fork, f"fork {fork}", "-w").strip() == f"Forked: fork {fork}"
+    forked = get(server, fork)
+    assert forked["harness_session"] not in (None, first["harness_session"])
+    assert server.ok("session", "shell", fork, "--", "sh", "-c", WORK_SHOWN) == (
+        "first change\nnote\n 1 file changed, 1 insertion(+)\n")
+
+    # Every checkpoint went straight from its pod to the bucket, and the restores back.
+    assert server.log is not None
+    assert "go through the control plane" not in server.log.read_text()
+    db = SqliteDb.from_url(f"sqlite://{server.data_dir / 'hangar.db'}")
+    try:
+        mine = db.list_checkpoints(first["id"])
+        recorded = mine + db.list_checkpoints(forked["id"])
+    finally:
+        db.close()
+    assert [c.reason.value for c in mine][:2] == ["turn", "suspend"]
+    assert {c.format for c in recorded} == {2} and all(c.packs for c in recorded)
+    packs = {f"{BUCKET}/{PREFIX}/{key}" for c in recorded for key in c.packs}
+    uploaded = {name for method, name in gcs.front.served if method == "PUT"}
+    assert packs <= uploaded  # each one PUT through a signed URL, by a pod
+    assert {name.partition("/")[2] for name in packs} <= bucket_objects(gcs)
+    assert {f"{BUCKET}/{PREFIX}/{key}" for key in mine[1].packs} <= read
