@@ -85,7 +85,7 @@ bench: install tasks-emulator
 	$(BIN)/python -m tests.bench.run $(ARGS)
 
 # One source archive per Cloud Run function in dist/functions (see docs/deploy.md).
-package: install
+package: install sandbox-crypto
 	$(BIN)/python scripts/package-functions $(ARGS)
 
 lint: install

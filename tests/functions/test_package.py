@@ -1,22 +1,30 @@
 """``make package`` ships hangar's bytecode, compiled by the functions' pinned Python with
 unchecked hashes, and that interpreter runs it from the unpacked archive instead of compiling
 the source: a cold instance pays for no compile, though unpacking gave every file a new mtime.
-A function run by another Python (its bytecode unusable) says so in a warning."""
+A function run by another Python (its bytecode unusable) says so in a warning. It ships the
+sandboxes' ``cryptography`` too, where the deployed function finds it without the repository."""
 
 from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import io
+import json
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from hangar.agent import toolkit
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "package-functions"
@@ -120,3 +128,92 @@ def test_a_function_says_when_its_archive_has_no_bytecode_for_the_python_running
         assert asked.returncode == 0, asked.stderr
         answers[tree] = (asked.stdout.strip(), "no bytecode for this Python" in asked.stderr)
     assert answers == {"api": ("False", False), "other": ("True", True)}
+
+
+def packaged_crypto(zip_path: Path) -> dict[str, zipfile.ZipInfo]:
+    with zipfile.ZipFile(zip_path) as archive:
+        return {info.filename: info for info in archive.infolist()
+                if info.filename.startswith("sandbox-crypto/")}  # fmt: skip
+
+
+def test_each_function_carries_the_cryptography_archive_for_x86_64_sandboxes_by_default(
+    unpacked: Path,
+) -> None:
+    expected = toolkit.crypto_archive(ROOT / "build" / "sandbox-crypto" / "x86_64").data
+    for function in ("api", "ticks"):
+        zip_path = unpacked.parent / f"{function}.zip"
+        found = packaged_crypto(zip_path)
+        assert sorted(found) == ["sandbox-crypto/x86_64.tar.gz"]
+        info = found["sandbox-crypto/x86_64.tar.gz"]
+        assert info.date_time == script().STAMP and info.compress_type == zipfile.ZIP_STORED
+        with zipfile.ZipFile(zip_path) as archive:
+            assert archive.read(info) == expected  # the bytes the control plane would send
+    assert (unpacked / "sandbox-crypto" / "x86_64.tar.gz").read_bytes() == expected
+
+
+_SEAL = """
+import sys
+sys.path.append(sys.argv[1])
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+import cryptography
+assert cryptography.__file__.startswith(sys.argv[1]), cryptography.__file__
+key, nonce, plain = bytes(range(32)), bytes(12), sys.stdin.buffer.read()
+sys.stdout.write(AESGCM(key).encrypt(nonce, plain, b"aad").hex())
+"""
+
+
+def test_the_packaged_archive_for_each_machine_asked_unpacks_to_a_cryptography_an_isolated_python_seals_with(
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    made = []
+    for out in (tmp_path / "one", tmp_path / "two"):
+        done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--python",
+                               sys.executable, "--sandbox-machine", "aarch64",
+                               "--sandbox-machine", "x86_64"], capture_output=True,
+                              text=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        made.append((out / "api.zip").read_bytes())
+    assert made[0] == made[1]  # reproducible, archives and all
+    found = packaged_crypto(tmp_path / "one" / "api.zip")
+    assert sorted(found) == ["sandbox-crypto/aarch64.tar.gz", "sandbox-crypto/x86_64.tar.gz"]
+    with zipfile.ZipFile(tmp_path / "one" / "api.zip") as archive:
+        data = archive.read(f"sandbox-crypto/{platform.machine()}.tar.gz")
+    folder = tmp_path / "crypto"
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(folder, filter="data")
+    python = shutil.which("python3")
+    assert python is not None
+    plain = os.urandom(4096)
+    done = subprocess.run([python, "-I", "-S", "-c", _SEAL, str(folder)], input=plain,
+                          capture_output=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert bytes.fromhex(done.stdout.decode()) == AESGCM(bytes(range(32))).encrypt(
+        bytes(12), plain, b"aad")
+
+
+_FIND = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import hangar
+from hangar.agent import toolkit
+from hangar.config import Settings
+folder = toolkit.crypto_folder(Settings())
+print(json.dumps({"hangar": hangar.__file__, "folder": str(folder),
+                  "name": toolkit.crypto_archive(folder).name if folder else None}))
+"""
+
+
+def test_a_deployed_function_finds_the_packaged_archive_without_the_repositorys_build_folder(
+    unpacked: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "HANGAR_SANDBOX_CRYPTO"}
+    done = subprocess.run([sys.executable, "-I", "-B", "-c", _FIND, str(unpacked)], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout)
+    assert answer["hangar"] == str(unpacked / "hangar" / "__init__.py")
+    assert not (unpacked.parent / "build").exists()
+    packaged = unpacked / "sandbox-crypto" / "x86_64.tar.gz"
+    assert answer["folder"] == str(packaged)
+    assert answer["name"] == toolkit.crypto_archive(packaged).name
+    assert toolkit.packaged_archive(root=unpacked) == packaged

@@ -7,10 +7,11 @@ The standard library has no AES-GCM and an image promises only ``python3``, ``gi
 wheel built for the stable ABI (one for every CPython from 3.9 on, manylinux, glibc 2.17 and
 later) and cffi's ``_cffi_backend`` extension for each CPython minor 3.9 to 3.14, in one folder
 (``make sandbox-crypto`` fetches it into ``build/sandbox-crypto/<machine>``; about 17 MB, 5.4 MB
-as the archive). :func:`install_crypto` puts it at ``/hangar/lib/crypto-<digest>`` (named by its
-content, like the scripts' folder beside it) and the launcher puts it on the scripts'
-``sys.path``. It costs the sandbox one exec and the archive's bytes, so it is made only for
-sandboxes that will seal checkpoints themselves, never for every sandbox. Where a sandbox
+as the archive; ``make package`` ships the archive in each function's source, see
+:func:`packaged_archive`). :func:`install_crypto` puts it at ``/hangar/lib/crypto-<digest>``
+(named by its content, like the scripts' folder beside it) and the launcher puts it on the
+scripts' ``sys.path``. It costs the sandbox one exec and the archive's bytes, so it is made
+only for sandboxes that will seal checkpoints themselves, never for every sandbox. Where a sandbox
 cannot use it (a musl image, a Python older than 3.9, another machine, no folder on the control
 plane), the answer is unavailable with the reason, and that sandbox's checkpoints go through the
 control plane.
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 INSTALL_TIMEOUT = 120.0
 PROBE_TIMEOUT = 60.0
 _REPO_BUILD = Path(__file__).resolve().parents[3] / "build" / "sandbox-crypto"
+SANDBOX_MACHINE = "x86_64"
+"""The sandboxes' machine where nothing names another: GKE's default node pools, and what
+``scripts/package-functions`` ships unless told otherwise."""
 
 
 class CryptoProbe(BaseModel):
@@ -65,14 +69,34 @@ class CryptoArchive:
 
 
 def crypto_folder(settings: Settings) -> Path | None:
-    """The folder to install: ``HANGAR_SANDBOX_CRYPTO``, else the repository's
-    ``build/sandbox-crypto/<this machine>``; None when it is not a folder. The setting may
-    also name the folder's archive, a ``.tar.gz`` file holding :func:`crypto_archive`'s bytes
-    (what a deployment without the repository ships: 5.4 MB instead of 17)."""
-    folder = settings.sandbox_crypto or _REPO_BUILD / platform.machine()
-    if folder.is_dir() or (folder.name.endswith(".tar.gz") and folder.is_file()):
-        return folder
+    """The folder to install: ``HANGAR_SANDBOX_CRYPTO`` when set, else the first there of the
+    repository's ``build/sandbox-crypto/<this machine>`` (a checkout, where the local backend's
+    sandboxes run on this machine) and :func:`packaged_archive` (a deployed function, whose
+    source has no ``build``); None when none is. Either may be the folder's archive instead, a
+    ``.tar.gz`` file holding :func:`crypto_archive`'s bytes (what a deployment without the
+    repository ships: 5.4 MB instead of 17). Looked up on each call, never at import."""
+    for folder in _candidates(settings):
+        if folder.is_dir() or (folder.name.endswith(".tar.gz") and folder.is_file()):
+            return folder
     return None
+
+
+def packaged_archive(machine: str = SANDBOX_MACHINE, root: Path | None = None) -> Path:
+    """Where ``scripts/package-functions`` puts the archive for sandboxes on ``machine``:
+    ``sandbox-crypto/<machine>.tar.gz`` in ``root``, the folder that holds the ``hangar``
+    package (default: this hangar's, from ``hangar.__file__``: a function's unpacked source).
+    The path only; it need not exist."""
+    if root is None:
+        import hangar
+
+        root = Path(hangar.__file__).resolve().parent.parent
+    return root / "sandbox-crypto" / f"{machine}.tar.gz"
+
+
+def _candidates(settings: Settings) -> list[Path]:
+    if settings.sandbox_crypto is not None:
+        return [settings.sandbox_crypto]
+    return [_REPO_BUILD / platform.machine(), packaged_archive()]
 
 
 @functools.cache
@@ -124,10 +148,11 @@ def install_crypto(sandboxes: Sandboxes, sandbox_id: str, settings: Settings) ->
 
     folder = crypto_folder(settings)
     if folder is None:
-        where = settings.sandbox_crypto or _REPO_BUILD / platform.machine()
-        return CryptoProbe(available=False, reason=f"the control plane has no cryptography "
-                           f"for sandboxes: {where} is neither a folder nor its .tar.gz (make sandbox-crypto "
-                           "fetches it; HANGAR_SANDBOX_CRYPTO names another)")  # fmt: skip
+        where = " or ".join(str(p) for p in _candidates(settings))
+        return CryptoProbe(available=False, reason="the control plane has no cryptography for "
+                           f"sandboxes: neither a folder nor its .tar.gz at {where} (make "
+                           "sandbox-crypto fetches it, make package ships it; "
+                           "HANGAR_SANDBOX_CRYPTO names another)")  # fmt: skip
     try:
         archive = crypto_archive(folder)
     except OSError as exc:
