@@ -253,20 +253,14 @@ class Checkpointer:
             return self._take(target, reason, config, previous, None)
 
     def _source(self, target: CheckpointTarget, history: list[Checkpoint]) -> Source | None:
-        """The checkpoint whose chunks a take reuses: the session's newest if it is format 2,
-        else (none yet) the one it was forked from if that is; its manifest opened. None when
-        there is none or it does not open (then everything is sent again)."""
+        """The checkpoint whose chunks a take reuses (:meth:`_source_record`), its manifest
+        opened. None when there is none or it does not open (then everything is sent again)."""
+        newest = self._source_record(target, history)
+        if newest is None:
+            return None
         try:
-            if history:
-                newest = history[-1]
-            elif target.fork_of is not None:
-                newest = self.db.get_checkpoint(*target.fork_of)
-            else:
-                return None
-            if newest.format != 2:
-                return None
             return open_source(self.parts, newest)
-        except (CheckpointNotFound, DecryptionFailed, BlobNotFound) as exc:
+        except (DecryptionFailed, BlobNotFound) as exc:
             logger.warning("checkpoint of %s: no chunks to reuse (%s)", target.session_id,
                            exc.message)  # fmt: skip
             return None
@@ -305,7 +299,7 @@ class Checkpointer:
         """A format-2 take whose bytes go straight from the sandbox to the bucket
         (:mod:`hangar.checkpoints.direct`): granted, taken, checked, recorded. A source pruned
         meanwhile makes it again from none; SealingUnavailable when the sandbox cannot seal."""
-        source = self._direct_source(target, history)
+        source = self._source_record(target, history)
         while True:
             try:
                 return self._direct(target, reason, config, previous, source)
@@ -357,8 +351,10 @@ class Checkpointer:
 
         return self._store(target, reason, manifest, write, (checkpoint_id, data_key, wrapped))
 
-    def _direct_source(self, target: CheckpointTarget, history: list[Checkpoint]) -> Checkpoint | None:
-        """The record a direct take reuses (as :meth:`_source`, unopened: the sandbox opens it)."""
+    def _source_record(self, target: CheckpointTarget, history: list[Checkpoint]) -> Checkpoint | None:
+        """The checkpoint whose chunks a take reuses: the session's newest if it is format 2,
+        else (none yet) the one it was forked from if that is. Unopened (a direct take's
+        sandbox opens it)."""
         try:
             if history:
                 newest = history[-1]
