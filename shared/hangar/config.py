@@ -153,8 +153,9 @@ class Settings(BaseModel):
     sandbox_crypto: Path | None = Field(
         None, description="The folder of cryptography that hangar installs in sandboxes which "
         "seal checkpoints themselves (what make sandbox-crypto puts in "
-        "build/sandbox-crypto/MACHINE, for the sandboxes' machine); unset: the repository's "
-        "build/sandbox-crypto/MACHINE for this machine, when it is there")
+        "build/sandbox-crypto/MACHINE, for the sandboxes' machine), or its .tar.gz; unset: the "
+        "repository's build/sandbox-crypto/MACHINE for this machine, when it is there, else "
+        "the sandbox-crypto/x86_64.tar.gz that make package ships beside the hangar package")
     sandbox_ttl_minutes: float = Field(120, gt=0)
     prebuild_environments: str = Field(
         "", description="Environments whose sandbox templates and warm pools are made at start "
