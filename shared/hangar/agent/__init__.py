@@ -50,13 +50,13 @@ AGENT_COMMAND = "hangar-agent"
 
 USES: dict[str, tuple[str, ...]] = {
     "attach": (),
-    "checkpoint": ("gitsafe", "paths", "chunking", "sealed"),
+    "checkpoint": ("gitsafe", "paths", "chunking", "sealed", "manifests", "direct"),
     "context": ("gitsafe",),
     "cryptokit": (),
     "exchange": ("paths",),
     "homeconfig": ("tomltext",),
     "pirpc": (),
-    "restore": ("gitsafe", "paths", "quiesce", "fdtree", "sealed"),
+    "restore": ("gitsafe", "paths", "quiesce", "fdtree", "sealed", "manifests", "direct"),
     "run": (),
 }
 """The scripts, each with the helper modules it uses."""

@@ -965,10 +965,10 @@ def direct_grant(stream, limit=1 << 24):
     """A direct checkpoint's grant, read from ``stream`` (hangar's standard input: never the
     agent's to read), and its source opened; exits with status SEALING_UNAVAILABLE when this
     sandbox's python cannot seal."""
-    from hangar.agent import sealed
+    from hangar.agent import manifests
 
     grant = json.loads(stream.read(limit))
-    source = sealed.open_source(grant["source"]) if grant.get("source") else None
+    source = manifests.open_source(grant["source"]) if grant.get("source") else None
     return grant, source
 
 
@@ -1039,11 +1039,11 @@ def main():
         manifest, parts = pack(cfg, r, staging, head, branch, records, fp, head_warnings,
                                own_tmp, known)  # fmt: skip
         if grant is not None:
-            from hangar.agent import sealed
+            from hangar.agent import direct
 
             chunks = manifest.pop("chunks")
             sent = {"parts": manifest.pop("parts"), "new": manifest.pop("new")}
-            answer = sealed.store(grant, sent, chunks, source)
+            answer = direct.store(grant, sent, chunks, source)
             out.write(json.dumps(dict(manifest, direct=True, **answer)).encode() + b"\n")
             out.flush()
             return

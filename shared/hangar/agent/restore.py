@@ -273,15 +273,15 @@ def receive(stream, part, path, budget):
 
 def fetch_direct(grant, staging, budget):
     """A direct restore's step 1: the checkpoint's parts downloaded with the grant's signed
-    URLs and every chunk verified (:func:`hangar.agent.sealed.fetch`) into ``staging``, its
+    URLs and every chunk verified (:func:`hangar.agent.direct.fetch`) into ``staging``, its
     trees as plain tars; returns their paths by the names :func:`restore` reads. Nothing
     outside staging is touched; any failure is restore_failed at ``receive``."""
-    from hangar.agent import sealed
+    from hangar.agent import direct, sealed
 
     folder = os.path.join(staging, "parts")
     os.mkdir(folder, 0o700)
     try:
-        fetched = sealed.fetch(grant, folder, spend=budget.spend)
+        fetched = direct.fetch(grant, folder, spend=budget.spend)
     except (sealed.Broken, OSError, ValueError) as exc:
         raise Failure("restore_failed", "receive", "the checkpoint did not download whole "
                       "and verified: %s" % exc) from None  # fmt: skip

@@ -1,5 +1,6 @@
-"""hangar.agent.sealed: direct format-2 checkpoints from the sandbox's side, byte-compatible
-with the control plane's code both ways, over a signed-URL stand-in (sealed_rig)."""
+"""hangar.agent.sealed, manifests and direct: direct format-2 checkpoints from the sandbox's
+side, byte-compatible with the control plane's code both ways, over a signed-URL stand-in
+(sealed_rig)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from hangar.agent import sealed
+from hangar.agent import direct, manifests, sealed
 from hangar.blobs.local import LocalBlobs
 from hangar.checkpoints.chunked import ChunkedStore, accept, open_manifest, open_source
 from hangar.checkpoints.chunks import chunk_aad, chunk_name, open_chunk, seal_chunk
@@ -83,8 +84,8 @@ def sandbox_take(store: Store, parts: CheckpointParts, session_id: str, sent: di
     checkpoint, data_key = new_checkpoint(parts, session_id)
     opened = None
     if source is not None:
-        opened = sealed.open_source(store.read_grant(source, parts.data_key(source)))
-    answer = sealed.store(store.grant(session_id, checkpoint.id, data_key), sent, str(chunks),
+        opened = manifests.open_source(store.read_grant(source, parts.data_key(source)))
+    answer = direct.store(store.grant(session_id, checkpoint.id, data_key), sent, str(chunks),
                           opened)  # fmt: skip
     root = answer["root"]
     recorded = checkpoint.model_copy(update={
@@ -113,7 +114,7 @@ def rebuilt(parts: CheckpointParts, checkpoint: Checkpoint) -> dict[str, bytes]:
 def fetched(store: Store, parts: CheckpointParts, checkpoint: Checkpoint,
             staging: Path) -> dict[str, bytes]:  # fmt: skip
     staging.mkdir(exist_ok=True)
-    paths = sealed.fetch(store.read_grant(checkpoint, parts.data_key(checkpoint)), str(staging))
+    paths = direct.fetch(store.read_grant(checkpoint, parts.data_key(checkpoint)), str(staging))
     trees = {"untracked", "agent", "exchange"}
     assert all(Path(p).name == (n + ".tar" if n in trees else n) for n, p in paths.items())
     return {Path(path).name: Path(path).read_bytes() for path in paths.values()}
@@ -202,7 +203,7 @@ def test_a_take_over_a_control_plane_checkpoint_sends_only_what_changed_and_reus
     blobs = {"meta.json": b'{"head": "abc"}', "repo.bundle": secrets.token_bytes(150_000)}
     chunks = tmp_path / "chunks-1"
     first = control_plane_take(parts, SESSION, take(tree, blobs, chunks, set()), chunks, None)
-    source = sealed.open_source(store.read_grant(first, parts.data_key(first)))
+    source = manifests.open_source(store.read_grant(first, parts.data_key(first)))
     assert source.known() == known_to(parts, first)
     with (tree / "src" / "note.txt").open("a") as out:
         out.write("one more line\n")
@@ -227,7 +228,7 @@ def test_a_fork_names_its_chunks_with_a_key_of_its_own_and_refers_to_its_parents
 ) -> None:
     tree, sent, chunks = first_take(tmp_path)
     parent, _ = sandbox_take(store, parts, OTHER, sent, chunks, None)
-    source = sealed.open_source(store.read_grant(parent, parts.data_key(parent)))
+    source = manifests.open_source(store.read_grant(parent, parts.data_key(parent)))
     (tree / "added.txt").write_text("the fork's own file\n")
     fork_sent = take(tree, {"meta.json": b"{}"}, tmp_path / "chunks-2", source.known())
     fork, _ = sandbox_take(store, parts, SESSION, fork_sent, tmp_path / "chunks-2", parent)
@@ -252,7 +253,7 @@ def test_the_chunks_still_used_in_a_mostly_unused_pack_move_keeping_their_key_an
     assert len([p for p in first.packs if p != first.parts[0].key]) == 1
     (tree / "huge.bin").unlink()
     shutil.rmtree(tree / "src")
-    source = sealed.open_source(store.read_grant(first, parts.data_key(first)))
+    source = manifests.open_source(store.read_grant(first, parts.data_key(first)))
     second_sent = take(tree, {"meta.json": b"{}"}, tmp_path / "chunks-2", source.known())
     second, _ = sandbox_take(store, parts, SESSION, second_sent, tmp_path / "chunks-2", first)
     old, new = open_manifest(parts, first), open_manifest(parts, second)
@@ -286,16 +287,16 @@ def test_a_chunk_whose_size_is_not_its_manifests_fails_the_fetch(
     store: Store, parts: CheckpointParts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, sent, chunks = first_take(tmp_path)
-    add = sealed.Packs.add
+    add = direct.Packs.add
 
-    def lying(self: sealed.Packs, cid: str, data: bytes) -> sealed.Ref:
+    def lying(self: direct.Packs, cid: str, data: bytes) -> sealed.Ref:
         ref = add(self, cid, data)
         return ref._replace(size=ref.size + 1) if len(data) == 150_000 - 2 * 65536 else ref
 
-    monkeypatch.setattr(sealed.Packs, "add", lying)
+    monkeypatch.setattr(direct.Packs, "add", lying)
     with pytest.raises(sealed.Corrupt, match="add up"):
         sandbox_take(store, parts, SESSION, sent, chunks, None)
-    monkeypatch.setattr(sealed, "_check_sizes", lambda parts, refs: None)
+    monkeypatch.setattr(direct, "_check_sizes", lambda parts, refs: None)
     checkpoint, _ = sandbox_take(store, parts, SESSION, sent, chunks, None)
     monkeypatch.undo()
     staging = tmp_path / "staging"
@@ -349,11 +350,11 @@ def test_a_granted_put_used_twice_fails_with_the_stores_precondition_error(
 def test_a_take_over_many_packs_writes_them_to_the_granted_keys_in_order_and_reads_back(
     store: Store, parts: CheckpointParts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sealed, "PACK_TARGET", 100_000)
+    monkeypatch.setattr(direct, "PACK_TARGET", 100_000)
     _, sent, chunks = first_take(tmp_path)
     checkpoint, data_key = new_checkpoint(parts, SESSION)
     grant = store.grant(SESSION, checkpoint.id, data_key)
-    answer = sealed.store(grant, sent, str(chunks), None)
+    answer = direct.store(grant, sent, str(chunks), None)
     granted = [p["key"] for p in grant["puts"]]
     assert len(answer["objects"]) >= 5
     assert list(answer["objects"]) == granted[: len(answer["objects"])]
@@ -376,7 +377,7 @@ def test_a_root_that_is_not_the_records_fails_the_fetch(
     grant = store.read_grant(checkpoint, parts.data_key(checkpoint))
     grant["root_sha256"] = "0" * 64
     with pytest.raises(sealed.Corrupt, match="does not match its record"):
-        sealed.fetch(grant, str(tmp_path))
+        direct.fetch(grant, str(tmp_path))
 
 
 def test_a_store_that_cannot_be_reached_fails_without_quoting_the_signed_url() -> None:
@@ -411,7 +412,7 @@ def test_a_take_that_needs_more_objects_than_granted_fails_before_its_root(
     grant = dict(store.grant(SESSION, checkpoint.id, data_key))
     grant["puts"] = grant["puts"][:1]
     with pytest.raises(sealed.SealedError, match="more objects than were granted"):
-        sealed.store(grant, sent, str(chunks), None)
+        direct.store(grant, sent, str(chunks), None)
 
 
 def crypto_folder(tmp_path: Path) -> Path:
@@ -428,21 +429,24 @@ def crypto_folder(tmp_path: Path) -> Path:
 
 
 def installed(tmp_path: Path) -> Path:
-    """sealed.py alone in a hangar/agent package, as the sandbox's toolkit holds it."""
+    """sealed.py, manifests.py and direct.py alone in a hangar/agent package, as the sandbox's
+    toolkit holds them."""
     lib = tmp_path / "lib"
     (lib / "hangar" / "agent").mkdir(parents=True)
     (lib / "hangar" / "__init__.py").write_text("")
     (lib / "hangar" / "agent" / "__init__.py").write_text("")
-    shutil.copy(sealed.__file__, lib / "hangar" / "agent" / "sealed.py")
+    for module in (sealed, manifests, direct):
+        source = Path(str(module.__file__))
+        shutil.copy(source, lib / "hangar" / "agent" / source.name)
     return lib
 
 
 ISOLATED = """
 import json, sys
 sys.path[:0] = sys.argv[1:3]
-from hangar.agent import sealed
+from hangar.agent import direct
 job = json.load(sys.stdin)
-answer = sealed.store(job["grant"], job["sent"], job["chunks"], None)
+answer = direct.store(job["grant"], job["sent"], job["chunks"], None)
 print(json.dumps({"answer": answer, "modules": sorted(m for m in sys.modules if m.startswith(
     ("hangar", "pydantic", "site")))}))
 """
@@ -450,8 +454,8 @@ print(json.dumps({"answer": answer, "modules": sorted(m for m in sys.modules if 
 FETCH = """
 import json, sys
 sys.path[:0] = sys.argv[1:3]
-from hangar.agent import sealed
-print(json.dumps(sealed.fetch(json.load(sys.stdin), sys.argv[3])))
+from hangar.agent import direct
+print(json.dumps(direct.fetch(json.load(sys.stdin), sys.argv[3])))
 """
 
 
@@ -468,7 +472,8 @@ def test_a_store_and_a_fetch_run_in_an_isolated_python_without_site(
     done = subprocess.run(argv, input=json.dumps(job).encode(), capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     out = json.loads(done.stdout)
-    assert out["modules"] == ["hangar", "hangar.agent", "hangar.agent.sealed"]
+    assert out["modules"] == ["hangar", "hangar.agent", "hangar.agent.direct",
+                              "hangar.agent.manifests", "hangar.agent.sealed"]
     root = out["answer"]["root"]
     recorded = checkpoint.model_copy(update={
         "format": 2, "packs": out["answer"]["packs"],
