@@ -2,7 +2,7 @@
 
 When the blobs backend signs URLs (:func:`hangar.blobs.signing.url_signer`) and the sandboxes
 backend's sandboxes reach the object store, a format-2 checkpoint's chunks, packs and manifest
-are sealed inside the sandbox (:mod:`hangar.agent.sealed`) and uploaded there, and a restore
+are sealed inside the sandbox (:mod:`hangar.agent.direct`) and uploaded there, and a restore
 downloads them there; no checkpoint byte passes through the control plane.
 
 - **The grant** (:class:`Grant`) is what the control plane hands the sandbox's script on its
@@ -74,6 +74,8 @@ class SourceGrant(BaseModel):
     checkpoint_id: str
     data_key: str = Field(description="base64: the checkpoint's data key, unwrapped")
     root: str = Field(description="the blob key of its manifest part")
+    root_size: int = Field(ge=0, description="its manifest part's plaintext bytes (the record's)")
+    root_sha256: str = Field(description="their SHA-256 (the record's): checked before use")
     gets: dict[str, Request] = Field(description="a signed GET per pack it refers to, by key")
 
 
@@ -137,6 +139,8 @@ def grant_source(
         checkpoint_id=checkpoint.id,
         data_key=_b64(parts.data_key(checkpoint)),
         root=root,
+        root_size=part.size,
+        root_sha256=part.sha256,
         gets=dict(zip(keys, _signed(lambda key: signer.sign_get(key, seconds), keys))),
     )
 

@@ -70,3 +70,27 @@ def test_a_direct_restore_past_the_restore_cap_is_refused_before_it_touches_the_
         restorer.restore(world.session.id, fresh, REPO)
     assert world.blobs.bytes == before  # refused in the pod, directly
     assert "notes.txt" not in world.sh(fresh, "ls")
+
+
+def test_a_direct_restore_of_a_damaged_checkpoint_falls_back_to_the_one_before_in_a_clean_tree(
+    world: World,
+) -> None:
+    source, base = world.sandbox()
+    world.sh(source, WORK)
+    older = world.take(source, base)
+    state = world.sh(source, STATE, cwd="/")
+    world.sh(source, "echo 'a newer line' >> notes.txt && echo new > newer.txt")
+    newer = world.take(source, base)
+    own = [p for p in newer.packs if p not in older.packs and p != newer.parts[0].key]
+    assert own, newer.packs
+    damaged = bytearray(world.blobs.blobs.get(own[0]))
+    damaged[len(damaged) // 2] ^= 1
+    world.blobs.blobs.delete(own[0])
+    world.blobs.blobs.put(own[0], bytes(damaged))
+
+    fresh, _ = world.sandbox()
+    report = world.restorer.restore(world.session.id, fresh, REPO)
+    assert report is not None and report.checkpoint.id == older.id
+    assert [s.checkpoint_id for s in report.skipped] == [newer.id]
+    assert world.sh(fresh, STATE, cwd="/") == state
+    assert "newer.txt" not in world.sh(fresh, "ls")
