@@ -963,13 +963,19 @@ def require_sealing():
 
 def direct_grant(stream, limit=1 << 24):
     """A direct checkpoint's grant, read from ``stream`` (hangar's standard input: never the
-    agent's to read), and its source opened; exits with status SEALING_UNAVAILABLE when this
-    sandbox's python cannot seal."""
-    from hangar.agent import manifests
+    agent's to read), and its source opened (:func:`require_sealing` ran first). A source that
+    does not open (a pack gone, a piece altered) reuses nothing: every chunk is sent, as a
+    proxied take does."""
+    from hangar.agent import manifests, sealed
 
     grant = json.loads(stream.read(limit))
-    source = manifests.open_source(grant["source"]) if grant.get("source") else None
-    return grant, source
+    if not grant.get("source"):
+        return grant, None
+    try:
+        return grant, manifests.open_source(grant["source"])
+    except sealed.SealedError as exc:
+        sys.stderr.write("checkpoint: no chunks to reuse (%s)\n" % exc)
+        return grant, None
 
 
 def make_staging(tmp):

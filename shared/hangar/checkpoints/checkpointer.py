@@ -44,7 +44,7 @@ from hangar.errors import (
 from hangar.blobs.signing import url_signer
 from hangar.checkpoints.chunked import ChunkedStore, Source, accept, open_source
 from hangar.checkpoints.direct import Answer, check_answer, grant_source, grant_take
-from hangar.checkpoints.direct import url_seconds
+from hangar.checkpoints.direct import SourceGrant, url_seconds
 from hangar.checkpoints.contents import Contents
 from hangar.checkpoints.parts import CheckpointParts, part_key
 from hangar.checkpoints.sweep import PackSweeper
@@ -320,7 +320,7 @@ class Checkpointer:
         data_key, wrapped = self.parts.new_key()
         seconds = url_seconds(self.settings.checkpoint_timeout_seconds)
         try:
-            read = grant_source(signer, self.parts, source, seconds) if source else None
+            read = self._grant_source(source, seconds) if source else None
             grant = grant_take(signer, target.session_id, checkpoint_id, data_key, read, seconds)
         except HangarError as exc:
             raise CheckpointError(f"checkpoint of {target.session_id} failed: {exc.message}",
@@ -350,6 +350,17 @@ class Checkpointer:
             return checkpoint.model_copy(update=check_answer(signer, grant, answer, source))
 
         return self._store(target, reason, manifest, write, (checkpoint_id, data_key, wrapped))
+
+    def _grant_source(self, source: Checkpoint, seconds: int) -> SourceGrant | None:
+        """Read access to ``source`` for a direct take; None (reuse nothing) when its data key
+        does not unwrap."""
+        assert self.signer is not None
+        try:
+            return grant_source(self.signer, self.parts, source, seconds)
+        except DecryptionFailed as exc:
+            logger.warning("checkpoint of %s: no chunks to reuse (%s)", source.session_id,
+                           exc.message)  # fmt: skip
+            return None
 
     def _source_record(self, target: CheckpointTarget, history: list[Checkpoint]) -> Checkpoint | None:
         """The checkpoint whose chunks a take reuses: the session's newest if it is format 2,

@@ -94,3 +94,20 @@ def test_a_direct_restore_of_a_damaged_checkpoint_falls_back_to_the_one_before_i
     assert [s.checkpoint_id for s in report.skipped] == [newer.id]
     assert world.sh(fresh, STATE, cwd="/") == state
     assert "newer.txt" not in world.sh(fresh, "ls")
+
+
+def test_a_direct_take_whose_source_does_not_open_sends_everything_and_restores(
+    world: World,
+) -> None:
+    source, base = world.sandbox()
+    world.sh(source, WORK)
+    first = world.take(source, base)
+    world.blobs.blobs.delete(first.parts[0].key)  # its manifest's root is gone
+    world.sh(source, "echo 'a later line' >> notes.txt")
+    second = world.take(source, base)
+    assert second.written > 300000  # nothing reused: the untracked files went again
+    assert not set(second.packs) & (set(first.packs) - {first.parts[0].key})
+    fresh, _ = world.sandbox()
+    report = world.restorer.restore(world.session.id, fresh, REPO)
+    assert report is not None and report.checkpoint.id == second.id
+    assert world.sh(fresh, STATE, cwd="/") == world.sh(source, STATE, cwd="/")
