@@ -177,7 +177,8 @@ class Deployment:
 
 @pytest.fixture
 def cloud(
-    tmp_path: Path, run: CloudRunStandIn, kms: KmsStandIn, gcs: Any, queues: Queues, api_url: str
+    tmp_path: Path, run: CloudRunStandIn, kms: KmsStandIn, gcs: Any, queues: Queues, api_url: str,
+    cloud_emulators: Any,
 ) -> Deployment:
     """Settings as an operator's machine has them, and the functions Terraform would deploy:
     both ready, sharing the backends, the api posting ticks to the ticks function, the api public
@@ -218,6 +219,7 @@ def cloud(
         "HANGAR_TICKS_URL": ticks["uri"],
         "HANGAR_TASKS_INVOKER": INVOKER,
         "HANGAR_RUN_ENDPOINT": run.url,
+        **cloud_emulators.signing_environment(),  # URLs signed as Terraform has the functions
     }
     return deployment
 
@@ -563,3 +565,26 @@ def test_a_db_url_no_backend_knows_fails_naming_hangar_db(
 ) -> None:
     result = run_doctor(capsys, {**cloud.env, "HANGAR_DB": "mongodb://x/y"})
     assert "invalid_settings" in result.one("FAIL", "db (HANGAR_DB mongodb://x/y)")
+
+
+# -- direct checkpoints -----------------------------------------------------------------------
+
+
+def test_gke_and_gcs_without_signing_credentials_warn_that_checkpoints_go_through_the_control_plane(
+    cloud: Deployment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = {k: v for k, v in cloud.env.items() if "SIGN" not in k}
+    line = run_doctor(capsys, env).one("WARN", "direct checkpoints: nothing signs URLs")
+    assert "HANGAR_SIGNING_SERVICE_ACCOUNT" in line and "through the control plane" in line
+
+
+def test_gke_and_gcs_with_a_signing_account_sign_a_url_through_the_iam_api(
+    cloud: Deployment, cloud_emulators: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = cloud.env
+    result = run_doctor(capsys, env)
+    assert result.one("OK", "direct checkpoints: signed a URL as", cloud_emulators.signer)
+    assert not [line for line in result.lines if "direct checkpoints" in line and
+                not line.startswith("OK")]  # fmt: skip
+    unknown = {**env, "HANGAR_SIGNING_SERVICE_ACCOUNT": "nobody@example.iam.gserviceaccount.com"}
+    assert run_doctor(capsys, unknown).one("FAIL", "direct checkpoints:")

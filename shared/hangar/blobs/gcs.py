@@ -147,6 +147,7 @@ class GcsBlobs:
         self._client: Any = None
         self._bucket: Any = None
         self._credentials: Any = None
+        self._signing_bucket: Any = None
         self._lock = threading.Lock()
         self._signing_lock = threading.Lock()
 
@@ -314,11 +315,24 @@ class GcsBlobs:
                 )
             return self._credentials
 
+    def _signing_blob(self, key: str) -> Any:
+        """``key``'s blob for signing alone: through a client of its own without credentials
+        (signing is local or the IAM API's: it reads nothing of the bucket and needs no
+        storage credentials or endpoint)."""
+        with self._signing_lock:
+            if self._signing_bucket is None:
+                from google.auth.credentials import AnonymousCredentials
+                from google.cloud.storage import Client
+
+                client = Client(project="hangar-signing", credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+                self._signing_bucket = client.bucket(self.bucket_name)
+            return self._signing_bucket.blob(self.prefix + check_key(key))
+
     def _sign(self, key: str, method: str, seconds: int, headers: dict[str, str]) -> SignedRequest:
         if not 1 <= seconds <= MAX_SECONDS:
             raise InvalidInput(f"a signed URL lives 1 to {MAX_SECONDS} seconds, not {seconds}",
                                key=key, seconds=seconds)  # fmt: skip
-        blob = self._blob(key)
+        blob = self._signing_blob(key)
         credentials = self._signing_credentials()
         assert self.settings is not None  # credentials come from the settings
         with _signing_mapped(key):

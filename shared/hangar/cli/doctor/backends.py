@@ -9,7 +9,9 @@ each bounded in time, through hangar's own ports where they can do it:
 - blobs: the checkpoints' prefix listed (on GCS with the client directly: one object at most);
 - keys: a random 32-byte data key wrapped and unwrapped (a missing local key file is not made:
   with checkpoints stored, that is a FAIL, as :class:`hangar.runtime.Runtime` refuses to start);
-- ticks: the Cloud Tasks queue read with the client directly.
+- ticks: the Cloud Tasks queue read with the client directly;
+- direct checkpoints (GCS and GKE only): one URL signed for nothing in particular, and whether
+  the sandboxes' ``cryptography`` is at hand, or why checkpoints go through the control plane.
 
 Nothing is created: a missing SQLite file or key file is reported, not made.
 """
@@ -63,6 +65,7 @@ def reachability(
     stored = _blobs(report, settings, env, seconds)
     _keys(report, settings, stored, seconds)
     _ticks(report, settings, seconds)
+    _direct(report, settings, seconds)
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -211,3 +214,37 @@ def _queue_state(name: str, endpoint: str | None, seconds: float) -> str:
     with client:  # closes the channel
         queue = client.get_queue(name=name, retry=None, timeout=seconds)
     return str(tasks_v2.Queue.State(queue.state).name)
+
+
+def _direct(report: Report, settings: Settings, seconds: float) -> None:
+    """Whether checkpoints go straight between GKE sandboxes and GCS (docs/architecture.md,
+    *Direct*): said only where they could."""
+    if not (settings.session_store.startswith("gs:") and settings.sandboxes.startswith("gke:")):
+        return
+    label = "direct checkpoints"
+    if not settings.checkpoint_direct:
+        report.line("INFO", f"{label}: off (HANGAR_CHECKPOINT_DIRECT=false): every checkpoint "
+                    "byte goes through the control plane")  # fmt: skip
+        return
+    from hangar.agent.toolkit import crypto_folder
+    from hangar.blobs.gcs import GcsBlobs
+    from hangar.blobs.signing import url_signer
+
+    signer = url_signer(GcsBlobs.from_url(settings.session_store, settings))
+    if signer is None:
+        report.line("WARN", f"{label}: nothing signs URLs (set HANGAR_SIGNING_SERVICE_ACCOUNT, "
+                    "or HANGAR_SIGNING_KEY_FILE): every checkpoint byte goes through the "
+                    "control plane")  # fmt: skip
+        return
+    signs = settings.signing_service_account or f"the key in {settings.signing_key_file}"
+
+    def sign() -> str:
+        signer.sign_get(f"{CHECKPOINTS}{PROBE_SESSION}", 60)
+        return f"signed a URL as {signs}"
+
+    if not probe(report, label, seconds, sign):
+        return
+    if crypto_folder(settings) is None:
+        report.line("WARN", f"{label}: no cryptography for the sandboxes (HANGAR_SANDBOX_CRYPTO; "
+                    "make sandbox-crypto): they cannot seal, so checkpoints go through the "
+                    "control plane")  # fmt: skip
