@@ -4,7 +4,7 @@ exits with CMD's status.
 
 ``--sandboxes gke`` adds the Kubernetes stand-in with real pods
 (:class:`~emulators.kube.cluster.StandInCluster`) and points ``HANGAR_SANDBOXES`` at it. Its
-pods reach the storage emulator and each ``--service`` port of the host at ``127.0.0.1:PORT``,
+pods reach the storage front's signed port and each ``--service`` port of the host at ``127.0.0.1:PORT``,
 as pods reach a cluster's Services; they show ``HANGAR_HARNESS_DIR`` (or hangar's default
 harness folder) as their image's harness CLIs.
 
@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 from types import FrameType
+from urllib.parse import urlsplit
 
 from hangar.config import Settings
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                         "stand-in, its pods real sandboxes")  # fmt: skip
     parser.add_argument("--service", type=_port, action="append", default=[], metavar="PORT",
                         help="with --sandboxes gke: a host loopback port every pod reaches at "
-                        "127.0.0.1:PORT (repeat it; the storage emulator's is always there)")  # fmt: skip
+                        "127.0.0.1:PORT (repeat it; the storage front's signed port is always there)")  # fmt: skip
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     args = parser.parse_args(argv)
     if args.service and args.sandboxes != "gke":
@@ -71,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
             emulators.start()
             if args.sandboxes == "gke":
                 harnesses = Settings.from_env(os.environ).harness_dir
-                cluster = StandInCluster(harnesses, [emulators.gcs.port, *args.service]).start()
+                # The pods reach the bucket as sandboxes do: signed URLs only, at the front's
+                # signed port (fake-gcs-server's own port would take anything, unsigned).
+                signed = urlsplit(emulators.gcs.signed_url).port
+                assert signed is not None
+                cluster = StandInCluster(harnesses, [signed, *args.service]).start()
         except EmulatorMissing as exc:
             emulators.stop()
             _say(str(exc))

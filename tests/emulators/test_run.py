@@ -87,11 +87,20 @@ deadline = time.monotonic() + 60
 while sandboxes.status(info.id).state is not SandboxState.READY:
     assert time.monotonic() < deadline, "no ready pod in 60 s"
     time.sleep(0.1)
-fetch = "import sys, urllib.request as u; print(u.urlopen(sys.argv[1], timeout=10).status)"
+fetch = '''
+import sys, urllib.error as e, urllib.request as u
+try:
+    print(u.urlopen(sys.argv[1], timeout=10).status)
+except e.HTTPError as exc:
+    print(exc.code)
+except OSError:
+    print("unreachable")
+'''
 answers = {}
-for name in ("SERVICE_URL", "STORAGE_EMULATOR_HOST"):
-    url = os.environ[name] + ("/storage/v1/b?project=p" if name.startswith("STORAGE") else "/")
-    done = sandboxes.exec(info.id, ["python3", "-c", fetch, url], timeout=30)
+paths = {"SERVICE_URL": "/", "STORAGE_EMULATOR_HOST": "/storage/v1/b?project=p",
+         "HANGAR_SIGNED_URL_ENDPOINT": "/hangar-local/sessions/x"}
+for name, path in paths.items():
+    done = sandboxes.exec(info.id, ["python3", "-c", fetch, os.environ[name] + path], timeout=30)
     answers[name] = done.stdout.decode().strip() or done.stderr.decode()[-300:]
 sandboxes.destroy(info.id)
 print(json.dumps({"sandboxes": os.environ["HANGAR_SANDBOXES"], "answers": answers,
@@ -99,7 +108,7 @@ print(json.dumps({"sandboxes": os.environ["HANGAR_SANDBOXES"], "answers": answer
 """
 
 
-def test_run_with_gke_sandboxes_gives_pods_that_reach_the_services_named_and_storage(
+def test_run_with_gke_sandboxes_gives_pods_that_reach_the_services_named_and_signed_storage_only(
     tmp_path: Path,
 ) -> None:
     import threading
@@ -130,7 +139,10 @@ def test_run_with_gke_sandboxes_gives_pods_that_reach_the_services_named_and_sto
     probe = json.loads(done.stdout.strip().splitlines()[-1])
     assert probe["backend"] == "GkeSandboxes"
     assert probe["sandboxes"].startswith("gke://hangar-stand-in/default?image=")
-    assert probe["answers"] == {"SERVICE_URL": "200", "STORAGE_EMULATOR_HOST": "200"}
+    # The bucket only through the front's signed port, which refuses an unsigned request; its
+    # API port (the control plane's, unchecked) is not relayed to pods.
+    assert probe["answers"] == {"SERVICE_URL": "200", "STORAGE_EMULATOR_HOST": "unreachable",
+                                "HANGAR_SIGNED_URL_ENDPOINT": "403"}
 
 
 def test_run_refuses_a_service_without_gke_sandboxes() -> None:
