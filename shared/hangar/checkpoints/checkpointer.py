@@ -28,6 +28,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import timedelta
 from typing import BinaryIO, NoReturn, cast
 
@@ -41,7 +42,7 @@ from hangar.errors import (
     BackendError, BlobNotFound, CheckpointError, CheckpointNotFound, DecryptionFailed, ExecTimeout,
     HangarError, SealingUnavailable, SourcePruned,
 )
-from hangar.blobs.signing import url_signer
+from hangar.blobs.signing import SignsUrls, url_signer
 from hangar.checkpoints.chunked import ChunkedStore, Source, accept, open_source
 from hangar.checkpoints.direct import Answer, check_answer, grant_source, grant_take
 from hangar.checkpoints.direct import SourceGrant, url_seconds
@@ -195,11 +196,18 @@ class Checkpointer:
         self.settings = settings
         self.parts = CheckpointParts(blobs, keys)
         self.chunked = ChunkedStore(self.parts)
-        self.signer = url_signer(blobs) if (settings.checkpoint_direct
-                                            and sandboxes.capabilities.object_store) else None
-        """Set when checkpoints go straight between the sandbox and the bucket (:mod:`direct`)."""
+        self.blobs = blobs
         grace = timedelta(seconds=2 * settings.checkpoint_timeout_seconds + 600)
         self.sweeper = PackSweeper(db, blobs, grace)
+
+
+    @cached_property
+    def signer(self) -> SignsUrls | None:
+        """Set when checkpoints go straight between the sandbox and the bucket (:mod:`direct`).
+        Asked on first use: the sandboxes backend opens on its first use, never at start."""
+        if not self.settings.checkpoint_direct or not self.sandboxes.capabilities.object_store:
+            return None
+        return url_signer(self.blobs)
 
     def contents(self, checkpoint: Checkpoint) -> Contents:
         """What ``checkpoint`` holds, part by part, whatever its format."""

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from hangar import agent
 from hangar.blobs import Blobs
@@ -40,7 +41,7 @@ from hangar.errors import (
 from hangar.keys import Keys
 from hangar.models import Checkpoint
 from hangar.sandboxes import HANGAR_TMP, HOME, ExecResult, Sandboxes, SandboxUser, Stdin
-from hangar.blobs.signing import url_signer
+from hangar.blobs.signing import SignsUrls, url_signer
 from hangar.checkpoints.direct import grant_source, url_seconds
 from hangar.checkpoints.contents import Contents
 from hangar.checkpoints.parts import CheckpointParts
@@ -85,9 +86,16 @@ class Restorer:
         self.sandboxes = sandboxes
         self.settings = settings
         self.parts = CheckpointParts(blobs, keys)
-        self.signer = url_signer(blobs) if (settings.checkpoint_direct
-                                            and sandboxes.capabilities.object_store) else None
-        """Set when restores download straight from the bucket (:mod:`direct`)."""
+        self.blobs = blobs
+
+
+    @cached_property
+    def signer(self) -> SignsUrls | None:
+        """Set when checkpoints go straight between the sandbox and the bucket (:mod:`direct`).
+        Asked on first use: the sandboxes backend opens on its first use, never at start."""
+        if not self.settings.checkpoint_direct or not self.sandboxes.capabilities.object_store:
+            return None
+        return url_signer(self.blobs)
 
     def restore(
         self, session_id: str, sandbox_id: str, repo_dir: str, *, home: str = HOME,
