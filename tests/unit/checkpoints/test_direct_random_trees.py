@@ -21,7 +21,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         yield running
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(2))
 def test_a_direct_checkpoint_of_a_random_tree_restores_with_every_plain_file(
     world: World, seed: int
 ) -> None:
