@@ -110,7 +110,7 @@ def test_an_oversized_command_is_refused_without_being_read(
     place(ctl, "1.json", b"x" * (commands.MAX_COMMAND + 1))
     reads: list[int] = []
     real_read = os.read
-    monkeypatch.setattr(commands.os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
     assert Inbox(ctl, KEY, RUN).take() == []
     assert reads == []
     assert "oversized" in answers(ctl)[0]["detail"]
@@ -266,3 +266,31 @@ def test_a_key_file_of_the_wrong_size_is_refused_and_still_deleted(
     assert not path.exists()
     with pytest.raises(commands.BadKey):
         commands.load_key(str(path))
+
+
+def test_a_command_landing_in_the_renamed_folder_during_close_is_still_returned(
+    ctl: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inbox = Inbox(ctl, KEY, RUN)
+    late = signed({"seq": 1, "kind": "steer", "id": "late1", "body": {"message": "late"}})
+    real_rmdir = os.rmdir
+    landed: list[str] = []
+
+    def rmdir_after_a_late_link(path: str) -> None:
+        # a link that looked up in/ before the rename lands after the first drain
+        if not landed:
+            landed.append(path)
+            Path(path, "1.json").write_bytes(late)
+        real_rmdir(path)
+
+    monkeypatch.setattr(os, "rmdir", rmdir_after_a_late_link)
+    assert [c.id for c in inbox.close()] == ["late1"]
+    assert landed == [str(Path(ctl, "in.closed"))]
+    assert sorted(os.listdir(ctl)) == ["tmp"]
+
+
+def test_a_fifo_in_the_inbox_is_refused_without_blocking(ctl: str) -> None:
+    os.mkfifo(Path(ctl, "in", "1.json"))
+    assert Inbox(ctl, KEY, RUN).take() == []
+    assert "not a file" in answers(ctl)[0]["detail"]
+    assert os.listdir(Path(ctl, "in")) == []
