@@ -25,12 +25,12 @@ import json
 import secrets
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Self
 from urllib.parse import quote, unquote, urlsplit
 
 from emulators.gcs.v4 import AUTH_PARAMS, Accounts, XmlError, access_denied, split_query, verify
-from emulators.processes import Emulator, ThreadedStandIn
+from emulators.processes import Emulator, StandInServer, ThreadedStandIn
 
 UPSTREAM_SECONDS = 60.0
 """How long a relayed request may wait on fake-gcs-server for each read."""
@@ -85,13 +85,7 @@ class _Handler(BaseHTTPRequestHandler):
         trailers read and dropped). Raises ConnectionError when the client stops short."""
         self._consumed = True
         if length is not None:
-            left = length
-            while left:
-                piece = self.rfile.read(min(left, _PIECE))
-                if not piece:
-                    raise ConnectionError("the request body ended early")
-                left -= len(piece)
-                yield piece
+            yield from self._exactly(length)
             return
         while True:
             line = self.rfile.readline(1024)
@@ -103,14 +97,18 @@ class _Handler(BaseHTTPRequestHandler):
                 while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                     pass
                 return
-            left = size
-            while left:
-                piece = self.rfile.read(min(left, _PIECE))
-                if not piece:
-                    raise ConnectionError("the request body ended early")
-                left -= len(piece)
-                yield piece
+            yield from self._exactly(size)
             self.rfile.readline(8)
+
+    def _exactly(self, size: int) -> Iterator[bytes]:
+        """The next ``size`` bytes of the body in pieces; ConnectionError if it ends sooner."""
+        left = size
+        while left:
+            piece = self.rfile.read(min(left, _PIECE))
+            if not piece:
+                raise ConnectionError("the request body ended early")
+            left -= len(piece)
+            yield piece
 
     def send_xml_error(self, error: XmlError) -> None:
         data = error.body()
@@ -152,9 +150,7 @@ def _send_body(conn: http.client.HTTPConnection, pieces: Iterator[bytes], chunke
         conn.send(b"0\r\n\r\n")
 
 
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 128  # the default 5 drops a burst of connections: 1 s retries
-    daemon_threads = True
+class _Server(StandInServer):
 
     def __init__(self, address: tuple[str, int], handler: type[_Handler], upstream: str,
                  accounts: Accounts, now: Callable[[], datetime], verbose: bool,

@@ -24,12 +24,11 @@ import json
 import re
 import threading
 from collections.abc import Iterable
-from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from emulators.googleapi import ApiError, JsonHandler
-from emulators.processes import ThreadedStandIn
+from emulators.processes import StandInServer, ThreadedStandIn
 
 from .keys import ServiceAccountKey
 
@@ -114,9 +113,7 @@ class _Handler(JsonHandler):
         self.send_api_error(ApiError(404, "NOT_FOUND", "not found"))
 
 
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 128  # the default 5 drops a burst of connections: 1 s retries
-    daemon_threads = True
+class _Server(StandInServer):
 
     def __init__(self, address: tuple[str, int], verbose: bool) -> None:
         super().__init__(address, _Handler)

@@ -21,7 +21,6 @@ import json
 import re
 import secrets
 import threading
-from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,7 +28,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from emulators.googleapi import ApiError, JsonHandler
-from emulators.processes import ThreadedStandIn
+from emulators.processes import StandInServer, ThreadedStandIn
 
 _VERSION = b"\x01"
 _NONCE = 12
@@ -203,9 +202,7 @@ class _Handler(JsonHandler):
         self.send_api_error(ApiError(404, "NOT_FOUND", "not found"))
 
 
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 128  # the default 5 drops a burst of connections: 1 s retries
-    daemon_threads = True
+class _Server(StandInServer):
 
     def __init__(self, address: tuple[str, int], verbose: bool) -> None:
         super().__init__(address, _Handler)
