@@ -13,6 +13,13 @@ without one: Codex's default is one of OpenAI's own, and it would do nothing the
 ``~/.codex/sessions/YYYY/MM/DD/rollout-*-<id>.jsonl``. Interactively (the terminal's agent mode)
 it is ``codex resume ID`` with the same model and provider, approvals on (a person answers
 them) and Codex's own sandbox off (``--sandbox danger-full-access``: it cannot nest in hangar's).
+
+A live turn (one that can be steered and interrupted while it runs) runs ``codex app-server``
+instead (:meth:`Codex.live_argv`: JSON-RPC lines on its standard input and output, with the same
+``-c`` provider overrides; the model, the folder, approvals never and Codex's sandbox off go in
+its ``thread/start``, ``thread/resume`` or ``thread/fork`` request). The steering driver speaks
+to it through :mod:`hangar.agent.codexlive`, which writes the run log in ``codex exec --json``'s
+lines, so :meth:`Codex.outcome` reads a live turn's log as it reads a one-shot turn's.
 """
 
 from __future__ import annotations
@@ -56,9 +63,20 @@ class Codex:
         argv = [self.binary, "resume", "--sandbox", "danger-full-access", *self._model(spec)]
         return Invocation(argv=[*argv, "--", conversation])
 
+    def live_argv(self, spec: TurnSpec) -> list[str]:
+        """``codex app-server`` for a live turn of ``spec``: the provider overrides only (the
+        model and the rest go in the thread's request). Raises HarnessError like
+        :meth:`command` on a custom endpoint without a model."""
+        return [self.binary, "app-server", *self._provider(spec)]
+
     def _model(self, spec: TurnSpec) -> list[str]:
         """The model's options, and a ``hangar`` provider for a custom endpoint."""
         argv = ["--model", spec.model] if spec.model else []
+        return argv + self._provider(spec)
+
+    def _provider(self, spec: TurnSpec) -> list[str]:
+        """``-c`` overrides setting a ``hangar`` provider when the turn has a custom endpoint."""
+        argv: list[str] = []
         base_url = spec.env.get("OPENAI_BASE_URL")
         if base_url and not spec.model:
             # Codex's default model is one of OpenAI's own: on another endpoint its requests
