@@ -15,10 +15,12 @@ The app-server speaks JSON-RPC, one object a line (no ``jsonrpc`` member). The c
     -> turn/steer {threadId, input, expectedTurnId}    -> turn/interrupt {threadId, turnId}
 
 What Codex 0.171.0 does (checked against the real CLI): ``turn/steer`` with no turn running is
-refused (``no active turn to steer``), so a steer needs the running turn's id; an accepted steer
-lands in the turn's next model request. ``turn/interrupt`` is answered ``{}`` and the turn ends
-with ``turn/completed`` whose status is ``interrupted``. On ``thread/resume`` and
-``thread/fork`` the app-server replays the thread's stored token totals (a
+refused (``no active turn to steer``), so a steer needs the running turn's id, which the
+``turn/start`` answer gives (before ``turn/started``; a steer sent then is taken); an accepted
+steer lands in the turn's next model request, and one taken after the turn's last answer but
+before its end makes the turn go on with another request. ``turn/interrupt`` is answered ``{}``
+and the turn ends (in about 0.2 s) with ``turn/completed`` whose status is ``interrupted``. On
+``thread/resume`` and ``thread/fork`` the app-server replays the thread's stored token totals (a
 ``thread/tokenUsage/updated`` naming an old turn) before any turn of this process.
 
 The run log gets the lines ``codex exec --json`` writes for the same notifications
@@ -30,10 +32,11 @@ stored totals a resume or fork replays are subtracted; ``codex exec resume`` pri
 thread's totals since its start), and a refusal that ends the run (``failure``) is logged as an
 ``error`` line. An interrupted turn, like in ``codex exec``, writes no ``turn.completed``.
 
-A steer is never lost: one the app-server refuses (the turn ended as it came, or named a turn
-that is over) is sent again, to the running turn if another is running, else as a new
-``turn/start``; ``idle`` stays False while a steer awaits its answer, so the driver does not
-end the hangar turn under it.
+A steer is never lost: one the app-server refuses is sent again, to the running turn if that
+is another than it named, else (the turn ended as it came, or refused it) as the text of the
+next ``turn/start``, right away or once the running turn ends (texts waiting together go in one
+``turn/start``, blank-line separated); ``idle`` stays False while a steer awaits its answer or a
+text waits, so the driver does not end the hangar turn under it.
 
 Requests from the app-server (approvals, questions to a person, client tools) are answered at
 once: declined, or with an error, so the app-server never waits on this client.
@@ -146,7 +149,8 @@ def exec_item(item: JSON) -> Optional[JSON]:
                 "status": status}  # fmt: skip
     if kind == "webSearch":
         return {"type": "web_search", "id": _str(item.get("id")) or "",
-                "query": _str(item.get("query")) or "", "action": item.get("action") or "other"}  # fmt: skip
+                "query": _str(item.get("query")) or "",
+                "action": item.get("action") or "other"}  # fmt: skip
     return None
 
 

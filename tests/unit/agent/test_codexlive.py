@@ -15,12 +15,13 @@ import queue
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
 from emulators.model import ModelStub
 from hangar.agent.codexlive import CodexLive
+from hangar.errors import HarnessError
 from hangar.harnesses import TurnSpec
 from hangar.harnesses.codex import Codex
 
@@ -38,7 +39,10 @@ def sent(lines: list[bytes] | None) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
-def feed(live: CodexLive, message: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
+Lines = list[dict[str, Any]]
+
+
+def feed(live: CodexLive, message: dict[str, Any]) -> tuple[Lines, Lines]:
     log, writes = live.output(json.dumps(message).encode())
     return sent(log), sent(writes)
 
@@ -57,7 +61,8 @@ def turn(turn_id: str, status: str = "inProgress", **more: Any) -> dict[str, Any
 
 def usage(turn_id: str, total: int, cached: int = 0) -> dict[str, Any]:
     counts = {"totalTokens": total + 10, "inputTokens": total, "cachedInputTokens": cached,
-              "cacheWriteInputTokens": 0, "outputTokens": 10, "reasoningOutputTokens": 0}  # fmt: skip
+              "cacheWriteInputTokens": 0, "outputTokens": 10,
+              "reasoningOutputTokens": 0}  # fmt: skip
     return note("thread/tokenUsage/updated", turnId=turn_id,
                 tokenUsage={"total": counts, "last": counts})  # fmt: skip
 
@@ -72,7 +77,7 @@ def running(options: dict[str, Any] | None = None) -> tuple[CodexLive, dict[str,
     return live, start
 
 
-def test_begin_writes_the_handshake_then_a_new_thread_with_approvals_never_and_no_sandbox() -> None:  # fmt: skip
+def test_begin_writes_the_handshake_then_a_thread_with_approvals_never_and_no_sandbox() -> None:
     live = CodexLive(OPTIONS)
     initialize, initialized, thread = sent(live.begin("hello"))
 
@@ -80,8 +85,9 @@ def test_begin_writes_the_handshake_then_a_new_thread_with_approvals_never_and_n
     assert initialize["params"]["clientInfo"]["name"] == "hangar"
     assert initialized == {"method": "initialized"}
     assert thread["method"] == "thread/start" and thread["id"] != initialize["id"]
-    assert thread["params"] == {"cwd": "/workspace/app", "model": "gpt-5-codex",
-                                "approvalPolicy": "never", "sandbox": "danger-full-access"}  # fmt: skip
+    assert thread["params"] == {
+        "cwd": "/workspace/app", "model": "gpt-5-codex",
+        "approvalPolicy": "never", "sandbox": "danger-full-access"}  # fmt: skip
     assert live.idle is False and live.failure is None
 
 
@@ -258,7 +264,8 @@ def test_items_are_logged_as_codex_exec_logs_them_and_the_outcome_reads_them() -
     assert [e["type"] for e in log] == ["thread.started", "item.completed", "turn.started",
                                         "item.started", "item.completed", "item.completed",
                                         "turn.completed"]  # fmt: skip
-    assert log[1]["item"] == {"id": "item_0", "type": "error", "message": "Model metadata not found"}
+    assert log[1]["item"] == {"id": "item_0", "type": "error",
+                              "message": "Model metadata not found"}  # fmt: skip
     assert log[3]["item"]["id"] == log[4]["item"]["id"] == "item_1"
     assert log[4]["item"] == {"id": "item_1", "type": "command_execution",
                               "command": "/bin/bash -lc 'echo hi'", "aggregated_output": "hi\n",
@@ -283,6 +290,20 @@ def test_lines_that_are_not_json_objects_are_ignored() -> None:
     for raw in (b"", b"not json", b"[1, 2]", b'"text"', b'{"id": 999, "result": {}}'):
         assert live.output(raw) == ([], [])
     assert live.idle is False
+
+
+def test_live_argv_is_the_app_server_with_execs_provider_overrides() -> None:
+    spec = TurnSpec(prompt="hi", cwd="/workspace/app", model="gpt-5-codex",
+                    env={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})  # fmt: skip
+    argv = Codex().live_argv(spec)
+    one_shot = Codex().command(spec).argv
+
+    assert argv[:2] == ["codex", "app-server"]
+    overrides = argv[2:]
+    assert overrides and overrides[0] == "-c"
+    assert " ".join(overrides) in " ".join(one_shot)
+    with pytest.raises(HarnessError):
+        Codex().live_argv(TurnSpec(prompt="hi", cwd="/w", env=spec.env))
 
 
 # The real app-server, once.
@@ -312,6 +333,11 @@ def codex_bin() -> Path:
     return path
 
 
+def copy_lines(stream: IO[bytes], into: queue.Queue[bytes]) -> None:
+    for raw in stream:
+        into.put(raw)
+
+
 @pytest.mark.harness
 def test_the_real_app_server_takes_a_steer_mid_turn_and_its_log_reads_as_exec_output(
     tmp_path: Path,
@@ -324,12 +350,12 @@ def test_the_real_app_server_takes_a_steer_mid_turn_and_its_log_reads_as_exec_ou
         spec = TurnSpec(prompt=PROMPT, cwd=str(cwd), model="gpt-5-codex", env=env)
         argv = Codex().live_argv(spec)
         argv[0] = str(codex_bin())
+        proc_env = {"PATH": os.environ["PATH"], "HOME": str(home), **env}
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL,
-                                env={"PATH": os.environ["PATH"], "HOME": str(home), **env})  # fmt: skip
+                                stderr=subprocess.DEVNULL, env=proc_env)  # fmt: skip
         assert proc.stdin is not None and proc.stdout is not None
         lines: queue.Queue[bytes] = queue.Queue()
-        reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or []])
+        reader = threading.Thread(target=copy_lines, args=(proc.stdout, lines))
         reader.start()
         live = CodexLive({"cwd": str(cwd), "model": spec.model, "conversation_id": None,
                           "fork_from": None})  # fmt: skip
