@@ -164,9 +164,11 @@ class CodexLive:
     app-server writes (a line that is not a JSON object is ignored).
 
     State, read by the driver: ``idle`` (a turn was started, none runs now, none is being
-    started and no steer awaits its answer), ``failure`` (why the app-server cannot go on: it
-    refused the handshake, the thread or a turn) and ``interrupted`` (the last turn ended
-    because of an interrupt).
+    started, no steer awaits its answer and no text waits to start one), ``unsent`` (texts of
+    steers and follow-ups taken but not written to the app-server yet: they wait for the running
+    turn to end; if the app-server exits first they were not passed on), ``failure`` (why the
+    app-server cannot go on: it refused the handshake, the thread or a turn) and
+    ``interrupted`` (the last turn ended because of an interrupt).
     """
 
     def __init__(self, options: Dict[str, Any]) -> None:
@@ -195,6 +197,10 @@ class CodexLive:
         steering = any(request[0] == "turn/steer" for request in self._pending.values())
         running = self._turn is not None or self._starting or bool(self._queued)
         return self._began and not running and not steering
+
+    @property
+    def unsent(self) -> List[str]:
+        return list(self._queued)
 
     # The driver's calls.
 
@@ -247,7 +253,7 @@ class CodexLive:
         """One line of the app-server's output -> (run log lines, lines to write to it)."""
         try:
             message = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             return [], []
         if not isinstance(message, dict):
             return [], []

@@ -233,10 +233,11 @@ def test_a_steer_refused_by_the_running_turn_waits_and_starts_the_next_one() -> 
     [steer] = sent(live.steer("later then"))
     refusal = {"id": steer["id"], "error": {"code": -32600, "message": "turn is not steerable"}}
     _, writes = feed(live, refusal)
-    assert writes == [] and live.idle is False
+    assert writes == [] and live.idle is False and live.unsent == ["later then"]
 
     _, [start] = feed(live, note("turn/completed", turn=turn(TURN, "completed")))
     assert [i["text"] for i in start["params"]["input"]] == ["later then"]
+    assert live.unsent == []
 
 
 def test_items_are_logged_as_codex_exec_logs_them_and_the_outcome_reads_them() -> None:
@@ -287,7 +288,9 @@ def test_another_threads_turn_ending_does_not_end_this_one() -> None:
 
 def test_lines_that_are_not_json_objects_are_ignored() -> None:
     live, _ = running()
-    for raw in (b"", b"not json", b"[1, 2]", b'"text"', b'{"id": 999, "result": {}}'):
+    deep = b"[" * 100_000 + b"]" * 100_000
+    for raw in (b"", b"not json", b"\xff\xfe", b"[1, 2]", b'"text"', deep,
+                b'{"id": 999, "result": {}}'):  # fmt: skip
         assert live.output(raw) == ([], [])
     assert live.idle is False
 
