@@ -17,7 +17,9 @@ from .wire import Reply, SseEvent, Wire, chunks, estimate_tokens, model_of, new_
 
 def entries(body: JSON) -> list[Entry]:
     """The conversation in ``body["messages"]``; a user message carrying any ``tool_result``
-    block is a tool-result message, never a prompt (its other text is context)."""
+    block is a tool-result message, whose other text is read as any user text is (system
+    reminders are context; the rest is a prompt: a steer, which Claude Code sends beside the
+    results of the tool calls it interrupted)."""
     out: list[Entry] = []
     messages = body.get("messages")
     for message in messages if isinstance(messages, list) else []:
@@ -39,8 +41,7 @@ def entries(body: JSON) -> list[Entry]:
         if results:
             for block in results:
                 out.append(Entry("tool_result", "\n".join(text_of(block.get("content")))))
-            for text in text_of([b for b in blocks if b not in results]):
-                out.append(Entry("context", text))
+            out.extend(user_entries(text_of([b for b in blocks if b not in results])))
         else:
             out.extend(user_entries(text_of(content)))
     return out

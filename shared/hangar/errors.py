@@ -33,6 +33,7 @@ once shipped; messages may.
     │   ├── NameTaken                   name_taken          409
     │   ├── InvalidState                invalid_state       409
     │   ├── SessionBusy                 session_busy        409
+    │   ├── TurnEnded                   turn_ended          409
     │   ├── SessionNotRunning           session_not_running 409
     │   ├── NoConversation              no_conversation     409
     │   ├── EnvironmentInUse            environment_in_use  409
@@ -282,6 +283,13 @@ class InvalidState(Conflict):
 
 class SessionBusy(Conflict):
     code = "session_busy"
+
+
+class TurnEnded(Conflict):
+    """A steer meant for a turn that is over (``expected_turn`` names an ended turn), or a
+    command that reached a live turn's driver only after its turn had ended."""
+
+    code = "turn_ended"
 
 
 class SessionNotRunning(Conflict):

@@ -93,7 +93,7 @@ class BadKey(ChannelError):
     code = "bad_key"
 
 
-def new_key():
+def new_key() -> bytes:
     """A fresh run key: :data:`KEY_BYTES` random bytes."""
     return secrets.token_bytes(KEY_BYTES)
 
@@ -117,11 +117,9 @@ def create(ctl):
         os.makedirs(os.path.join(ctl, name), mode=0o700, exist_ok=True)
 
 
-def write_command(ctl, key, run_id, seq, kind, body):
-    """Sign and land command ``seq`` in CTL's ``in/``; its path there. Raises
-    :class:`NotLanded` when ``in/`` (or CTL) is gone, ``FileExistsError`` when ``seq`` is
-    there already (not taken yet); ``ValueError`` for a bad ``seq``, ``kind`` or ``body``. On
-    any failure the tmp copy is removed."""
+def command_bytes(key: bytes, run_id: str, seq: int, kind: str, body: dict) -> "tuple[str, bytes]":
+    """Command ``seq`` signed: ``(id, bytes)``, the bytes what lands in ``in/``. ValueError
+    for a bad ``seq``, ``kind`` or ``body``, or a command over :data:`MAX_COMMAND` bytes."""
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
         raise ValueError("seq must be a positive integer")
     if kind not in KINDS or not isinstance(body, dict):
@@ -130,7 +128,17 @@ def write_command(ctl, key, run_id, seq, kind, body):
     data = canonical(dict(fields, mac=sign(key, COMMAND_TAG, run_id, fields)))
     if len(data) > MAX_COMMAND:
         raise ValueError("command is over %d bytes" % MAX_COMMAND)
-    tmp = os.path.join(ctl, "tmp", fields["id"] + ".json")
+    return fields["id"], data
+
+
+def write_command(ctl, key, run_id, seq, kind, body):
+    """Sign and land command ``seq`` in CTL's ``in/``; its path there. Raises
+    :class:`NotLanded` when ``in/`` (or CTL) is gone, ``FileExistsError`` when ``seq`` is
+    there already (not taken yet); ``ValueError`` as :func:`command_bytes` does. On any
+    failure the tmp copy is removed. (The control plane lands the same bytes by exec:
+    :mod:`hangar.processes.control`.)"""
+    command_id, data = command_bytes(key, run_id, seq, kind, body)
+    tmp = os.path.join(ctl, "tmp", command_id + ".json")
     landed = os.path.join(ctl, "in", "%d.json" % seq)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -163,6 +171,12 @@ def read_acks(ctl, key, run_id, offset):
             return Acks([], offset, 0)
         f.seek(offset)
         data = f.read(MAX_ACK_READ)
+    return parse_acks(key, run_id, data, offset)
+
+
+def parse_acks(key: bytes, run_id: str, data: bytes, offset: int) -> "Acks":
+    """:func:`read_acks` of ``data``, the bytes of ``acks`` from ``offset`` on (at most
+    :data:`MAX_ACK_READ` of them)."""
     end = data.rfind(b"\n") + 1
     if end == 0 and len(data) == MAX_ACK_READ:
         end = len(data)  # one line longer than a read: skipped as not an answer

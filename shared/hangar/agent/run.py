@@ -8,7 +8,12 @@ RUN_DIR (hangar's, out of the agent's reach) holds, written by the control plane
 
     spec.json   {"argv": [...], "cwd": "..."}: the command and where it runs; optionally
                 "stdin": "pipe" (input stays open for later writes, see ``input``) and
-                "tty": {"rows": R, "cols": C, "term": T} (a pseudo terminal, below)
+                "tty": {"rows": R, "cols": C, "term": T} (a pseudo terminal, below);
+                "as": "hangar" runs it as this process's user, with the agent's environment
+                (a live turn's driver, :mod:`hangar.agent.driver`, which starts the agent's
+                CLI as the agent itself); "control": true makes the run's control folder
+                ``ctl/`` (its ``tmp/`` and ``in/``, mode 0700: :mod:`hangar.agent.commands`)
+                before the command starts, so a command can land as soon as the run is seen
     env.json    its variables and secrets (mode 0600); read and removed before it starts
     stdin       what the command reads on its standard input (mode 0600; a turn's message),
                 opened and removed before it starts; without it the input is /dev/null
@@ -185,7 +190,8 @@ def start_child(run, spec, env, identity, log, err, stdin, tty=None):
                     pass
         base = {"LANG": "C.UTF-8"}
         if identity is not None:
-            become_agent(identity)
+            if spec.get("as") != "hangar":
+                become_agent(identity)
             agent = identity["agent"]
             base.update(HOME=agent["home"], PATH=agent["path"], USER="agent", LOGNAME="agent")
         else:
@@ -362,6 +368,9 @@ def supervise(run, started_w):
     log = os.open(os.path.join(run, "log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
                   0o600 if tty is not None else 0o644)  # fmt: skip
     err = os.open(os.path.join(run, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    if spec.get("control"):
+        for name in ("ctl", "ctl/tmp", "ctl/in"):
+            os.mkdir(os.path.join(run, name), 0o700)
     fifo = os.path.join(run, "input")
     os.mkfifo(fifo, 0o600)
     control = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # read-write: never an end of file

@@ -61,6 +61,18 @@ class Invocation:
 
 
 @dataclass(frozen=True)
+class LiveInvocation:
+    """A live turn's CLI (:mod:`hangar.agent.driver`): ``argv`` started by the driver as the
+    agent, with ``env`` added to the turn's environment, spoken to through the harness's
+    adapter (the driver's ``harness``) made with ``options``. The message goes through the
+    adapter, never on a command line."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class TurnResult:
     """What a finished turn reported. ``error`` is set when the turn failed."""
 
@@ -86,6 +98,13 @@ class Harness(Protocol):
 
     def command(self, spec: TurnSpec) -> Invocation:
         """The command for ``spec``; raises HarnessError for a request it cannot honour."""
+        ...
+
+    def live(self, spec: TurnSpec) -> LiveInvocation | None:
+        """The command for ``spec`` as a live turn, which hangar's driver can steer and
+        interrupt while it runs; None for a CLI that has no live mode (its turns are one-shot:
+        :meth:`command`). Its run log reads as :meth:`command`'s would, so :meth:`outcome`
+        reads either. HarnessError for a request it cannot honour."""
         ...
 
     def home_files(self, spec: TurnSpec) -> dict[str, dict[str, Any]]:

@@ -54,6 +54,9 @@ class Antigravity:
             argv += ["--conversation", spec.conversation_id]
         return Invocation(argv=[*argv, "--", spec.prompt])
 
+    def live(self, spec: TurnSpec) -> None:
+        return None  # its CLI cannot be tried here: its turns stay one-shot
+
     def interactive(self, spec: TurnSpec) -> Invocation:
         argv = [self.binary, "--conversation", conversation_of(self, spec)]
         if spec.model:

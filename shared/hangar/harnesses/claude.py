@@ -18,6 +18,7 @@ from typing import Any
 from hangar.errors import InvalidInput
 from hangar.harnesses import (
     Invocation,
+    LiveInvocation,
     TurnResult,
     TurnSpec,
     check,
@@ -43,7 +44,16 @@ class ClaudeCode:
     max_message_bytes: int | None = None
 
     def command(self, spec: TurnSpec) -> Invocation:
-        argv = [self.binary, "-p", "--output-format", "stream-json", "--verbose"]
+        return Invocation(argv=self._argv(spec, []), env=dict(_ENV), stdin=spec.prompt.encode())
+
+    def live(self, spec: TurnSpec) -> LiveInvocation:
+        # The message and every steer go to standard input as stream-json user lines
+        # (hangar.agent.claudelive); the output is the same stream as a one-shot turn's.
+        return LiveInvocation(argv=self._argv(spec, ["--input-format", "stream-json"]),
+                              env=dict(_ENV))  # fmt: skip
+
+    def _argv(self, spec: TurnSpec, extra: list[str]) -> list[str]:
+        argv = [self.binary, "-p", *extra, "--output-format", "stream-json", "--verbose"]
         argv.append("--dangerously-skip-permissions")
         if spec.model:
             argv += ["--model", spec.model]
@@ -53,7 +63,7 @@ class ClaudeCode:
             argv += ["--resume", spec.fork_from, "--fork-session", "--session-id", self._id(spec)]
         else:
             argv += ["--session-id", self._id(spec)]
-        return Invocation(argv=argv, env=dict(_ENV), stdin=spec.prompt.encode())
+        return argv
 
     def interactive(self, spec: TurnSpec) -> Invocation:
         argv = [self.binary, "--resume", conversation_of(self, spec)]

@@ -20,6 +20,7 @@ from typing import Any
 from hangar import agent
 from hangar.harnesses import (
     Invocation,
+    LiveInvocation,
     TurnResult,
     TurnSpec,
     check,
@@ -29,6 +30,7 @@ from hangar.harnesses import (
 )
 
 PROVIDER = "hangar"
+_ENV = {"PI_OFFLINE": "1"}
 
 
 class Pi:
@@ -40,13 +42,20 @@ class Pi:
     max_message_bytes: int | None = None
 
     def command(self, spec: TurnSpec) -> Invocation:
+        return Invocation(argv=agent.command("pirpc", *self._argv(spec)), env=dict(_ENV),
+                          stdin=spec.prompt.encode())  # fmt: skip
+
+    def live(self, spec: TurnSpec) -> LiveInvocation:
+        # The same RPC mode, spoken to by hangar.agent.pilive (steer, abort, a later prompt).
+        return LiveInvocation(argv=self._argv(spec), env=dict(_ENV))
+
+    def _argv(self, spec: TurnSpec) -> list[str]:
         argv = [self.binary, "--mode", "rpc", *_model(spec)]
         if spec.conversation_id:
             argv += ["--session", spec.conversation_id]
         elif spec.fork_from:
             argv += ["--fork", spec.fork_from]
-        return Invocation(argv=agent.command("pirpc", *argv), env={"PI_OFFLINE": "1"},
-                          stdin=spec.prompt.encode())  # fmt: skip
+        return argv
 
     def interactive(self, spec: TurnSpec) -> Invocation:
         argv = [self.binary, *_model(spec), "--session", conversation_of(self, spec)]

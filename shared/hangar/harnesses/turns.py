@@ -3,6 +3,7 @@ outcome read back once the run has ended."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from hangar import agent
 from hangar.errors import ExecTimeout
 from hangar.harnesses import Harness, TurnResult, TurnSpec
-from hangar.processes.runs import read_stderr, start_run
+from hangar.processes.runs import read_stderr, run_dir, start_run
 from hangar.sandboxes import HOME, Sandboxes, SandboxUser
 
 MERGE_TIMEOUT = 60
@@ -22,17 +23,37 @@ _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 def start_turn(
-    sandboxes: Sandboxes, sandbox_id: str, harness: Harness, spec: TurnSpec, run_id: str
+    sandboxes: Sandboxes,
+    sandbox_id: str,
+    harness: Harness,
+    spec: TurnSpec,
+    run_id: str,
+    key: bytes | None = None,
 ) -> list[str]:
     """Merge the harness's settings into its configuration files, then start its command
     detached in the repo with the turn's environment (the environment's variables and secrets,
-    then the harness's own settings). Returns at once, with the merge's warnings (see
-    :func:`write_home_files`); HarnessError if the harness cannot honour ``spec``."""
-    invocation = harness.command(spec)
+    then the harness's own settings). With ``key`` (the run's command key,
+    :mod:`hangar.agent.commands`) the turn is live: hangar's driver (:mod:`hangar.agent.driver`)
+    runs the harness's live command and takes steers and interrupts signed with the key from
+    the run's control folder; the caller has checked :meth:`Harness.live` has one. Returns at
+    once, with the merge's warnings (see :func:`write_home_files`); HarnessError if the harness
+    cannot honour ``spec``."""
+    live = harness.live(spec) if key is not None else None
+    invocation = harness.command(spec) if live is None else None
     warnings = write_home_files(sandboxes, sandbox_id, harness, spec)
-    env = {**spec.env, **invocation.env}
-    start_run(sandboxes, sandbox_id, run_id, invocation.argv, cwd=spec.cwd, env=env,
-              stdin=invocation.stdin)  # fmt: skip
+    if live is None:
+        assert invocation is not None
+        env = {**spec.env, **invocation.env}
+        start_run(sandboxes, sandbox_id, run_id, invocation.argv, cwd=spec.cwd, env=env,
+                  stdin=invocation.stdin)  # fmt: skip
+        return warnings
+    assert key is not None
+    request = {"harness": harness.name, "argv": live.argv, "message": spec.prompt,
+               "run_id": run_id, "key": base64.b64encode(key).decode(),
+               "options": live.options}  # fmt: skip
+    start_run(sandboxes, sandbox_id, run_id, agent.command("driver", run_dir(run_id)),
+              cwd=spec.cwd, env={**spec.env, **live.env}, stdin=json.dumps(request).encode(),
+              control=True)  # fmt: skip
     return warnings
 
 

@@ -168,14 +168,18 @@ class Processes:
     def start(
         self, process_id: str, argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
         stdin: bytes | None = None, keep_stdin: bool = False, terminal: Terminal | None = None,
+        control: bool = False,
     ) -> None:  # fmt: skip
         """Start ``argv`` detached in ``cwd``, as the agent, with ``env`` in its environment
         (never on a command line) and ``stdin`` as its first input. Without ``keep_stdin`` or
         a ``terminal`` its input ends after ``stdin`` (/dev/null without); with either it stays
         open for :func:`keys` until :func:`close_input`. With ``terminal`` it runs on a pseudo
         terminal, its output (standard error included) the output read here. Returns once it
-        runs; one exec. InvalidInput for a bad id, variable name or TERM; SandboxError if it
-        cannot start or the id was used already."""
+        runs; one exec. With ``control`` it runs as hangar's user instead (with the agent's
+        environment) and gets a control folder, ``ctl/`` (a live turn's driver,
+        :mod:`hangar.agent.driver`, which starts the agent's CLI as the agent). InvalidInput
+        for a bad id, variable name or TERM; SandboxError if it cannot start or the id was
+        used already."""
         folder = run_dir(process_id)
         bad = [k for k in env if not _ENV_NAME.match(k)]
         if bad:
@@ -183,6 +187,8 @@ class Processes:
         spec: dict[str, Any] = {"argv": list(argv), "cwd": cwd}
         if keep_stdin:
             spec["stdin"] = "pipe"
+        if control:
+            spec.update({"as": "hangar", "control": True})
         if terminal is not None:
             if not _TERM.match(terminal.term):
                 raise InvalidInput(f"term {terminal.term!r} is not a terminal type", field="term")

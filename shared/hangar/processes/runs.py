@@ -74,13 +74,16 @@ def start_run(
     cwd: str,
     env: Mapping[str, str],
     stdin: bytes | None = None,
+    control: bool = False,
 ) -> None:
     """Start ``argv`` detached in the sandbox, as the agent, with ``env`` (variables and
-    secrets) for this run only and ``stdin`` as its standard input (else /dev/null). Returns
+    secrets) for this run only and ``stdin`` as its standard input (else /dev/null); with
+    ``control``, as hangar's user with a control folder (a live turn's driver). Returns
     once it runs; one exec (:meth:`hangar.processes.Processes.start`). SandboxError if it
     cannot be started (its files are removed, so it can be asked for again)."""
     try:
-        Processes(sandboxes, sandbox_id).start(run_id, argv, cwd=cwd, env=env, stdin=stdin)
+        Processes(sandboxes, sandbox_id).start(run_id, argv, cwd=cwd, env=env, stdin=stdin,
+                                               control=control)  # fmt: skip
     except SandboxError:
         sandboxes.exec(sandbox_id, ["rm", "-f", *(f"{run_dir(run_id)}/{name}" for name in
                                                   ("env.json", "stdin", "spec.json"))],

@@ -1,0 +1,196 @@
+"""The steering driver: one live turn of an agent CLI, steerable and interruptible while it runs.
+Standard library only; run as hangar's in-sandbox user (uid 0 of the sandbox) by the turn's run
+supervisor (:mod:`hangar.agent.run`, spec ``"as": "hangar"`` and ``"control": true``), as
+``driver RUN_DIR``, in the repo, with the agent's environment.
+
+It first makes itself non-dumpable (:func:`hangar.agent.commands.undumpable`: nothing of its
+uid can trace it or read its memory), then reads its request on standard input, a file the
+supervisor removed before it started::
+
+    {"harness": "claude" | "codex" | "pi", "argv": [...], "message": TEXT,
+     "run_id": ID, "key": BASE64, "options": {...}}
+
+``key`` is the run's command key (:mod:`hangar.agent.commands`), which exists nowhere else in
+the sandbox. It starts ``argv`` as the agent (the identity in ``/hangar/sandbox.json``, as the
+supervisor would), with pipes for its input and output, and speaks the CLI's own protocol
+through one adapter, :mod:`.claudelive`, :mod:`.codexlive` or :mod:`.pilive` (pure objects:
+``begin``, ``output``, ``steer``, ``interrupt``, ``follow_up``, and ``idle``, ``failure``,
+``interrupted``). What the adapter makes of the CLI's output is this process's standard output:
+the run log.
+
+Commands come from ``RUN_DIR/ctl`` (:class:`hangar.agent.commands.Inbox`), looked at every
+:data:`LOOK` seconds: a ``steer`` (``{"message": TEXT}``) is passed on as the adapter says
+(kept and passed on after the next line of output when the CLI cannot take it yet), an
+``interrupt`` likewise; each is answered ``delivered`` once written to the CLI.
+
+When the CLI's turn is over (the adapter is ``idle``), the inbox is closed (its folder renamed
+away first, so a later command fails to land and hangar knows at once) and what had landed is
+carried out: a steer becomes a further message of the same turn (``follow_up``), and the turn
+goes on. With nothing left the CLI's input is closed and it exits. If the CLI exits by itself,
+every command not passed on is answered ``turn_ended``: hangar starts the next turn with it. So
+a steer is delivered exactly once, or answered ``turn_ended``.
+
+The exit status is the CLI's; 130 after an interrupt that no later message followed; 1 (saying
+why on standard error) when the adapter reports a failure the CLI did not exit for, or the
+request is bad; 127 when the CLI cannot be started.
+"""
+
+import base64
+import json
+import os
+import select
+import subprocess
+import sys
+
+from hangar.agent import commands, run
+
+LOOK = 0.1
+"""Seconds between looks at the inbox while the CLI is quiet."""
+INTERRUPTED = 130
+ADAPTERS = {"claude": "claudelive.ClaudeLive", "codex": "codexlive.CodexLive",
+            "pi": "pilive.PiLive"}  # fmt: skip
+
+
+def adapter_for(harness, options):
+    """The adapter for ``harness`` (ValueError for one without)."""
+    if harness not in ADAPTERS:
+        raise ValueError("no live driver for harness %r" % harness)
+    module, name = ADAPTERS[harness].split(".")
+    loaded = __import__("hangar.agent." + module, fromlist=[name])
+    return getattr(loaded, name)(options)
+
+
+def write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+class Driver:
+    """The loop: the CLI's output to the log through the adapter, commands to the CLI."""
+
+    def __init__(self, adapter, inbox, cli):
+        self.adapter, self.inbox, self.cli = adapter, inbox, cli
+        self.waiting = []  # commands taken and not passed on yet, in order
+        self.to_cli = cli.stdin.fileno()
+        self.gone = False  # the CLI's input is closed (it exited, or we ended it)
+        self.late = False  # the inbox is closed
+
+    def send(self, lines):
+        if self.gone:
+            return False
+        try:
+            write_all(self.to_cli, b"".join(lines))
+            return True
+        except OSError:  # the CLI is gone: its output ends next
+            self.gone = True
+            return False
+
+    def pass_on(self):
+        """Pass on what waits, in order, as far as the adapter can take it now."""
+        while self.waiting:
+            command = self.waiting[0]
+            if command.kind == "steer":
+                text = command.body.get("message")
+                if not isinstance(text, str):
+                    self.waiting.pop(0)
+                    self.inbox.answer(command, "refused", "a steer needs a message")
+                    continue
+                lines = self.adapter.follow_up(text) if self.adapter.idle else self.adapter.steer(text)
+            elif self.adapter.idle:  # an interrupt with nothing running: nothing to stop
+                self.waiting.pop(0)
+                self.inbox.answer(command, "delivered", "the turn had ended")
+                continue
+            else:
+                lines = self.adapter.interrupt()
+            if lines is None:
+                return  # not now: after the next line of output
+            if not self.send(lines):
+                return
+            self.waiting.pop(0)
+            self.inbox.answer(command, "delivered")
+
+    def look(self):
+        """Take what has landed; at the turn's end, close the inbox and carry out the rest."""
+        self.waiting += self.inbox.take()
+        if self.adapter.idle and not self.waiting and not self.late:
+            self.late = True
+            self.waiting += self.inbox.close()
+        self.pass_on()
+        if self.adapter.idle and self.late and not self.waiting and not self.gone:
+            self.gone = True
+            self.cli.stdin.close()  # the turn is over: the CLI ends
+
+    def run(self, message):
+        self.send(self.adapter.begin(message))
+        out = self.cli.stdout.fileno()
+        pending = b""
+        while True:
+            ready, _, _ = select.select([out], [], [], LOOK)
+            if ready:
+                chunk = os.read(out, 1 << 16)
+                if not chunk:
+                    break
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    log, send = self.adapter.output(line)
+                    write_all(1, b"".join(log))
+                    if send:
+                        self.send(send)
+                    self.pass_on()
+            self.look()
+        if pending:
+            log, _ = self.adapter.output(pending)
+            write_all(1, b"".join(log))
+        self.late = True
+        for command in self.waiting + self.inbox.close():
+            self.inbox.answer(command, "turn_ended", "the agent's process had ended")
+        self.waiting = []
+
+
+def start_cli(argv, cwd):
+    """``argv`` started as the agent (this process's user without an identity file), with
+    pipes for its input and output; its standard error is ours."""
+    identity = run.read_json(run.IDENTITY)
+    become = (lambda: run.become_agent(identity)) if identity is not None else None
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=cwd,
+                            preexec_fn=become)  # fmt: skip
+
+
+def main():
+    commands.undumpable()
+    folder = sys.argv[1]
+    try:
+        request = json.loads(sys.stdin.buffer.read())
+        key = base64.b64decode(request["key"])
+        adapter = adapter_for(request["harness"], request.get("options") or {})
+        argv, message, run_id = request["argv"], request["message"], request["run_id"]
+        if len(key) != commands.KEY_BYTES or not isinstance(message, str):
+            raise ValueError("a bad key or message")
+    except (ValueError, KeyError, TypeError) as exc:
+        sys.exit("hangar: a bad driver request: %s" % exc)
+    inbox = commands.Inbox(os.path.join(folder, "ctl"), key, run_id)
+    try:
+        cli = start_cli(argv, os.getcwd())
+    except OSError as exc:
+        inbox.close()
+        sys.stderr.write("hangar: cannot start %s: %s\n" % (argv[0], exc))
+        sys.exit(127)
+    driver = Driver(adapter, inbox, cli)
+    driver.run(message)
+    if not driver.gone:
+        cli.stdin.close()
+    code = cli.wait()
+    code = 128 - code if code < 0 else code
+    if adapter.interrupted and adapter.idle:
+        code = INTERRUPTED
+    elif code == 0 and adapter.failure:
+        sys.stderr.write("hangar: %s\n" % adapter.failure)
+        code = 1
+    elif code == 0 and not adapter.idle:
+        sys.stderr.write("hangar: %s ended before its turn did\n" % argv[0])
+        code = 1
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
