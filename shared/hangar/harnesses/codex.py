@@ -30,6 +30,7 @@ from typing import Any
 from hangar.errors import HarnessError
 from hangar.harnesses import (
     Invocation,
+    LiveInvocation,
     TurnResult,
     TurnSpec,
     check,
@@ -62,6 +63,14 @@ class Codex:
         conversation = conversation_of(self, spec)
         argv = [self.binary, "resume", "--sandbox", "danger-full-access", *self._model(spec)]
         return Invocation(argv=[*argv, "--", conversation])
+
+    def live(self, spec: TurnSpec) -> LiveInvocation:
+        # The thread's settings (model, folder, approvals never, Codex's sandbox off) go in
+        # the app-server's requests (hangar.agent.codexlive), which also writes the log as
+        # `codex exec --json` lines.
+        options = {"cwd": spec.cwd, "model": spec.model, "conversation_id": spec.conversation_id,
+                   "fork_from": spec.fork_from}  # fmt: skip
+        return LiveInvocation(argv=self.live_argv(spec), options=options)
 
     def live_argv(self, spec: TurnSpec) -> list[str]:
         """``codex app-server`` for a live turn of ``spec``: the provider overrides only (the
