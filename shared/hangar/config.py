@@ -179,6 +179,10 @@ class Settings(BaseModel):
     sandbox_limits: Literal["auto", "cgroup", "rlimit"] = Field(
         "auto", description="How the agent's limits are enforced: auto, cgroup or rlimit"
     )
+    live_turns: bool = Field(
+        True, description="Run turns live where the harness can (Claude Code, Codex, pi): a "
+        "steer reaches the running turn and an interrupt ends it gracefully; false makes every "
+        "turn one-shot (a send while one runs is session_busy)")
     max_message_kb: int = Field(
         1024, ge=1, le=16384, description="The largest message of a new or a send, in KiB of "
         "UTF-8; larger ones get 413 message_too_large with nothing started")

@@ -40,6 +40,7 @@ once shipped; messages may.
     │   ├── DestroyVetoed               destroy_vetoed      409
     │   └── SourcePruned                checkpoint_source_pruned 409
     ├── SandboxError                    sandbox_error       502
+    │   ├── CommandRefused              command_refused     502
     │   ├── SandboxUnavailable          sandbox_unavailable 503
     │   └── ExecTimeout                 exec_timeout        504
     ├── CheckpointError                 checkpoint_failed   500
@@ -323,6 +324,13 @@ class DestroyVetoed(Conflict):
 class SandboxError(HangarError):
     code = "sandbox_error"
     status = 502
+
+
+class CommandRefused(SandboxError):
+    """A live turn's driver refused a command hangar signed (a bug, or a key that does not
+    match): nothing reached the agent."""
+
+    code = "command_refused"
 
 
 class SandboxUnavailable(SandboxError):

@@ -369,6 +369,10 @@ class Turn(Record):
     context: list[ContextRef] = Field(
         default_factory=list, description="what came with its message (spec 004, In)"
     )
+    command_key: str | None = Field(
+        default=None, repr=False, description="a live turn's command key, wrapped (base64): "
+        "steers and interrupts are signed with it (None: a one-shot turn)")
+    commands_sent: int = Field(default=0, ge=0, description="the last command's seq given out")
     context_base: str | None = Field(
         default=None, description="the session's new base, when a bundle started it fresh"
     )

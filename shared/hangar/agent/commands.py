@@ -29,7 +29,8 @@ The driver's :class:`Inbox` takes commands in ``seq`` order: each file is read (
 removed; one unsigned, wrongly signed, malformed or replayed (its ``seq`` taken or held already,
 or its ``id`` seen) is refused with a signed answer and changes nothing. A command past a gap
 in ``seq`` is held until the gap is filled, so commands landing out of order are still taken in
-order; hangar must therefore give out ``seq`` without gaps.
+order; hangar gives out ``seq`` without gaps, and a gap left by a command that failed to land
+is given up after :data:`GAP_SECONDS`.
 
 Ending a turn: :meth:`Inbox.close` renames ``in/`` to ``in.closed`` first, so a later
 :func:`write_command` fails at once with :class:`NotLanded`; then it drains what had landed
@@ -50,6 +51,7 @@ import os
 import secrets
 import stat
 import sys
+import time
 from collections import namedtuple
 
 COMMAND_TAG = "hangar/command"
@@ -57,10 +59,15 @@ ACK_TAG = "hangar/ack"
 KINDS = ("steer", "interrupt")
 STATUSES = ("delivered", "refused", "turn_ended")
 KEY_BYTES = 32
-MAX_COMMAND = 1 << 20
-"""The largest command file read; a larger one is refused without being read."""
+MAX_COMMAND = 100 << 20
+"""The largest command file read; a larger one is refused without being read (a steer of
+the largest message hangar takes, 16 MiB, escaped as JSON, fits)."""
 MAX_ACK_READ = 4 << 20
 """The most of ``acks`` one :func:`read_acks` reads; the rest waits for the next call."""
+GAP_SECONDS = 5.0
+"""How long a command past a gap in ``seq`` is held for the commands of the gap: a writer that
+gave out a ``seq`` and failed to land it leaves a gap that would otherwise hold every later
+command for good. A command of the gap that lands later is refused as replayed."""
 PR_SET_DUMPABLE = 4
 FIELDS = ("seq", "kind", "id", "body")
 ACK_FIELDS = ("seq", "id", "status", "detail")
@@ -233,6 +240,7 @@ class Inbox:
         self.ctl, self.key, self.run_id = ctl, key, run_id
         self.taken = 0  # the last seq taken
         self.held = {}  # seq -> Command past a gap
+        self.since = {}  # seq -> when it was first held
         self.seen = set()  # ids taken or held
         self.closed = False
 
@@ -242,10 +250,18 @@ class Inbox:
         if self.closed:
             return []
         self.collect(os.path.join(self.ctl, "in"))
+        now = time.monotonic()
+        for seq in self.held:
+            self.since.setdefault(seq, now)
+        if self.held and self.taken + 1 not in self.held:
+            first = min(self.held)
+            if now - self.since[first] > GAP_SECONDS:  # the commands of the gap never came
+                self.taken = first - 1
         ready = []
         while self.taken + 1 in self.held:
             self.taken += 1
             ready.append(self.held.pop(self.taken))
+            self.since.pop(self.taken, None)
         return ready
 
     def close(self):

@@ -92,6 +92,12 @@ async def send(runtime: Runtime, request: Request) -> Response:
     return reply(await run_in_threadpool(ops.send, runtime, ref, body), 202)
 
 
+async def steer(runtime: Runtime, request: Request) -> Response:
+    body = await parse(request, s.Steer)
+    ref = param(request, "ref")
+    return reply(await run_in_threadpool(ops.steer, runtime, ref, body), 202)
+
+
 async def interrupt(runtime: Runtime, request: Request) -> Response:
     ref = param(request, "ref")
     return reply(await run_in_threadpool(ops.interrupt, runtime, ref), 202)
@@ -313,10 +319,16 @@ ENDPOINTS = [
              "another harness or model when given: 200 when it has one, else 202 and STARTING "
              "(follow its phase with GET)", open_, s.Open, s.SessionView, status=202),
     Endpoint("POST", S + "/send", "Ask for the next turn (resuming a suspended session first); "
-             "answers at once with the turn's number; 409 session_busy while a turn runs",
-             send, s.SendMessage, s.StartedView, status=202),
-    Endpoint("POST", S + "/interrupt", "Stop the running turn: it ends interrupted and its work "
-             "is checkpointed (follow it with wait); 409 invalid_state when no turn runs",
+             "answers at once with the turn's number; a plain message to a running live turn "
+             "steers it (delivered: steer) unless if_idle; 409 session_busy while a turn that "
+             "cannot take it runs", send, s.SendMessage, s.StartedView, status=202),
+    Endpoint("POST", S + "/steer", "Tell the running turn's agent something in the same turn "
+             "(delivered: steer); 409 turn_ended when expected_turn is over, session_busy while "
+             "a one-shot turn runs; with no turn running and no expected_turn, it starts the "
+             "next turn", steer, s.Steer, s.StartedView, status=202),
+    Endpoint("POST", S + "/interrupt", "Stop the running turn (a live one is asked to stop, its "
+             "conversation kept): it ends interrupted and its work is checkpointed (follow it "
+             "with wait); 409 invalid_state when no turn runs",
              interrupt, response=s.StartedView, status=202),
     Endpoint("POST", S + "/wait", "Wait up to timeout seconds for a turn to finish", wait,
              s.Wait, s.TurnView),

@@ -219,8 +219,18 @@ def build_parser() -> argparse.ArgumentParser:
     _schema(send, "; default: the session's")
     _context(send)
     _turn_timeout(send, TURN_TIMEOUT_HELP)
+    send.add_argument("--if-idle", action="store_true", help="start a turn only if none is "
+                      "running (else session_busy); without it a plain message to a running "
+                      "live turn steers it")  # fmt: skip
     _wait(send)
     _json(send)
+    steer = cmd.add_parser("steer", help="tell the running turn's agent something, in the "
+                           "same turn (with no turn running, it starts the next one)")  # fmt: skip
+    steer.add_argument("name")
+    _message(steer)
+    steer.add_argument("--expected-turn", type=int, metavar="N", help="refuse (turn_ended) "
+                       "when turn N is over instead of starting the next turn")  # fmt: skip
+    _json(steer)
     open_ = cmd.add_parser("open", help="resume the session into a sandbox")
     open_.add_argument("name")
     _switch(open_)

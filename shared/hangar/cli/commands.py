@@ -178,9 +178,12 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     if a == "send":
         body = {"message": _message(args), "harness": args.harness, "model": args.model,
                 "output_schema": _schema(args.schema), "context": context_items(api, args),
-                "turn_timeout_minutes": args.turn_timeout}  # fmt: skip
+                "turn_timeout_minutes": args.turn_timeout, "if_idle": args.if_idle}  # fmt: skip
         started = api.call("POST", f"{path}/send", body)
         return _started(api, args, args.name, started)
+    if a == "steer":
+        body = {"message": _message(args), "expected_turn": args.expected_turn}
+        return _started(api, args, args.name, api.call("POST", f"{path}/steer", body))
     if a == "list":
         return _list_sessions(api, args)
     if a in ("get", "open"):
@@ -409,7 +412,11 @@ def _write(data: bytes) -> None:
 
 def _started(api: Client, args: argparse.Namespace, name: str, started: Any) -> int:
     n = started["turn"]
-    if args.wait:
+    if started.get("delivered") == "steer" and not args.json and not getattr(args, "wait", 0):
+        print(f"session {name}: steered turn {n}, which goes on "
+              f"(hangar session wait {name} to follow it)")  # fmt: skip
+        return 0
+    if getattr(args, "wait", False):
         if started["session"]["state"] == "starting":
             follow_start(api, name)
         return wait_turn(api, name, n, as_json=args.json)

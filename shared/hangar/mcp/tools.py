@@ -62,6 +62,10 @@ class SendIn(Ref, s.SendMessage):
     pass
 
 
+class SteerIn(Ref, s.Steer):
+    pass
+
+
 class KeepIn(Ref, s.Keep):
     pass
 
@@ -177,6 +181,10 @@ async def send_to_session(runtime: Runtime, a: SendIn, report: Report) -> BaseMo
     return await _thread(lambda: ops.send(runtime, a.ref, a))
 
 
+async def steer_session(runtime: Runtime, a: SteerIn, report: Report) -> BaseModel:
+    return await _thread(lambda: ops.steer(runtime, a.ref, a))
+
+
 async def keep_session(runtime: Runtime, a: KeepIn, report: Report) -> BaseModel:
     return await _thread(lambda: ops.keep(runtime, a.ref, a))
 
@@ -263,7 +271,12 @@ TOOLS = [
     Tool("open_session", "Resume a session into a sandbox with its work restored (STARTING "
          "while it restores).", OpenIn, s.SessionView, open_session),
     Tool("send_to_session", "Start the next turn (the answer, when the session needs input), "
-         "with context as for new_session; answers at once. Follow it with wait_for_turn.", SendIn, s.StartedView, send_to_session),
+         "with context as for new_session; answers at once. Follow it with wait_for_turn. A "
+         "plain message to a running live turn steers it (delivered: steer) unless if_idle.",
+         SendIn, s.StartedView, send_to_session),
+    Tool("steer_session", "Tell the running turn's agent something in the same turn "
+         "(delivered: steer); expected_turn refuses (turn_ended) when that turn is over.",
+         SteerIn, s.StartedView, steer_session),
     Tool("keep_session", "Set how long the session idles before it suspends (0: never).",
          KeepIn, s.SessionSummary, keep_session),
     Tool("suspend_session", "Checkpoint the session and release its sandbox.", Ref,

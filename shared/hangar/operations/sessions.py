@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 def _started(runtime: Runtime, started: Started) -> w.StartedView:
     """What new, send and interrupt answer: the session as it is now, and the turn's number."""
     detail = runtime.sessions.get(started.session.id)
-    return w.StartedView(session=w.SessionView.detail(detail), turn=started.turn)
+    return w.StartedView(session=w.SessionView.detail(detail), turn=started.turn,
+                         delivered=started.delivered)
 
 
 def new(runtime: Runtime, a: w.NewSession) -> w.StartedView:
@@ -54,10 +55,19 @@ def open_(runtime: Runtime, ref: str, a: w.Open) -> w.SessionView:
 
 
 def send(runtime: Runtime, ref: str, a: w.SendMessage) -> w.StartedView:
-    """Ask for the next turn; answers at once."""
+    """Ask for the next turn, or steer the running live turn with a plain message (unless
+    ``if_idle``); answers at once."""
     return _started(runtime, runtime.sessions.send(
         ref, a.message, harness=a.harness, model=a.model, output_schema=a.output_schema,
-        context=a.context, turn_timeout_minutes=a.turn_timeout_minutes))  # fmt: skip
+        context=a.context, turn_timeout_minutes=a.turn_timeout_minutes,
+        if_idle=a.if_idle))  # fmt: skip
+
+
+def steer(runtime: Runtime, ref: str, a: w.Steer) -> w.StartedView:
+    """Tell the running turn's agent ``a.message`` in the same turn (or start the next turn
+    with it when none runs and no turn was expected)."""
+    return _started(runtime, runtime.sessions.steer(ref, a.message,
+                                                    expected_turn=a.expected_turn))  # fmt: skip
 
 
 def interrupt(runtime: Runtime, ref: str) -> w.StartedView:

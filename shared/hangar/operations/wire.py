@@ -103,6 +103,17 @@ class SendMessage(Body):
     context: list[ContextItem] = Field(default_factory=list, description=CONTEXT_DOC)
     turn_timeout_minutes: float | None = Field(None, gt=0, le=MAX_TURN_MINUTES,
                                                allow_inf_nan=False, description=TURN_LIMIT_DOC)
+    if_idle: bool = Field(False, description="start a turn only if none is running (else 409 "
+                          "session_busy); without it a plain message to a running live turn "
+                          "steers it (delivered: steer)")
+
+
+class Steer(Body):
+    message: str = Field(description="what the running turn's agent is told, in the same turn")
+    expected_turn: int | None = Field(None, ge=1, le=MAX_TURN, description="the turn this "
+                                      "steer is meant for: 409 turn_ended when it is over, "
+                                      "nothing changed; without it a session with no turn "
+                                      "running gets the message as its next turn")
 
 
 class Open(Body):
@@ -429,6 +440,9 @@ class StartedView(BaseModel):
 
     session: SessionView
     turn: int
+    delivered: Literal["turn", "steer"] = Field(
+        "turn", description="turn: the message starts turn `turn`; steer: it joined turn "
+        "`turn`, which was running")
 
 
 class TerminalTicket(Body):

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from hangar import agent
 from hangar.blobs import Blobs
@@ -44,6 +44,7 @@ from hangar.errors import (
     SandboxNotFound,
     SessionBusy,
     SessionNotFound,
+    TurnEnded,
 )
 from hangar.exchange.artifacts import Listed
 from hangar.exchange.progress import ProgressLine, read_progress
@@ -85,6 +86,7 @@ from hangar.sessions.sandbox import SESSION_LABEL, Provisioner, sandbox_alive, t
 from hangar.sessions.schedule import Schedule
 from hangar.sessions.shells import Shells, talking
 from hangar.sessions.startup import Startup
+from hangar.sessions.steering import Steering
 from hangar.sessions.suspends import Suspends
 from hangar.sessions.timeouts import check_minutes
 from hangar.sessions.transitions import Transitions
@@ -105,6 +107,13 @@ class Started:
 
     session: Session
     turn: int
+    delivered: Literal["turn", "steer"] = "turn"
+    """``steer``: the message joined turn ``turn``, which was running (a live turn)."""
+
+
+ENDING_SECONDS = 120.0
+"""How long a steer that came as its turn ended waits for the turn to be finished (its
+checkpoint taken) before it starts the next turn with the message."""
 
 
 class SessionService:
@@ -157,6 +166,7 @@ class SessionService:
         self._shells = Shells(settings, sandboxes, self.environments, self._records,
                               self._schedule, self._turns)  # fmt: skip
         self._forks = Forks(db, sandboxes, self.checkpointer, self._records, self._startup)
+        self._steering = Steering(db, sandboxes, self._turns, self._transitions)
         self.pools = PoolKeeper(settings, db, sandboxes, self._schedule)
         """The environments' warm pools on their hours (:mod:`.pools`); its ``clock`` is the
         seam tests set."""
@@ -283,7 +293,7 @@ class SessionService:
     def send(self, ref: str, message: str, *, harness: str | None = None,
              model: str | None = None, output_schema: dict[str, Any] | None = None,
              context: Sequence[ContextItem] = (),
-             turn_timeout_minutes: float | None = None) -> Started:  # fmt: skip
+             turn_timeout_minutes: float | None = None, if_idle: bool = False) -> Started:  # fmt: skip
         """Ask for the next turn (resuming the session first when it is suspended), on
         ``harness`` and ``model`` when given (see :func:`conversations.switch`), its result
         checked against ``output_schema`` (default: the session's), with ``context`` and
@@ -292,10 +302,15 @@ class SessionService:
         to a question the last turn asked (``needs_input``), cleared once the turn starts.
         SessionBusy while someone talks to the agent in a terminal (a turn would write the
         same conversation). CapacityExhausted, nothing changed, when the session needs a
-        sandbox and no place is left (so does :meth:`open`)."""
+        sandbox and no place is left (so does :meth:`open`). While a live turn runs, a plain
+        send (no switch, schema, context or time limit) steers it (:meth:`steer`) unless
+        ``if_idle``; else a send while a turn runs is SessionBusy."""
         _check_message(message, (self.settings.max_message_kb << 10, "HANGAR_MAX_MESSAGE_KB"))
         limit = check_minutes(turn_timeout_minutes, "turn_timeout_minutes")
         session = self.resolve(ref)
+        plain = (harness, model, output_schema, limit) == (None, None, None, None) and not context
+        if plain and not if_idle and self._steering.live_turn(session) is not None:
+            return self.steer(ref, message)
         if talking(session):
             raise SessionBusy(
                 f"someone is talking to session {session.name}'s agent in a terminal: a turn "
@@ -408,16 +423,63 @@ class SessionService:
         self.resolve(ref)
         return TurnWatch(self._turns, self.sandboxes, ref, n)
 
+    def steer(self, ref: str, message: str, *, expected_turn: int | None = None) -> Started:
+        """Give ``message`` to the running live turn, which carries it on (``delivered``
+        ``steer``). With ``expected_turn``, TurnEnded (nothing changed) unless that turn is the
+        one running. Without it, a session with no turn running gets the message as a
+        :meth:`send` would, and a steer that came as its turn ended (its driver had stopped
+        taking commands) waits for that turn to be finished, then starts the next turn with
+        it: a steer is never lost, and never delivered twice. SessionBusy while a one-shot
+        turn runs or a start is under way."""
+        _check_message(message, (self.settings.max_message_kb << 10, "HANGAR_MAX_MESSAGE_KB"))
+        session = self.resolve(ref)
+        if expected_turn is not None:
+            expected = self._turns.turn(session.id, expected_turn)
+            if expected.finished_at is not None:
+                raise TurnEnded(f"turn {expected_turn} of {session.name} is over",
+                                session=session.name, turn=expected_turn)  # fmt: skip
+        live = self._steering.live_turn(session)
+        if live is not None:
+            turn, key = live
+            if expected_turn is not None and turn.n != expected_turn:
+                raise TurnEnded(f"turn {expected_turn} of {session.name} is over",
+                                session=session.name, turn=expected_turn)  # fmt: skip
+            try:
+                self._steering.steer(session, turn, key, message)
+                return Started(self.resolve(ref), turn.n, delivered="steer")
+            except TurnEnded:
+                if expected_turn is not None:
+                    raise
+            self._turns.wait(ref, turn.n, timeout=ENDING_SECONDS)
+        elif expected_turn is None and self._steering.ending(session):
+            self._turns.wait(ref, None, timeout=ENDING_SECONDS)
+        elif expected_turn is not None or session.state is S.ACTIVE:
+            raise SessionBusy(f"session {session.name} is running a turn that cannot be "
+                              f"steered ({session.state.value}); wait for it or interrupt it",
+                              session=session.name)  # fmt: skip
+        return self.send(ref, message, if_idle=True)
+
     def interrupt(self, ref: str) -> Started:
-        """Stop the session's running turn: its harness is stopped, the turn ends INTERRUPTED
-        and its work is checkpointed, as at any turn's end. InvalidState when no turn runs."""
+        """Stop the session's running turn: the turn ends INTERRUPTED and its work is
+        checkpointed, as at any turn's end. A live turn is asked to stop (its agent ends the
+        turn, its conversation kept); a one-shot turn, or a live one that does not answer,
+        has its harness stopped. InvalidState when no turn runs."""
         session = self.resolve(ref)
         if session.state is not S.ACTIVE or not session.sandbox_id:
             raise InvalidState(f"session {session.name} has no running turn (it is "
                                f"{session.state.value})", session=session.name,
                                state=session.state.value)  # fmt: skip
         turn = self._turns.turn(session.id, None)
-        if turn.finished_at is None:
+        live = self._steering.live_turn(session)
+        if live is not None:
+            try:
+                self._steering.interrupt(session, *live)
+            except TurnEnded:
+                pass  # over already: the watch finishes it
+            except SandboxError:
+                stop_run(self.sandboxes, session.sandbox_id, turn.active_run_id)
+            self._turns.seen_stopped(session, turn.active_run_id)
+        elif turn.finished_at is None:
             stop_run(self.sandboxes, session.sandbox_id, turn.active_run_id)
             self._turns.seen_stopped(session, turn.active_run_id)
         return Started(self._turns.watch(self.db.get_session(session.id)), turn.n)

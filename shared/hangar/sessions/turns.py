@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 
+from hangar.agent import commands
 from hangar.blobs import Blobs
 from hangar.config import Settings
 from hangar.db import Db
@@ -174,8 +175,14 @@ class Turns:
                 if base is not None:  # a bundle started the branch fresh on its own base
                     turn = self._update_turn(turn, context_base=base)
                 spec = self._spec(session, turn, harness, prompt)
+                key = None
+                if self.settings.live_turns and harness.live(spec) is not None:
+                    # on the record before the run starts: a steer may come at once
+                    key = commands.new_key()
+                    wrapped = base64.b64encode(self.keys.wrap(key)).decode()
+                    turn = self._update_turn(turn, command_key=wrapped)
                 warnings = start_turn(self.sandboxes, session.sandbox_id, harness, spec,
-                                      turn.run_id)  # fmt: skip
+                                      turn.run_id, key)  # fmt: skip
                 if warnings:  # (a finisher's handback adds its own to these)
                     turn = self._update_turn(turn, warnings=[*turn.warnings, *warnings])
             except HangarError as exc:
@@ -195,6 +202,12 @@ class Turns:
         self.schedule.claim_expiry(active)
         renew_lease(self.sandboxes, active)
         return active
+
+    def command_key(self, turn: Turn) -> bytes | None:
+        """The live turn's command key (None: a one-shot turn)."""
+        if turn.command_key is None:
+            return None
+        return self.keys.unwrap(base64.b64decode(turn.command_key))
 
     def _update_turn(self, turn: Turn, **changes: object) -> Turn:
         return self.db.update_turn(turn.model_copy(update=changes))

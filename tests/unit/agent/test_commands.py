@@ -68,6 +68,21 @@ def test_commands_are_taken_in_seq_order_whatever_the_order_they_land_in(ctl: st
     assert answers(ctl) == []
 
 
+def test_a_gap_left_by_a_command_that_never_landed_is_given_up_after_a_while(
+    ctl: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(commands.time, "monotonic", lambda: now[0])
+    inbox = Inbox(ctl, KEY, RUN)
+    write_command(ctl, KEY, RUN, 2, "steer", {"message": "b"})
+    assert inbox.take() == []  # held for 1
+    now[0] += commands.GAP_SECONDS + 1
+    assert [c.seq for c in inbox.take()] == [2]
+    write_command(ctl, KEY, RUN, 1, "steer", {"message": "a"})  # too late: refused
+    assert inbox.take() == []
+    assert [(a["seq"], a["detail"]) for a in answers(ctl)] == [(1, "replayed")]
+
+
 def test_an_answer_is_read_once_and_the_offset_moves_past_it(ctl: str) -> None:
     write_command(ctl, KEY, RUN, 1, "steer", {"message": "a"})
     inbox = Inbox(ctl, KEY, RUN)
@@ -107,6 +122,7 @@ def test_a_bad_command_is_refused_with_a_signed_refusal_and_changes_nothing(
 def test_an_oversized_command_is_refused_without_being_read(
     ctl: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(commands, "MAX_COMMAND", 4096)
     place(ctl, "1.json", b"x" * (commands.MAX_COMMAND + 1))
     reads: list[int] = []
     real_read = os.read

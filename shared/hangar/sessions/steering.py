@@ -1,0 +1,132 @@
+"""Steering and interrupting a live turn (spec 002, "How steering works"): a command signed with
+the turn's key (:mod:`hangar.agent.commands`), given the turn's next ``seq`` by a
+compare-and-set on the turn's record, landed in the run's control folder
+(:mod:`hangar.processes.control`) and answered by the driver in the sandbox.
+
+Nothing here holds state between calls: the key is on the turn's record (wrapped), the next
+``seq`` too, and the answers are in the sandbox; a restarted control plane steers the same run.
+A command that did not land (the driver had closed its inbox: the turn is over) changed
+nothing, and is :class:`~hangar.errors.TurnEnded`; one the driver answers ``turn_ended`` (the
+agent's process ended before it could be passed on) likewise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from hangar.db import Db
+from hangar.errors import CommandRefused, InvalidState, NotFound, SandboxError
+from hangar.errors import SessionBusy, SessionNotFound, TurnEnded, VersionConflict
+from hangar.models import Session, SessionState as S, Turn, utcnow
+from hangar.processes import control
+from hangar.sandboxes import Sandboxes
+from hangar.sessions.transitions import Transitions
+from hangar.sessions.turns import Turns
+
+ANSWER_SECONDS = 20.0
+"""How long a steer or an interrupt waits for the driver's answer (it looks every tenth of a
+second; a CLI busy writing its output may take longer to be read)."""
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """A command the driver passed on to the agent's CLI: its turn and ``seq``."""
+
+    turn: int
+    seq: int
+
+
+class Steering:
+    """Commands to a session's live turn over the db and the sandboxes."""
+
+    def __init__(self, db: Db, sandboxes: Sandboxes, turns: Turns, transitions: Transitions,
+                 poll: float = 0.1) -> None:  # fmt: skip
+        self.db, self.sandboxes, self.poll = db, sandboxes, poll
+        self.turns, self.transitions = turns, transitions
+
+    def live_turn(self, session: Session) -> tuple[Turn, bytes] | None:
+        """The session's running live turn and its key; None when no turn runs, or the one
+        that runs is one-shot (or its repair run is what runs now)."""
+        if session.state is not S.ACTIVE or session.sandbox_id is None:
+            return None
+        try:
+            turn = self.turns.turn(session.id, None)
+        except NotFound:
+            return None
+        key = self.turns.command_key(turn)
+        if key is None or turn.finished_at is not None or turn.active_run_id != turn.run_id:
+            return None
+        return turn, key
+
+    def ending(self, session: Session) -> bool:
+        """Whether the session's latest turn is a live one that has ended and is being
+        finished (the session still ACTIVE): a steer then waits for it and starts the next."""
+        if session.state is not S.ACTIVE:
+            return False
+        try:
+            turn = self.turns.turn(session.id, None)
+        except NotFound:
+            return False
+        return turn.command_key is not None and turn.finished_at is not None
+
+    def steer(self, session: Session, turn: Turn, key: bytes, message: str) -> Delivered:
+        """``message`` to the running turn, which carries it on (:meth:`command`); the
+        session's activity noted."""
+        delivered = self.command(session, turn, key, "steer", {"message": message})
+        self.touch(session)
+        return delivered
+
+    def interrupt(self, session: Session, turn: Turn, key: bytes) -> Delivered:
+        """Ask the running turn's agent to stop (:meth:`command`): the turn ends
+        ``interrupted``, the conversation kept as the CLI left it."""
+        delivered = self.command(session, turn, key, "interrupt", {})
+        self.touch(session)
+        return delivered
+
+    def touch(self, session: Session) -> None:
+        """Note the session's activity (best effort: a session written meanwhile is left as
+        it is; it is active either way)."""
+        with contextlib.suppress(SessionBusy, InvalidState, SessionNotFound):
+            self.transitions.extend(self.db.get_session(session.id), last_active_at=utcnow())
+
+    def command(self, session: Session, turn: Turn, key: bytes, kind: control.Kind,
+                body: dict[str, Any]) -> Delivered:  # fmt: skip
+        """Send ``kind`` to ``turn``'s driver and wait for its answer: Delivered, or
+        TurnEnded (nothing changed), CommandRefused, SandboxError (the sandbox did not
+        answer in time: the command may still be carried out)."""
+        assert session.sandbox_id is not None
+        turn = self._next_seq(turn)
+        command_id = control.land(self.sandboxes, session.sandbox_id, turn.run_id, key,
+                                  turn.commands_sent, kind, body)  # fmt: skip
+        deadline = time.monotonic() + ANSWER_SECONDS
+        while True:
+            answers, _ = control.answers(self.sandboxes, session.sandbox_id, turn.run_id, key)
+            mine = [a for a in answers if a.id == command_id]
+            if mine:
+                answer = mine[0]  # the first answer to an id is the one that counts
+                if answer.status == "delivered":
+                    return Delivered(turn.n, turn.commands_sent)
+                if answer.status == "turn_ended":
+                    raise TurnEnded(f"turn {turn.n} of {session.name} ended before the "
+                                    f"{kind} reached the agent", session=session.name,
+                                    turn=turn.n)  # fmt: skip
+                raise CommandRefused(f"the {kind} was refused: {answer.detail}",
+                                     session=session.name, turn=turn.n)  # fmt: skip
+            if time.monotonic() > deadline:
+                raise SandboxError(f"the {kind} to turn {turn.n} of {session.name} was not "
+                                   f"answered within {ANSWER_SECONDS:g} s",
+                                   session=session.name, turn=turn.n)  # fmt: skip
+            time.sleep(self.poll)
+
+    def _next_seq(self, turn: Turn) -> Turn:
+        """The turn with its next ``seq`` given out (compare-and-set: two callers never get
+        the same one)."""
+        while True:
+            try:
+                return self.db.update_turn(turn.model_copy(
+                    update={"commands_sent": turn.commands_sent + 1}))  # fmt: skip
+            except VersionConflict:
+                turn = self.db.get_turn(turn.session_id, turn.n)
