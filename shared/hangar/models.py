@@ -313,6 +313,14 @@ class Session(Record):
             self.branch = f"hangar/session/{self.name}"
 
 
+class QueuedMessage(BaseModel):
+    """A message that joined a turn before it started: as a record holds a message (all of it,
+    or its opening with where the whole is sealed: :mod:`hangar.sessions.messages`)."""
+
+    message: str
+    message_ref: MessageRef | None = None
+
+
 class Turn(Record):
     """One agent turn of a session; ``n`` counts from 1."""
 
@@ -373,6 +381,9 @@ class Turn(Record):
         default=None, repr=False, description="a live turn's command key, wrapped (base64): "
         "steers and interrupts are signed with it (None: a one-shot turn)")
     commands_sent: int = Field(default=0, ge=0, description="the last command's seq given out")
+    queued: list[QueuedMessage] = Field(
+        default_factory=list, description="messages sent for it while its session was starting "
+        "(before its run began): they follow its message, in order, in its prompt")
     context_base: str | None = Field(
         default=None, description="the session's new base, when a bundle started it fresh"
     )

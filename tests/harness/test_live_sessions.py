@@ -131,3 +131,45 @@ def test_a_restarted_control_plane_steers_and_interrupts_the_running_turns(
     first = restarted.wait("steered", 1, timeout=LIMIT, poll=0.2)
     assert first.outcome is TurnOutcome.EXITED and first.summary == "Steered and done.", first
     assert any(late in json.dumps(r["body"]) for r in stub.requests(API["claude"]))
+
+
+def test_messages_sent_while_the_session_starts_join_its_turn_in_order(
+    world: World, stub: ModelStub
+) -> None:
+    s = world.service
+    started = s.new("early", "quick turn: a short job", "app", harness="claude",
+                    model=MODELS["claude"])  # fmt: skip
+    assert started.session.state is SessionState.STARTING
+    first, second = "steer-words: first early word 1a", "steer-words: second early word 2b"
+    answers = [s.send("early", first), s.send("early", second)]
+    assert [(a.turn, a.delivered) for a in answers] == [(1, "steer"), (1, "steer")]
+    turn = s.wait("early", 1, timeout=LIMIT, poll=0.2)
+    assert turn.outcome is TurnOutcome.EXITED, turn
+    assert len(s.db.list_turns(s.resolve("early").id)) == 1
+    last = [ModelStub.transcript(r["body"]) for r in stub.requests(API["claude"])
+            if r["body"].get("tools") and first in json.dumps(r["body"])][-1]  # fmt: skip
+    assert last.index(first) < last.index(second)
+
+
+def test_steers_sent_as_the_turn_ends_are_carried_once_by_it_or_by_the_next(
+    world: World, stub: ModelStub
+) -> None:
+    s = world.service
+    s.new("edge", "held turn: run the long job", "app", harness="claude",
+          model=MODELS["claude"])  # fmt: skip
+    world.held("edge")
+    world.release("edge")  # the turn goes on to its end while the steers come
+    sent: list[tuple[str, int, str]] = []
+    deadline = time.monotonic() + LIMIT
+    while not sent or sent[-1][2] != "turn":  # steer until one comes after the turn's end
+        assert time.monotonic() < deadline, "the turn never ended"
+        text = f"steer-words: edge {len(sent)} e{len(sent)}x"
+        answer = s.send("edge", text)
+        sent.append((text, answer.turn, answer.delivered))
+    last = s.wait("edge", sent[-1][1], timeout=LIMIT, poll=0.2)
+    assert last.outcome is TurnOutcome.EXITED, last
+    assert len(sent) >= 2 and [d for _, _, d in sent[:-1]] == ["steer"] * (len(sent) - 1)
+    final = [ModelStub.transcript(r["body"]) for r in stub.requests(API["claude"])
+             if r["body"].get("tools") and sent[-1][0] in json.dumps(r["body"])][-1]  # fmt: skip
+    for text, _, _ in sent:  # each one reached the agent, exactly once
+        assert final.count(text) == 1, (text, sent, final[-3000:])

@@ -34,6 +34,7 @@ SCENARIO = {
         {"when": "steer-words", "steps": [{"text": "Steered and done."}]},
         {"when": "held turn", "steps": [{"shell": HOLD}, {"text": "Held turn done."}]},
         {"when": "after the interrupt", "steps": [{"text": "Resumed after the interrupt."}]},
+        {"when": "quick turn", "steps": [{"shell": "echo quick"}, {"text": "Quick turn done."}]},
     ],
     "models": ["claude-sonnet-4-5", "gpt-5-codex", "stub-model"],
 }

@@ -56,10 +56,16 @@ def stub() -> Iterator[ModelStub]:
 
 
 @pytest.fixture
+def live_turns() -> bool:
+    """Whether turns run live (a test parametrizes it to try the one-shot turns' stop)."""
+    return True
+
+
+@pytest.fixture
 def service(tmp_path: Path, db: SqliteDb, blobs: LocalBlobs, keys: LocalKeys, remote: Path,
-            stub: ModelStub) -> Iterator[SessionService]:  # fmt: skip
+            stub: ModelStub, live_turns: bool) -> Iterator[SessionService]:  # fmt: skip
     settings = Settings.build(data_dir=tmp_path / "data", harness_dir=harness_dir(),
-                              activity_grace_seconds=0,
+                              activity_grace_seconds=0, live_turns=live_turns,
                               turn_idle_minutes=IDLE_MINUTES)  # fmt: skip
     sandboxes = LocalSandboxes(tmp_path / "sandboxes", harness_dir())
     ticks = FakeTicks()
@@ -112,6 +118,7 @@ def test_a_timed_out_first_turn_is_resumed_by_the_next_turn(
     assert sent.index("turn one: start the work") < sent.index(MARK) < sent.index("turn two")
 
 
+@pytest.mark.parametrize("live_turns", [False])  # a live turn's abort lets pi write it first
 def test_a_pi_turn_interrupted_before_pi_wrote_its_conversation_is_followed_by_a_new_one(
     service: SessionService, stub: ModelStub
 ) -> None:

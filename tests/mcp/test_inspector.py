@@ -32,6 +32,7 @@ CALLS: dict[str, tuple[dict[str, str], str | None]] = {
     "get_session_patch": ({"ref": "nope"}, "session_not_found"),
     "list_environments": ({}, None),
     "interrupt_session": ({"ref": "nope"}, "session_not_found"),
+    "steer_session": ({"ref": "nope", "message": "hi"}, "session_not_found"),
     "archive_session": ({"ref": "nope"}, "session_not_found"),
     "delete_session": ({"ref": "nope"}, "session_not_found"),
 }

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 TOOLS = {"new_session", "list_sessions", "get_session", "open_session", "send_to_session",
          "keep_session", "suspend_session", "fork_session", "wait_for_turn", "get_artifact",
          "get_session_patch", "list_environments", "interrupt_session", "archive_session",
-         "delete_session"}  # fmt: skip
+         "delete_session", "steer_session"}  # fmt: skip
 SCHEMA = {"type": "object", "properties": {"tests_added": {"type": "integer"}},
           "required": ["tests_added"]}  # fmt: skip
 FIRST = "\n".join([
@@ -87,6 +87,11 @@ def test_an_agent_over_mcp_lists_environments_interrupts_archives_and_deletes(
     deadline = time.monotonic() + 60
     while mcp.ok("get_session", ref="ex")["state"] != "active":  # its turn runs
         assert time.monotonic() < deadline, "the turn never started"
+    for tool, more in (("steer_session", {}), ("send_to_session", {"if_idle": True})):
+        busy = mcp.call(tool, ref="ex", message="more", **more)  # a one-shot turn runs
+        assert busy.is_error and busy.body["error"]["code"] == "session_busy", busy.body
+    ended = mcp.call("steer_session", ref="ex", message="more", expected_turn=2)
+    assert ended.is_error and ended.body["error"]["code"] == "invalid_input", ended.body
     assert mcp.ok("interrupt_session", ref="ex")["turn"] == 1
     stopped = mcp.ok("wait_for_turn", ref="ex", timeout_seconds=120)
     assert (stopped["done"], stopped["outcome"]) == (True, "interrupted")

@@ -30,7 +30,9 @@ goes on. With nothing left the CLI's input is closed and it exits. If the CLI ex
 every command not passed on is answered ``turn_ended``: hangar starts the next turn with it. So
 a steer is delivered exactly once, or answered ``turn_ended``.
 
-The exit status is the CLI's; 130 after an interrupt that no later message followed; 1 (saying
+An interrupt the CLI does not heed within :data:`GRACE` seconds (its turn not over) ends the CLI
+and what it started, as a stop would. The exit status is the CLI's; 130 after an interrupt that
+no later message followed, or that ended the CLI; 1 (saying
 why on standard error) when the adapter reports a failure the CLI did not exit for, or the
 request is bad; 127 when the CLI cannot be started.
 """
@@ -39,13 +41,19 @@ import base64
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
+import time
 
 from hangar.agent import commands, run
 
 LOOK = 0.1
 """Seconds between looks at the inbox while the CLI is quiet."""
+GRACE = 10.0
+"""Seconds an interrupted CLI has to end its turn before the driver ends the CLI itself (Claude
+Code, interrupted in a tool call with a steer waiting, moves the tool to the background and
+waits on it)."""
 INTERRUPTED = 130
 ADAPTERS = {"claude": "claudelive.ClaudeLive", "codex": "codexlive.CodexLive",
             "pi": "pilive.PiLive"}  # fmt: skip
@@ -74,6 +82,8 @@ class Driver:
         self.to_cli = cli.stdin.fileno()
         self.gone = False  # the CLI's input is closed (it exited, or we ended it)
         self.late = False  # the inbox is closed
+        self.interrupted_at = None  # when the last interrupt was passed on
+        self.ended = False  # the driver ended the CLI after an interrupt it did not heed
 
     def send(self, lines):
         if self.gone:
@@ -107,10 +117,19 @@ class Driver:
             if not self.send(lines):
                 return
             self.waiting.pop(0)
+            if command.kind == "interrupt":
+                self.interrupted_at = time.monotonic()
             self.inbox.answer(command, "delivered")
 
     def look(self):
-        """Take what has landed; at the turn's end, close the inbox and carry out the rest."""
+        """Take what has landed; at the turn's end, close the inbox and carry out the rest;
+        end a CLI that did not heed an interrupt within :data:`GRACE` seconds."""
+        if self.adapter.idle:
+            self.interrupted_at = None
+        elif self.interrupted_at is not None and time.monotonic() - self.interrupted_at > GRACE:
+            self.interrupted_at = None
+            self.ended = True
+            end_tree(self.cli.pid)
         self.waiting += self.inbox.take()
         if self.adapter.idle and not self.waiting and not self.late:
             self.late = True
@@ -147,6 +166,20 @@ class Driver:
         self.waiting = []
 
 
+def end_tree(pid):
+    """SIGTERM ``pid`` and every process descended from it (the agent's: this process's user
+    may signal them), then SIGKILL what is left a moment later."""
+    targets = [pid, *run.descendants(pid)]  # once: an orphan is no longer found under pid
+    for number in (signal.SIGTERM, signal.SIGKILL):
+        for target in targets:
+            try:
+                os.kill(target, number)
+            except OSError:
+                pass
+        if number == signal.SIGTERM:
+            time.sleep(1.0)
+
+
 def start_cli(argv, cwd):
     """``argv`` started as the agent (this process's user without an identity file), with
     pipes for its input and output; its standard error is ours."""
@@ -181,7 +214,7 @@ def main():
         cli.stdin.close()
     code = cli.wait()
     code = 128 - code if code < 0 else code
-    if adapter.interrupted and adapter.idle:
+    if (adapter.interrupted and adapter.idle) or driver.ended:
         code = INTERRUPTED
     elif code == 0 and adapter.failure:
         sys.stderr.write("hangar: %s\n" % adapter.failure)

@@ -93,6 +93,8 @@ class Harness(Protocol):
     conversation_dirs: tuple[str, ...]
     can_resume: bool
     can_fork: bool
+    can_steer: bool
+    """Whether its turns can run live (:meth:`live` gives a command)."""
     max_message_bytes: int | None
     """The largest message the CLI can be given (None: no limit of its own)."""
 

@@ -166,7 +166,8 @@ class SessionService:
         self._shells = Shells(settings, sandboxes, self.environments, self._records,
                               self._schedule, self._turns)  # fmt: skip
         self._forks = Forks(db, sandboxes, self.checkpointer, self._records, self._startup)
-        self._steering = Steering(db, sandboxes, self._turns, self._transitions)
+        self._steering = Steering(settings, db, sandboxes, self._turns, self._transitions,
+                                  self.messages)  # fmt: skip
         self.pools = PoolKeeper(settings, db, sandboxes, self._schedule)
         """The environments' warm pools on their hours (:mod:`.pools`); its ``clock`` is the
         seam tests set."""
@@ -309,7 +310,8 @@ class SessionService:
         limit = check_minutes(turn_timeout_minutes, "turn_timeout_minutes")
         session = self.resolve(ref)
         plain = (harness, model, output_schema, limit) == (None, None, None, None) and not context
-        if plain and not if_idle and self._steering.live_turn(session) is not None:
+        steerable = session.state is S.STARTING or self._steering.live_turn(session) is not None
+        if plain and not if_idle and steerable:
             return self.steer(ref, message)
         if talking(session):
             raise SessionBusy(
@@ -429,8 +431,9 @@ class SessionService:
         one running. Without it, a session with no turn running gets the message as a
         :meth:`send` would, and a steer that came as its turn ended (its driver had stopped
         taking commands) waits for that turn to be finished, then starts the next turn with
-        it: a steer is never lost, and never delivered twice. SessionBusy while a one-shot
-        turn runs or a start is under way."""
+        it: a steer is never lost, and never delivered twice. A message for a turn the session
+        is starting joins it (queued, or steered once it runs). SessionBusy while a one-shot
+        turn runs or starts."""
         _check_message(message, (self.settings.max_message_kb << 10, "HANGAR_MAX_MESSAGE_KB"))
         session = self.resolve(ref)
         if expected_turn is not None:
@@ -438,6 +441,16 @@ class SessionService:
             if expected.finished_at is not None:
                 raise TurnEnded(f"turn {expected_turn} of {session.name} is over",
                                 session=session.name, turn=expected_turn)  # fmt: skip
+        starting = session.start.turn if session.start and session.state is S.STARTING else None
+        if starting is not None and expected_turn in (None, starting):
+            try:
+                joined = self._steering.join(session, starting, message)
+                return Started(self.resolve(ref), joined.turn, delivered="steer")
+            except TurnEnded:
+                if expected_turn is not None:
+                    raise
+            self._turns.wait(ref, starting, timeout=ENDING_SECONDS)
+            return self.send(ref, message, if_idle=True)
         live = self._steering.live_turn(session)
         if live is not None:
             turn, key = live

@@ -17,15 +17,22 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from hangar.config import Settings
 from hangar.db import Db
+from hangar.harnesses import get_harness
 from hangar.errors import CommandRefused, InvalidState, NotFound, SandboxError
 from hangar.errors import SessionBusy, SessionNotFound, TurnEnded, VersionConflict
-from hangar.models import Session, SessionState as S, Turn, utcnow
+from hangar.models import QueuedMessage, Session, SessionState as S, Turn, utcnow
 from hangar.processes import control
 from hangar.sandboxes import Sandboxes
+from hangar.sessions.messages import Kept, MessageStore
 from hangar.sessions.transitions import Transitions
 from hangar.sessions.turns import Turns
 
+MAX_QUEUED = 8
+"""Messages that may wait for a turn that is starting (each up to 64 KiB on its record)."""
+START_SECONDS = 120.0
+"""How long a message for a turn whose run is being started waits for it to begin."""
 ANSWER_SECONDS = 20.0
 """How long a steer or an interrupt waits for the driver's answer (it looks every tenth of a
 second; a CLI busy writing its output may take longer to be read)."""
@@ -42,10 +49,56 @@ class Delivered:
 class Steering:
     """Commands to a session's live turn over the db and the sandboxes."""
 
-    def __init__(self, db: Db, sandboxes: Sandboxes, turns: Turns, transitions: Transitions,
+    def __init__(self, settings: Settings, db: Db, sandboxes: Sandboxes, turns: Turns,
+                 transitions: Transitions, messages: MessageStore,
                  poll: float = 0.1) -> None:  # fmt: skip
-        self.db, self.sandboxes, self.poll = db, sandboxes, poll
-        self.turns, self.transitions = turns, transitions
+        self.settings, self.db, self.sandboxes, self.poll = settings, db, sandboxes, poll
+        self.turns, self.transitions, self.messages = turns, transitions, messages
+
+    def join(self, session: Session, n: int, message: str) -> Delivered:
+        """``message`` for turn ``n``, which the session is starting: queued on the turn
+        (its prompt carries it after its own message, in order) while the turn's command key
+        is not set, else steered once its run has begun. SessionBusy when the turn cannot be
+        live (a one-shot harness, live turns off) or :data:`MAX_QUEUED` wait already;
+        TurnEnded when the turn ended (it failed to start) before the message reached it."""
+        harness = get_harness(session.harness)
+        if not (self.settings.live_turns and harness.can_steer):
+            raise SessionBusy(f"session {session.name} is starting a turn that cannot be "
+                              "steered; wait for it", session=session.name)  # fmt: skip
+        kept: Kept | None = None
+        try:
+            while True:
+                turn = self.db.get_turn(session.id, n)
+                if turn.finished_at is not None:
+                    raise TurnEnded(f"turn {n} of {session.name} ended before it began",
+                                    session=session.name, turn=n)  # fmt: skip
+                if turn.command_key is not None:
+                    break
+                if len(turn.queued) >= MAX_QUEUED:
+                    raise SessionBusy(f"{MAX_QUEUED} messages wait for turn {n} of "
+                                      f"{session.name} already", session=session.name)  # fmt: skip
+                kept = kept or self.messages.keep(session.id, n, message)
+                queued = QueuedMessage(message=kept.message, message_ref=kept.ref)
+                try:
+                    self.db.update_turn(turn.model_copy(update={"queued": [*turn.queued,
+                                                                           queued]}))  # fmt: skip
+                    kept = None  # the record names it now
+                    return Delivered(n, 0)
+                except VersionConflict:
+                    continue  # written meanwhile: look again
+        finally:
+            if kept is not None:
+                self.messages.release(kept)
+        deadline = time.monotonic() + START_SECONDS
+        while turn.started_at is None:  # its run is being started: steer it once it runs
+            if time.monotonic() > deadline or turn.finished_at is not None:
+                raise TurnEnded(f"turn {n} of {session.name} did not begin", session=session.name,
+                                turn=n)  # fmt: skip
+            time.sleep(self.poll)
+            turn = self.db.get_turn(session.id, n)
+        key = self.turns.command_key(turn)
+        assert key is not None
+        return self.steer(self.db.get_session(session.id), turn, key, message)
 
     def live_turn(self, session: Session) -> tuple[Turn, bytes] | None:
         """The session's running live turn and its key; None when no turn runs, or the one

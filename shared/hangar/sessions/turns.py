@@ -154,10 +154,21 @@ class Turns:
         turn = self.ensure(session)
         harness = get_harness(session.harness)
         if not run_started(self.sandboxes, session.sandbox_id, turn.run_id):
+            key = None
+            if self.settings.live_turns and harness.can_steer:
+                # On the record before the prompt is read: from here on a message for this
+                # turn is a steer (:mod:`.steering`) instead of joining its queue, so the
+                # queue read below is the whole of it.
+                key = self.command_key(turn) or commands.new_key()
+                if turn.command_key is None:
+                    wrapped = base64.b64encode(self.keys.wrap(key)).decode()
+                    turn = self._set(turn, command_key=wrapped)
             earlier = [t for t in self.db.list_turns(session.id) if t.n < turn.n]
-            # the whole message, byte for byte; the account quotes earlier turns' openings
-            whole = turn.model_copy(update={
-                "message": self.messages.text(turn.message, turn.message_ref)})  # fmt: skip
+            # the whole message, byte for byte, then what was queued for it, in order; the
+            # account quotes earlier turns' openings
+            texts = [self.messages.text(turn.message, turn.message_ref),
+                     *(self.messages.text(q.message, q.message_ref) for q in turn.queued)]
+            whole = turn.model_copy(update={"message": "\n\n".join(texts)})
             prompt, handoff = conversations.prompt(session, harness, whole, earlier,
                                                    self._source_turns(session))  # fmt: skip
             prompt = layout.with_note(prompt, session, turn.output_schema,
@@ -166,33 +177,27 @@ class Turns:
             limit = timeouts.turn_limit(self.settings,
                                         self.environments.require(session.environment),
                                         session.start.timeout_minutes)  # fmt: skip
-            turn = self._update_turn(turn, harness_session=chosen, handoff=handoff,
+            turn = self._set(turn, harness_session=chosen, handoff=handoff,
                                      harness=harness.name, timeout_minutes=limit)  # fmt: skip
             try:
                 layout.prepare(self.sandboxes, session)
                 base = intake.deliver(self.sandboxes, self.context, session, turn,
                                       repo_dir_for(session.repo or ""))  # fmt: skip
                 if base is not None:  # a bundle started the branch fresh on its own base
-                    turn = self._update_turn(turn, context_base=base)
+                    turn = self._set(turn, context_base=base)
                 spec = self._spec(session, turn, harness, prompt)
-                key = None
-                if self.settings.live_turns and harness.live(spec) is not None:
-                    # on the record before the run starts: a steer may come at once
-                    key = commands.new_key()
-                    wrapped = base64.b64encode(self.keys.wrap(key)).decode()
-                    turn = self._update_turn(turn, command_key=wrapped)
                 warnings = start_turn(self.sandboxes, session.sandbox_id, harness, spec,
                                       turn.run_id, key)  # fmt: skip
                 if warnings:  # (a finisher's handback adds its own to these)
-                    turn = self._update_turn(turn, warnings=[*turn.warnings, *warnings])
+                    turn = self._set(turn, warnings=[*turn.warnings, *warnings])
             except HangarError as exc:
-                self._update_turn(turn, finished_at=utcnow(), outcome=TurnOutcome.FAILED,
+                self._set(turn, finished_at=utcnow(), outcome=TurnOutcome.FAILED,
                                   error_code=exc.code, summary=exc.message)  # fmt: skip
                 idle = self.transitions.turn_not_started(session, token, exc.message)
                 self.schedule.claim_expiry(idle)
                 self.schedule.housekeeping(idle)  # its sandbox still idles and expires
                 return idle
-        turn = self._update_turn(turn, started_at=turn.started_at or utcnow())
+        turn = self._set(turn, started_at=turn.started_at or utcnow())
         rebased = {"base_commit": turn.context_base} if turn.context_base else {}
         ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
         self.schedule.watch(session.id)  # first: a turn running must always be watched
@@ -208,6 +213,16 @@ class Turns:
         if turn.command_key is None:
             return None
         return self.keys.unwrap(base64.b64decode(turn.command_key))
+
+    def _set(self, turn: Turn, **changes: object) -> Turn:
+        """Set fields of a starting turn whatever else was written meanwhile: a steer given
+        its ``seq``, a message queued before the command key was set (neither touches these
+        fields)."""
+        while True:
+            try:
+                return self._update_turn(turn, **changes)
+            except VersionConflict:
+                turn = self.db.get_turn(turn.session_id, turn.n)
 
     def _update_turn(self, turn: Turn, **changes: object) -> Turn:
         return self.db.update_turn(turn.model_copy(update=changes))
