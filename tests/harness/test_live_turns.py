@@ -93,7 +93,7 @@ def live(agent: Agent) -> Live:
     return Live(agent)
 
 
-@pytest.mark.parametrize("agent", ["claude", "codex"], indirect=True)
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"], indirect=True)
 def test_a_steer_mid_turn_reaches_the_model_in_the_same_turn(live: Live, stub: ModelStub) -> None:
     name = live.agent.harness.name
     spec = live.agent.spec("held turn: run the long job", new_id=str(uuid.uuid4()))
@@ -109,7 +109,7 @@ def test_a_steer_mid_turn_reaches_the_model_in_the_same_turn(live: Live, stub: M
     assert result.summary == "Steered and done."
     if name == "claude":
         assert result.conversation_id == spec.new_id
-    assert result.usage.get("output_tokens", 0) > 0
+    assert sum(result.usage.values()) > 0  # (each CLI names its counts its own way)
     after = [r for r in stub.requests(API[name]) if STEER in json.dumps(r["body"])]
     assert after, "no model request carried the steer"
     with pytest.raises(TurnEnded):  # the turn is over: a late command does not land
@@ -117,7 +117,7 @@ def test_a_steer_mid_turn_reaches_the_model_in_the_same_turn(live: Live, stub: M
                      {"message": "too late"})  # fmt: skip
 
 
-@pytest.mark.parametrize("agent", ["claude", "codex"], indirect=True)
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi"], indirect=True)
 def test_an_interrupt_ends_the_turn_with_130_and_the_conversation_goes_on(live: Live) -> None:
     spec = live.agent.spec("held turn: run the long job", new_id=str(uuid.uuid4()))
     live.start(spec)
