@@ -22,11 +22,13 @@ sandbox: ``untracked_200mb_build``); ``checkpoint_unchanged`` and ``restore`` ar
 checkpoints (the default), with a format-1 ``restore`` line beside them.
 
 Usage: ``python -m tests.bench.run [--runs N] [--only ONLY]``, ONLY one of
-``sessions|incremental|start|calls|gke|direct``: ``sessions`` runs the checkpoint and restore
+``sessions|incremental|start|calls|gke|direct|steer``: ``sessions`` runs the checkpoint and restore
 lines alone, ``incremental`` the incremental checkpoint lines alone (both sessions, both
 formats), ``start`` only ``sandbox_start`` (sandboxes started and destroyed, nothing else),
 ``calls`` only ``port_calls_followed_turn``, ``gke`` only the two GKE resumes, ``direct`` only
-the direct and proxied GCS checkpoint and restore lines, for a quick side-by-side comparison.
+the direct and proxied GCS checkpoint and restore lines, ``steer`` only ``steer_roundtrip`` (a
+steer to a live turn's driver and its answer: :mod:`tests.bench.steering`), for a quick
+side-by-side comparison.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from tests.bench import (
     incremental,
     keepalive,
     port_calls,
+    steering,
 )
 
 IDENTITY = {
@@ -219,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make bench")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--only", default=None,
-                        choices=("sessions", "incremental", "start", "calls", "gke", "direct"))
+                        choices=("sessions", "incremental", "start", "calls", "gke", "direct",
+                                 "steer"))
     args = parser.parse_args(argv)
     if args.only == "start":
         return start_only(args.runs)
@@ -234,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in direct.lines(args.runs):
             print(json.dumps(line), flush=True)
         return 0
+    if args.only == "steer":
+        return steering.main(["--runs", str(args.runs * 4)])
 
     with tempfile.TemporaryDirectory(prefix="hangar-bench-") as tmp:
         root = Path(tmp)
@@ -366,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         report(keepalive.MCP_NAME, served[keepalive.MCP_NAME], includes=keepalive.MCP_INCLUDES)
         print(json.dumps(cli_list.line(cli_list.run(root / "cli", args.runs * 4))), flush=True)
         print(json.dumps(port_calls.measure()), flush=True)
+        print(json.dumps(steering.line(steering.run(root / "steer", args.runs * 4))), flush=True)
     for line in firestore.run(args.runs * 20):
         print(json.dumps(line), flush=True)
     for line in gke.lines(args.runs):
