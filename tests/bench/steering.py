@@ -5,7 +5,7 @@ exec, then the driver's answer read until it says ``delivered``), in a real loca
 The turn is hangar's driver (:mod:`hangar.agent.driver`) speaking Claude Code's stream-json to a
 stand-in that reads user lines and answers none of them (the CLI's own time is not hangar's),
 so the figure is the channel's: the exec that lands a command, the driver's look at its inbox
-(every 0.1 s), its write to the CLI, and the reads of its answer.
+(every 0.05 s), its write to the CLI, and the reads of its answer.
 
 Usage: ``python -m tests.bench.steering [--runs N]``; prints one JSON line.
 """
@@ -33,7 +33,7 @@ from hangar.sessions.steering import Steering
 
 NAME = "steer_roundtrip"
 RUNS = 20
-INCLUDES = "landing exec, the driver's look (every 0.1 s), its write to the CLI, answer reads"
+INCLUDES = "landing exec, the driver's look (every 0.05 s), its write to the CLI, answer reads"
 STANDIN = "import sys\nfor line in sys.stdin:\n    pass\n"  # takes every line, answers none
 
 

@@ -48,8 +48,8 @@ import time
 
 from hangar.agent import commands, run
 
-LOOK = 0.1
-"""Seconds between looks at the inbox while the CLI is quiet."""
+LOOK = 0.05
+"""Seconds between looks at the inbox while the CLI is quiet (a listing of an empty folder)."""
 GRACE = 10.0
 """Seconds an interrupted CLI has to end its turn before the driver ends the CLI itself (Claude
 Code, interrupted in a tool call with a steer waiting, moves the tool to the background and

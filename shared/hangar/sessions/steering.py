@@ -155,6 +155,7 @@ class Steering:
         command_id = control.land(self.sandboxes, session.sandbox_id, turn.run_id, key,
                                   turn.commands_sent, kind, body)  # fmt: skip
         deadline = time.monotonic() + ANSWER_SECONDS
+        pause = self.poll / 8  # the driver looks every tenth of a second: look soon, then less
         while True:
             answers, _ = control.answers(self.sandboxes, session.sandbox_id, turn.run_id, key)
             mine = [a for a in answers if a.id == command_id]
@@ -172,7 +173,8 @@ class Steering:
                 raise SandboxError(f"the {kind} to turn {turn.n} of {session.name} was not "
                                    f"answered within {ANSWER_SECONDS:g} s",
                                    session=session.name, turn=turn.n)  # fmt: skip
-            time.sleep(self.poll)
+            time.sleep(pause)
+            pause = min(pause * 2, self.poll)
 
     def _next_seq(self, turn: Turn) -> Turn:
         """The turn with its next ``seq`` given out (compare-and-set: two callers never get
