@@ -34,7 +34,7 @@ MAX_QUEUED = 8
 START_SECONDS = 120.0
 """How long a message for a turn whose run is being started waits for it to begin."""
 ANSWER_SECONDS = 20.0
-"""How long a steer or an interrupt waits for the driver's answer (it looks every tenth of a
+"""How long a steer or an interrupt waits for the driver's answer (it looks every twentieth of a
 second; a CLI busy writing its output may take longer to be read)."""
 
 
@@ -155,7 +155,7 @@ class Steering:
         command_id = control.land(self.sandboxes, session.sandbox_id, turn.run_id, key,
                                   turn.commands_sent, kind, body)  # fmt: skip
         deadline = time.monotonic() + ANSWER_SECONDS
-        pause = self.poll / 8  # the driver looks every tenth of a second: look soon, then less
+        pause = self.poll / 8  # the driver looks every 0.05 s: look soon, then less often
         while True:
             answers, _ = control.answers(self.sandboxes, session.sandbox_id, turn.run_id, key)
             mine = [a for a in answers if a.id == command_id]
