@@ -18,6 +18,7 @@ turn that ran more than once reports all it used.
 import json
 
 RESULT = b'{"type":"result"'
+CONTROL = b'{"type":"control_request"'
 
 
 class ClaudeLive:
@@ -29,6 +30,8 @@ class ClaudeLive:
         self.interrupted = False
         self.totals = {}
         self.asked = 0
+        self.asks = []  # approvals asked for and not yet published by the driver
+        self.pending = {}  # approval id -> the tool's input, until decided
 
     @staticmethod
     def user(text, priority=None):
@@ -42,6 +45,8 @@ class ClaudeLive:
 
     def output(self, line):
         """A line of Claude Code's output: (lines for the run log, lines to write to it)."""
+        if line.startswith(CONTROL):
+            return self.control(line)
         if not line.startswith(RESULT):
             return [line + b"\n"], []
         try:
@@ -57,6 +62,38 @@ class ClaudeLive:
             event["usage"] = dict(usage, **self.totals)
             line = json.dumps(event, separators=(",", ":")).encode()
         return [line + b"\n"], []
+
+    def control(self, line):
+        """A control request of Claude Code's: ``can_use_tool`` (under
+        ``--permission-prompt-tool stdio``) becomes an approval for the driver to publish and
+        hangar to decide; any other is refused at once, so Claude Code never waits on it."""
+        try:
+            message = json.loads(line)
+            request_id, request = message["request_id"], message["request"]
+            subtype = request.get("subtype")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return [line + b"\n"], []
+        if subtype == "can_use_tool" and isinstance(request_id, str):
+            tool_input = request.get("input") if isinstance(request.get("input"), dict) else {}
+            self.pending[request_id] = tool_input
+            self.asks.append({"id": request_id, "tool": str(request.get("tool_name") or ""),
+                              "input": tool_input})  # fmt: skip
+            return [], []
+        refusal = {"subtype": "error", "request_id": request_id,
+                   "error": "hangar does not answer %s" % subtype}  # fmt: skip
+        return [], [json.dumps({"type": "control_response", "response": refusal}).encode() + b"\n"]
+
+    def decide(self, approval_id, allow, message=""):
+        """The answer to approval ``approval_id`` (None: no such approval waits)."""
+        if approval_id not in self.pending:
+            return None
+        tool_input = self.pending.pop(approval_id)
+        if allow:
+            answer = {"behavior": "allow", "updatedInput": tool_input}
+        else:
+            answer = {"behavior": "deny", "message": message or "denied by a person"}
+        response = {"subtype": "success", "request_id": approval_id, "response": answer}
+        return [json.dumps({"type": "control_response", "response": response}).encode() + b"\n"]
 
     def steer(self, text):
         self.interrupted = False

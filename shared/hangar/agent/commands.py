@@ -10,7 +10,7 @@ A run's control folder CTL is hangar's (the uid split keeps the agent out of it)
 
 :func:`create` makes ``tmp/`` and ``in/`` (mode 0700). A command is one JSON object::
 
-    {"seq": N, "kind": "steer" | "interrupt", "id": ID, "body": {...}, "mac": HEX}
+    {"seq": N, "kind": "steer" | "interrupt" | "decide", "id": ID, "body": {...}, "mac": HEX}
 
 ``seq`` counts from 1 with no gaps, per run; ``id`` is random (:func:`write_command` makes it);
 ``mac`` is HMAC-SHA256 under the run's key (32 random bytes, :func:`new_key`) of the canonical
@@ -56,7 +56,9 @@ from collections import namedtuple
 
 COMMAND_TAG = "hangar/command"
 ACK_TAG = "hangar/ack"
-KINDS = ("steer", "interrupt")
+EVENT_TAG = "hangar/event"
+"""The domain tag of the driver's own lines in the run log (:func:`signed_event`)."""
+KINDS = ("steer", "interrupt", "decide")
 STATUSES = ("delivered", "refused", "turn_ended")
 KEY_BYTES = 32
 MAX_COMMAND = 100 << 20
@@ -136,6 +138,25 @@ def command_bytes(key: bytes, run_id: str, seq: int, kind: str, body: dict) -> "
     if len(data) > MAX_COMMAND:
         raise ValueError("command is over %d bytes" % MAX_COMMAND)
     return fields["id"], data
+
+
+def signed_event(key, run_id, fields):
+    """``fields`` (a dict with ``type`` first, ``hangar.*``) as one run-log line, signed under
+    :data:`EVENT_TAG` in ``mac``: the run log carries the agent's CLI's output too, so the
+    control plane believes a ``hangar.*`` line only when it verifies (:func:`verify_event`)."""
+    return canonical_line(dict(fields, mac=sign(key, EVENT_TAG, run_id, fields)))
+
+
+def canonical_line(value):
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode() + b"\n"
+
+
+def verify_event(key: bytes, run_id: str, value: dict) -> "dict | None":
+    """The fields of a run-log line the driver signed (without ``mac``), or None."""
+    if not isinstance(value, dict) or not isinstance(value.get("mac"), str):
+        return None
+    fields = {k: v for k, v in value.items() if k != "mac"}
+    return fields if verify(key, EVENT_TAG, run_id, fields, value["mac"]) else None
 
 
 def write_command(ctl, key, run_id, seq, kind, body):

@@ -76,8 +76,9 @@ def write_all(fd, data):
 class Driver:
     """The loop: the CLI's output to the log through the adapter, commands to the CLI."""
 
-    def __init__(self, adapter, inbox, cli):
+    def __init__(self, adapter, inbox, cli, key=None, run_id=""):
         self.adapter, self.inbox, self.cli = adapter, inbox, cli
+        self.key, self.run_id = key, run_id
         self.waiting = []  # commands taken and not passed on yet, in order
         self.to_cli = cli.stdin.fileno()
         self.gone = False  # the CLI's input is closed (it exited, or we ended it)
@@ -99,6 +100,10 @@ class Driver:
         """Pass on what waits, in order, as far as the adapter can take it now."""
         while self.waiting:
             command = self.waiting[0]
+            if command.kind == "decide":
+                self.waiting.pop(0)
+                self.decide(command)
+                continue
             if command.kind == "steer":
                 text = command.body.get("message")
                 if not isinstance(text, str):
@@ -120,6 +125,31 @@ class Driver:
             if command.kind == "interrupt":
                 self.interrupted_at = time.monotonic()
             self.inbox.answer(command, "delivered")
+
+    def decide(self, command):
+        """Carry out a decision on an approval the CLI waits for; refused when none such waits
+        (unknown, or decided already)."""
+        body = command.body
+        decide = getattr(self.adapter, "decide", None)
+        approval, allow = body.get("approval"), body.get("allow")
+        lines = None
+        if decide is not None and isinstance(approval, str) and isinstance(allow, bool):
+            lines = decide(approval, allow, str(body.get("message") or ""))
+        if lines is None:
+            self.inbox.answer(command, "refused", "no such approval waits")
+        elif self.send(lines):
+            self.inbox.answer(command, "delivered")
+        else:
+            self.inbox.answer(command, "turn_ended", "the agent's process had ended")
+
+    def publish(self):
+        """The approvals the adapter was asked for, as signed lines in the run log."""
+        asks = getattr(self.adapter, "asks", None)
+        while asks:
+            ask = asks.pop(0)
+            fields = {"type": "hangar.approval", "id": ask["id"], "tool": ask["tool"],
+                      "input": ask["input"], "at": time.time()}  # fmt: skip
+            write_all(1, commands.signed_event(self.key or b"", self.run_id, fields))
 
     def look(self):
         """Take what has landed; at the turn's end, close the inbox and carry out the rest;
@@ -153,6 +183,7 @@ class Driver:
                 for line in lines:
                     log, send = self.adapter.output(line)
                     write_all(1, b"".join(log))
+                    self.publish()
                     if send:
                         self.send(send)
                     self.pass_on()
@@ -208,7 +239,7 @@ def main():
         inbox.close()
         sys.stderr.write("hangar: cannot start %s: %s\n" % (argv[0], exc))
         sys.exit(127)
-    driver = Driver(adapter, inbox, cli)
+    driver = Driver(adapter, inbox, cli, key, run_id)
     driver.run(message)
     if not driver.gone:
         cli.stdin.close()

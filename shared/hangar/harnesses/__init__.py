@@ -47,6 +47,9 @@ class TurnSpec:
     fork_from: str | None = None
     new_id: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    asks: bool = False
+    """Whether the harness asks before each command and edit (a live turn only: hangar's driver
+    publishes each request for a person's decision); else it asks nothing."""
 
 
 @dataclass(frozen=True)

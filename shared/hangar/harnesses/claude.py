@@ -55,7 +55,10 @@ class ClaudeCode:
 
     def _argv(self, spec: TurnSpec, extra: list[str]) -> list[str]:
         argv = [self.binary, "-p", *extra, "--output-format", "stream-json", "--verbose"]
-        argv.append("--dangerously-skip-permissions")
+        if spec.asks and extra:  # live: each permission request comes to the driver
+            argv += ["--permission-prompt-tool", "stdio"]
+        else:
+            argv.append("--dangerously-skip-permissions")
         if spec.model:
             argv += ["--model", spec.model]
         if spec.conversation_id:

@@ -13,7 +13,7 @@ from hangar.errors import SandboxError, TurnEnded
 from hangar.processes import run_dir
 from hangar.sandboxes import Sandboxes, SandboxUser
 
-Kind = Literal["steer", "interrupt"]
+Kind = Literal["steer", "interrupt", "decide"]
 _CLOSED, _TAKEN = 3, 5
 _LAND = f"""
 umask 077

@@ -92,3 +92,34 @@ def test_a_steer_the_cli_never_took_is_answered_turn_ended_when_it_exits(
     assert code == 3
     assert [(a["seq"], a["status"]) for a in answers] == [(1, "turn_ended")]
     assert capfd.readouterr().out.split() == ["hello"]
+
+
+def test_claude_code_asking_to_use_a_tool_becomes_one_approval_decided_once() -> None:
+    from hangar.agent.claudelive import ClaudeLive
+    import json
+
+    claude = ClaudeLive({})
+    ask = {"type": "control_request", "request_id": "r1",
+           "request": {"subtype": "can_use_tool", "tool_name": "Bash", "input": {"command": "ls"}}}
+    assert claude.output(json.dumps(ask, separators=(",", ":")).encode()) == ([], [])
+    assert claude.asks == [{"id": "r1", "tool": "Bash", "input": {"command": "ls"}}]
+    (line,) = claude.decide("r1", True) or []
+    response = json.loads(line)["response"]
+    assert response["request_id"] == "r1"
+    assert response["response"] == {"behavior": "allow", "updatedInput": {"command": "ls"}}
+    assert claude.decide("r1", False) is None  # decided already
+    other = {"type": "control_request", "request_id": "r2", "request": {"subtype": "mcp_message"}}
+    log, send = claude.output(json.dumps(other, separators=(",", ":")).encode())
+    assert log == [] and json.loads(send[0])["response"]["subtype"] == "error"
+
+
+def test_only_lines_the_driver_signed_verify_as_its_own() -> None:
+    import json
+
+    fields = {"type": "hangar.approval", "id": "r1", "tool": "Bash", "input": {}}
+    line = json.loads(commands.signed_event(KEY, RUN, fields))
+    assert commands.verify_event(KEY, RUN, line) == fields
+    assert commands.verify_event(KEY, "run-2", line) is None  # another run's
+    assert commands.verify_event(b"x" * 32, RUN, line) is None  # another key's
+    assert commands.verify_event(KEY, RUN, {**line, "tool": "Write"}) is None  # altered
+    assert commands.verify_event(KEY, RUN, fields) is None  # unsigned, as a CLI could print it
