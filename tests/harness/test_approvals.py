@@ -27,7 +27,7 @@ RAN = "/tmp/ran.txt"
 SCENARIO = {
     "rules": [{"when": "asked turn", "steps": [{"shell": f"echo ran >> {RAN}"},
                                                {"text": "Asked turn done."}]}],  # fmt: skip
-    "models": ["claude-sonnet-4-5"],
+    "models": ["claude-sonnet-4-5", "gpt-5-codex"],
 }
 
 
@@ -54,7 +54,7 @@ def live(agent: Agent) -> Live:
     return Live(agent)
 
 
-@pytest.mark.parametrize("agent", ["claude"], indirect=True)
+@pytest.mark.parametrize("agent", ["claude", "codex"], indirect=True)
 @pytest.mark.parametrize("allow", [True, False])
 def test_a_command_waits_for_its_approval_and_runs_once_or_never(live: Live, stub: ModelStub,
                                                                  allow: bool) -> None:  # fmt: skip
@@ -63,7 +63,7 @@ def test_a_command_waits_for_its_approval_and_runs_once_or_never(live: Live, stu
     asked: list[dict[str, Any]] = []
     until("an approval request", lambda: bool(asked.extend(approvals(live)) or asked), 120)
     (request,) = asked
-    assert request["tool"] == "Bash" and RAN in request["input"]["command"]
+    assert request["tool"] in ("Bash", "commandExecution") and RAN in json.dumps(request["input"])
     assert not live.exists(RAN)  # it waits
     unknown = live.command("decide", {"approval": "no-such-id", "allow": True})
     assert (unknown.status, unknown.detail) == ("refused", "no such approval waits")
@@ -76,6 +76,6 @@ def test_a_command_waits_for_its_approval_and_runs_once_or_never(live: Live, stu
     assert result.ok and result.summary == "Asked turn done.", log[-2000:]
     ran = live.sandboxes.exec(live.sandbox, ["cat", RAN])
     assert ran.stdout == (b"ran\n" if allow else b"")
-    if not allow:
+    if not allow and live.agent.harness.name == "claude":  # (Codex's answer carries no words)
         told = [r for r in stub.requests("anthropic") if "not this one" in json.dumps(r["body"])]
         assert told, "the model was not told of the denial"

@@ -85,6 +85,11 @@ STATUS = {"inProgress": "in_progress", "completed": "completed", "failed": "fail
           "declined": "declined"}  # fmt: skip
 
 
+APPROVALS = {"item/commandExecution/requestApproval": "commandExecution",
+             "item/fileChange/requestApproval": "fileChange"}
+"""The app-server's approval requests, by the tool each names (asked when the turn asks)."""
+
+
 def line(message: JSON) -> bytes:
     """One JSON line, as the app-server and the run log both take it."""
     return json.dumps(message, separators=(",", ":")).encode() + b"\n"
@@ -191,6 +196,8 @@ class CodexLive:
         self._plan: Optional[Tuple[str, List[JSON]]] = None  # the running todo list
         self._baseline: Dict[str, int] = {}
         self._total: Dict[str, int] = {}
+        self.asks: List[JSON] = []  # approvals asked for, not yet published by the driver
+        self._approvals: Dict[str, Any] = {}  # approval id -> the request's JSON-RPC id
 
     @property
     def idle(self) -> bool:
@@ -210,8 +217,11 @@ class CodexLive:
         self._message = message
         hello = {"clientInfo": {"name": "hangar", "title": None, "version": "1"},
                  "capabilities": {"optOutNotificationMethods": QUIET}}  # fmt: skip
+        # "untrusted" is the policy that asks most in 0.171.0, yet Codex still runs the
+        # commands it deems safe (ls, cat, ...) without asking.
+        policy = "untrusted" if self.options.get("asks") else "never"
         params: JSON = {"cwd": self.options.get("cwd"), "model": self.options.get("model"),
-                        "approvalPolicy": "never", "sandbox": "danger-full-access"}  # fmt: skip
+                        "approvalPolicy": policy, "sandbox": "danger-full-access"}  # fmt: skip
         if self.options.get("conversation_id"):
             method = "thread/resume"
             params.update(threadId=self.options["conversation_id"], excludeTurns=True)
@@ -260,13 +270,29 @@ class CodexLive:
         log: List[bytes] = []
         writes: List[bytes] = []
         method = _str(message.get("method"))
-        if method is not None and "id" in message:
+        if method in APPROVALS and "id" in message and self.options.get("asks"):
+            self._ask(message["id"], method, _dict(message.get("params")))
+        elif method is not None and "id" in message:
             writes.append(self._answer(message["id"], method))
         elif method is not None:
             self._notification(method, _dict(message.get("params")), log, writes)
         elif isinstance(message.get("id"), int) and message["id"] in self._pending:
             self._response(message, log, writes)
         return log, writes
+
+    def decide(self, approval_id: str, allow: bool, message: str = "") -> Optional[List[bytes]]:
+        """The answer to approval ``approval_id`` (None: no such approval waits). Codex's
+        approval answer carries no message: a denial is ``decline``."""
+        request_id = self._approvals.pop(approval_id, None)
+        if request_id is None:
+            return None
+        return [line({"id": request_id, "result": {"decision": "accept" if allow else "decline"}})]
+
+    def _ask(self, request_id: Any, method: str, params: JSON) -> None:
+        approval_id = "codex-%s" % (request_id,)
+        self._approvals[approval_id] = request_id
+        shown = {k: v for k, v in params.items() if k not in ("threadId", "turnId")}
+        self.asks.append({"id": approval_id, "tool": APPROVALS[method], "input": shown})
 
     # Requests and their answers.
 

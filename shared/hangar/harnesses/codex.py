@@ -70,7 +70,7 @@ class Codex:
         # the app-server's requests (hangar.agent.codexlive), which also writes the log as
         # `codex exec --json` lines.
         options = {"cwd": spec.cwd, "model": spec.model, "conversation_id": spec.conversation_id,
-                   "fork_from": spec.fork_from}  # fmt: skip
+                   "fork_from": spec.fork_from, "asks": spec.asks}  # fmt: skip
         return LiveInvocation(argv=self.live_argv(spec), options=options)
 
     def live_argv(self, spec: TurnSpec) -> list[str]:

@@ -123,3 +123,22 @@ def test_only_lines_the_driver_signed_verify_as_its_own() -> None:
     assert commands.verify_event(b"x" * 32, RUN, line) is None  # another key's
     assert commands.verify_event(KEY, RUN, {**line, "tool": "Write"}) is None  # altered
     assert commands.verify_event(KEY, RUN, fields) is None  # unsigned, as a CLI could print it
+
+
+def test_codex_asking_to_run_a_command_becomes_one_approval_only_when_the_turn_asks() -> None:
+    import json
+
+    from hangar.agent.codexlive import CodexLive
+
+    ask = {"id": 7, "method": "item/commandExecution/requestApproval",
+           "params": {"threadId": "t", "turnId": "u", "command": "rm x", "cwd": "/w"}}
+    raw = json.dumps(ask).encode()
+    asking = CodexLive({"asks": True})
+    assert asking.output(raw) == ([], [])
+    assert asking.asks == [{"id": "codex-7", "tool": "commandExecution",
+                            "input": {"command": "rm x", "cwd": "/w"}}]
+    (line,) = asking.decide("codex-7", False) or []
+    assert json.loads(line) == {"id": 7, "result": {"decision": "decline"}}
+    assert asking.decide("codex-7", True) is None  # decided already
+    _, answered = CodexLive({}).output(raw)  # a turn that does not ask: declined at once
+    assert json.loads(answered[0])["result"] == {"decision": "decline"}
