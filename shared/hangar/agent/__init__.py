@@ -55,7 +55,7 @@ USES: dict[str, tuple[str, ...]] = {
     "cryptokit": (),
     "exchange": ("paths",),
     "homeconfig": ("tomltext",),
-    "driver": ("commands", "run", "claudelive", "codexlive", "pilive"),
+    "driver": ("commands", "run", "claudelive", "codexlive", "pilive", "gitsafe", "trees"),
     "pirpc": (),
     "restore": ("gitsafe", "paths", "quiesce", "fdtree", "sealed", "manifests", "direct"),
     "run": (),
