@@ -14,7 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import model_validator
 
 from hangar.errors import InvalidSettings
 
@@ -183,6 +186,16 @@ class Settings(BaseModel):
         True, description="Run turns live where the harness can (Claude Code, Codex, pi): a "
         "steer reaches the running turn and an interrupt ends it gracefully; false makes every "
         "turn one-shot (a send while one runs is session_busy)")
+    notify_url: str | None = Field(
+        None, description="Where hangar POSTs a signed JSON event when a session needs input, "
+        "an approval is pending, or a turn failed or finished (http:// or https://, no "
+        "credentials in it); unset: nobody is told (docs/sessions.md, Being told)")
+    notify_secret: SecretStr | None = Field(
+        None, description="The key (16 characters at least) that signs those events "
+        "(HMAC-SHA256); required with HANGAR_NOTIFY_URL. A secret: never shown")
+    approval_timeout_minutes: float = Field(
+        60, gt=0, le=7 * 24 * 60, description="An approval nobody answers is denied after this "
+        "many minutes, with a message saying so (a forgotten one never holds a sandbox)")
     max_message_kb: int = Field(
         1024, ge=1, le=16384, description="The largest message of a new or a send, in KiB of "
         "UTF-8; larger ones get 413 message_too_large with nothing started")
@@ -222,6 +235,32 @@ class Settings(BaseModel):
             values["max_sandboxes"] = (_default_max_sandboxes(values.get("sandbox_memory_mb"))
                                        if local else 0)  # fmt: skip
         return values
+
+    @field_validator("notify_url")
+    @classmethod
+    def _check_notify_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname or any(
+            c.isspace() for c in value
+        ):
+            raise ValueError("must be an http:// or https:// URL")
+        if "@" in parts.netloc:  # it shows in logs and in the settings' repr
+            raise ValueError("must not hold credentials: the events are signed instead")
+        return value
+
+    @model_validator(mode="after")
+    def _check_notify_secret(self) -> Settings:
+        # Raised as it is (not a ValueError): a model-wide error would name no setting.
+        secret = self.notify_secret.get_secret_value() if self.notify_secret else ""
+        if self.notify_url is not None and not secret:
+            raise InvalidSettings("HANGAR_NOTIFY_URL is set but HANGAR_NOTIFY_SECRET is not: "
+                                  "events are always signed", setting="HANGAR_NOTIFY_SECRET")
+        if secret and len(secret) < 16:
+            raise InvalidSettings("invalid setting HANGAR_NOTIFY_SECRET: it must be 16 "
+                                  "characters at least", setting="HANGAR_NOTIFY_SECRET")
+        return self
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

@@ -26,6 +26,7 @@ once shipped; messages may.
     │   ├── SandboxNotFound             sandbox_not_found   404
     │   ├── BlobNotFound                blob_not_found      404
     │   ├── ArtifactNotFound            artifact_not_found  404
+    │   ├── ApprovalNotFound            approval_not_found  404
     │   └── UploadNotFound              upload_not_found    404
     ├── Conflict                        conflict            409
     │   ├── VersionConflict             version_conflict    409
@@ -58,6 +59,7 @@ once shipped; messages may.
     │   └── ConversationMismatch        conversation_mismatch 502
     ├── CryptoError                     crypto_error        500
     │   └── DecryptionFailed            decryption_failed   500
+    ├── NotifyFailed                    notify_failed       502
     └── BackendError                    backend_error       503
 
 An error about a passing shortage (``too_many_uploads``, ``capacity_exhausted``) says in its
@@ -198,6 +200,12 @@ class CheckpointNotFound(NotFound):
 
 class ArtifactNotFound(NotFound):
     code = "artifact_not_found"
+
+
+class ApprovalNotFound(NotFound):
+    """No such approval waits: unknown, answered already, or its turn is over."""
+
+    code = "approval_not_found"
 
 
 class UploadNotFound(NotFound):
@@ -421,6 +429,14 @@ class DecryptionFailed(CryptoError):
     """Ciphertext was tampered with, truncated, or bound to another session, checkpoint or part."""
 
     code = "decryption_failed"
+
+
+class NotifyFailed(HangarError):
+    """An event POSTed to the notify URL was not taken: no answer in time, or an answer other
+    than 2xx (``status``, when one came). Retryable: the ``notify`` tick tries again later."""
+
+    code = "notify_failed"
+    status = 502
 
 
 class BackendError(HangarError):

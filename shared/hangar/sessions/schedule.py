@@ -13,6 +13,8 @@ Keys (one due-time each; scheduling a key again moves it):
   pools checked).
 - ``pool:<environment>`` (:class:`PoolTick`): the next boundary of an environment's warm pool
   hours (:mod:`hangar.sessions.pools`), when its pool grows to its size or shrinks to none.
+- ``notify:<event id>`` (:class:`NotifyTick`): an event to POST to ``HANGAR_NOTIFY_URL``
+  (:mod:`hangar.sessions.notify`), due now, and again after a backoff while it fails.
 
 A payload that does not parse (a forged or stale tick) is dropped by :func:`parse`.
 """
@@ -23,10 +25,11 @@ import logging
 from datetime import datetime, timedelta
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hangar.config import Settings
-from hangar.models import Session, SessionState as S, TickDue, utcnow
+from hangar.models import Session, SessionState as S, TickDue, Turn, utcnow
+from hangar.sessions.notify import MAX_TRIES, NotifyEvent, approval_event, turn_event
 from hangar.ticks import Ticks
 
 logger = logging.getLogger(__name__)
@@ -76,10 +79,17 @@ class PoolTick(_Tick):
     environment: str
 
 
-Tick = StartTick | ClaimTick | WatchTick | IdleTick | IntervalTick | ReapTick | PoolTick
+class NotifyTick(_Tick):
+    kind: Literal["notify"] = "notify"
+    event: NotifyEvent
+    attempt: int = Field(default=0, ge=0, lt=MAX_TRIES, description="tries made before this")
+
+
+Tick = (StartTick | ClaimTick | WatchTick | IdleTick | IntervalTick | ReapTick | PoolTick
+        | NotifyTick)  # fmt: skip
 _KINDS: dict[str, type[_Tick]] = {
     "start": StartTick, "claim": ClaimTick, "watch": WatchTick, "idle": IdleTick,
-    "interval": IntervalTick, "reap": ReapTick, "pool": PoolTick,
+    "interval": IntervalTick, "reap": ReapTick, "pool": PoolTick, "notify": NotifyTick,
 }  # fmt: skip
 
 
@@ -109,7 +119,8 @@ class Schedule:
         self.ticks = ticks
 
     def _put(self, key: str, tick: Tick, due_at: datetime) -> None:
-        self.ticks.schedule(key, tick.kind, due_at, tick.model_dump(exclude={"kind"}))
+        payload = tick.model_dump(mode="json", exclude={"kind"})
+        self.ticks.schedule(key, tick.kind, due_at, payload)
 
     def start_step(self, session_id: str, token: str, seconds: float = 0.0) -> None:
         """The next step of a start, ``seconds`` from now."""
@@ -180,6 +191,25 @@ class Schedule:
             self.ticks.cancel(key)
             return
         self._put(key, PoolTick(environment=environment), due_at)
+
+    def notify(self, event: NotifyEvent, attempt: int = 0, seconds: float = 0.0) -> None:
+        """POST ``event`` to HANGAR_NOTIFY_URL ``seconds`` from now, through a ``notify`` tick
+        (nothing when it is unset). Scheduling the same event again moves its tick."""
+        if self.settings.notify_url is not None:
+            self._put(f"notify:{event.id}", NotifyTick(event=event, attempt=attempt),
+                      later(seconds))  # fmt: skip
+
+    def turn_ended(self, session: Session, turn: Turn) -> None:
+        """Tell HANGAR_NOTIFY_URL that the (recorded) turn ended: ``needs_input``,
+        ``turn_failed`` or ``turn_finished`` (:func:`.notify.turn_event`)."""
+        if self.settings.notify_url is not None:
+            self.notify(turn_event(session, turn))
+
+    def approval_pending(self, session: Session, turn: int, approval_id: str,
+                         summary: str | None = None) -> None:  # fmt: skip
+        """Tell HANGAR_NOTIFY_URL that an approval of turn ``turn`` waits for a person."""
+        if self.settings.notify_url is not None:
+            self.notify(approval_event(session, turn, approval_id, summary))
 
     def cancel_all(self, session_id: str) -> None:
         """Cancel every per-session tick (the shared reaper keeps running)."""
