@@ -22,13 +22,13 @@ sandbox: ``untracked_200mb_build``); ``checkpoint_unchanged`` and ``restore`` ar
 checkpoints (the default), with a format-1 ``restore`` line beside them.
 
 Usage: ``python -m tests.bench.run [--runs N] [--only ONLY]``, ONLY one of
-``sessions|incremental|start|calls|gke|direct|steer``: ``sessions`` runs the checkpoint and restore
-lines alone, ``incremental`` the incremental checkpoint lines alone (both sessions, both
+``sessions|incremental|start|calls|gke|direct|steer|trees``: ``sessions`` runs the checkpoint
+and restore lines alone, ``incremental`` the incremental checkpoint lines alone (both sessions, both
 formats), ``start`` only ``sandbox_start`` (sandboxes started and destroyed, nothing else),
 ``calls`` only ``port_calls_followed_turn``, ``gke`` only the two GKE resumes, ``direct`` only
 the direct and proxied GCS checkpoint and restore lines, ``steer`` only ``steer_roundtrip`` (a
 steer to a live turn's driver and its answer: :mod:`tests.bench.steering`), for a quick
-side-by-side comparison.
+side-by-side comparison; ``trees`` only ``tree_hash_p50`` (:mod:`tests.bench.trees`, issue 29).
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ from tests.bench import (
     keepalive,
     port_calls,
     steering,
+    trees,
 )
 
 IDENTITY = {
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--only", default=None,
                         choices=("sessions", "incremental", "start", "calls", "gke", "direct",
-                                 "steer"))
+                                 "steer", "trees"))
     args = parser.parse_args(argv)
     if args.only == "start":
         return start_only(args.runs)
@@ -240,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.only == "steer":
         return steering.main(["--runs", str(args.runs * 4)])
+    if args.only == "trees":
+        return trees.main(["--runs", str(args.runs * 8)])
 
     with tempfile.TemporaryDirectory(prefix="hangar-bench-") as tmp:
         root = Path(tmp)
@@ -373,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(cli_list.line(cli_list.run(root / "cli", args.runs * 4))), flush=True)
         print(json.dumps(port_calls.measure()), flush=True)
         print(json.dumps(steering.line(steering.run(root / "steer", args.runs * 4))), flush=True)
+        (root / "trees").mkdir()
+        print(json.dumps(trees.run(root / "trees", args.runs * 8)), flush=True)
     for line in firestore.run(args.runs * 20):
         print(json.dumps(line), flush=True)
     for line in gke.lines(args.runs):

@@ -39,6 +39,8 @@ from hangar.agent.gitsafe import COMMAND_LINE, GitError, Repo
 
 ERROR_CHARS = 300
 """At most this much of git's message goes into a ``"skipped": "failed"`` line."""
+MAX_PATHS = 64
+"""An edit naming more paths than this is hashed whole (a command line stays short)."""
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -87,6 +89,9 @@ class Trees:
         except GitError as exc:
             self.stopped = True
             return self._line(tool, start, skipped="failed", error=exc.message[:ERROR_CHARS])
+        except OSError as exc:  # git cannot be run (gone, or out of processes)
+            self.stopped = True
+            return self._line(tool, start, skipped="failed", error=str(exc)[:ERROR_CHARS])
         ms = (time.perf_counter() - start) * 1000.0
         if ms > self.slow_ms:
             self.stopped = True
@@ -129,10 +134,15 @@ class Trees:
         return tree
 
     def _relative(self, paths: list[str]) -> list[str] | None:
-        """``paths`` relative to the repo, or None when one is outside it or inside ``.git``
-        (the whole hash decides then)."""
+        """``paths`` relative to the repo, or None when one is outside it or inside ``.git``,
+        is no string or holds a NUL, or there are more than MAX_PATHS (the whole hash decides
+        then: the paths come from the agent's tool input)."""
+        if len(paths) > MAX_PATHS:
+            return None
         out = []
         for path in paths:
+            if not isinstance(path, str) or not path or "\0" in path:
+                return None
             full = os.path.normpath(os.path.join(self.worktree, path))
             rel = os.path.relpath(full, self.worktree)
             parts = rel.split(os.sep)

@@ -154,6 +154,13 @@ def test_paths_outside_the_repo_or_ignored_fall_back_to_the_whole_hash(tmp_path:
     assert line is not None
     rebuild(repo, tmp_path / "scratch", str(line["tree"]), tmp_path / "rebuilt")
     assert files_of(tmp_path / "rebuilt") == files_of(repo, ignored=(".log",))
+    hostile: list[list[object]] = [["d0/f7.txt\0x"], [7], ["d0/f8.txt"] * 500, ["d0/../.GIT/x"]]
+    for n, paths in enumerate(hostile):
+        (repo / "d1" / f"shell{n}.txt").write_text("a shell wrote this\n")
+        line = trees.record("Write", paths)  # type: ignore[arg-type]
+        assert line is not None and "tree" in line, line
+        rebuild(repo, tmp_path / "scratch", str(line["tree"]), tmp_path / f"rebuilt{n}")
+        assert files_of(tmp_path / f"rebuilt{n}") == files_of(repo, ignored=(".log",))
 
 
 def test_a_patch_between_two_steps_applies_and_a_cap_cuts_it(tmp_path: Path) -> None:
