@@ -84,6 +84,7 @@ def test_a_receiver_refuses_a_wrong_secret_an_altered_body_or_an_old_timestamp()
     assert not verify(SECRET, str(stamp), good, body.replace(b"done", b"DONE"))
     assert not verify(SECRET, str(stamp), good, body, now=stamp + 301)
     assert not verify(SECRET, "not-a-number", good, body)
+    assert not verify(SECRET, "²", good, body)  # a digit to isdigit, not to int
 
 
 def test_an_answer_other_than_2xx_is_a_retryable_notify_failed() -> None:
