@@ -177,7 +177,9 @@ class Trees:
         detection, no external diff or textconv) from ``since_tree`` to ``tree``, both trees
         this object recorded, and whether it was cut. A cut patch ends before the first file
         whose diff would pass ``limit`` bytes, so what is kept still applies. Raises
-        GitError when git fails or a tree id is not one."""
+        GitError when git fails or a tree id is not one (what did not change since the
+        repo's index is read from the repo's objects: an object the agent pruned since is
+        an error here)."""
         if not (_is_object_id(since_tree) and _is_object_id(tree)):
             raise GitError("diff-tree", "not a tree id")
         code, out, err = self._git("diff-tree", "-r", "-p", "--binary", "--full-index",

@@ -137,8 +137,17 @@ def test_the_paths_of_an_edit_give_the_same_tree_as_a_whole_hash(tmp_path: Path)
     assert trees.record(None) is not None
     (repo / "d1" / "f4.txt").write_text("edited by Edit\n")
     (repo / "d2" / "made.txt").write_text("made by Write\n")
+    calls: list[tuple[str, ...]] = []
+    run_git = trees._git
+
+    def logged(*args: str, **kw: object) -> tuple[int, bytes, bytes]:
+        calls.append(args)
+        return run_git(*args, **kw)  # type: ignore[arg-type]
+
+    trees._git = logged  # type: ignore[method-assign]
     fast = trees.record("Write", [str(repo / "d1" / "f4.txt"), "d2/made.txt"])
     assert fast is not None
+    assert calls == [("add", "-A", "--", "d1/f4.txt", "d2/made.txt"), ("write-tree", "--missing-ok")]
     (tmp_path / "other").mkdir()
     whole = Trees(str(repo), str(tmp_path / "other")).record(None)
     assert whole is not None and whole["tree"] == fast["tree"]
