@@ -12,6 +12,8 @@ hangar's scratch folder, never the agent's ``.git``:
   object (``write-tree --missing-ok`` trusts the index for what did not change), and only
   :meth:`Trees.patch` reads the repo's objects, as an alternate (git "freshens" an object it
   would write that an alternate holds: sets its mtime, a write to the agent's ``.git``);
+- the private index is split (``update-index --split-index``): a hash writes only what
+  changed since the shared index;
 - a path list from an edit tool (``record(tool, paths)``) is added alone
   (``git add -A -- PATHS``, literal pathspecs), which gives the same tree as a whole hash when
   only those paths changed; anything git refuses there (an ignored file, a path outside the
@@ -72,7 +74,14 @@ class Trees:
         self.stopped = False
         self._seen: tuple[int, int, int] | None = None  # the index's stat after the last hash
         # Bits that make git look away from a tracked file's changes would hide them here too.
-        self.repo.reveal_hidden()
+        try:
+            self.repo.reveal_hidden()
+        except GitError:  # an index git cannot read: start from HEAD's tree
+            self._fresh_index()
+        # A split index: each hash writes (and checksums) only the entries that changed since
+        # the shared index, not all of them (a third off a one-file edit on 5,000 files). An
+        # index git cannot read stays as it is: the first record starts it again.
+        self._git("update-index", "--split-index")
 
     # -- recording ------------------------------------------------------------------------
 

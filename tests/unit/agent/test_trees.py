@@ -195,3 +195,22 @@ def test_a_patch_between_two_steps_applies_and_a_cap_cuts_it(tmp_path: Path) -> 
     assert files_of(copy) == files_of(repo)
     small, cut = trees.patch(str(first["tree"]), str(second["tree"]), len(patch) - 10)
     assert cut and len(small) < len(patch) - 10 and patch.startswith(small)
+
+
+def test_an_index_git_cannot_read_or_hidden_changes_still_give_the_working_tree(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path)
+    git(repo, "update-index", "--assume-unchanged", "d0/f0.txt")
+    (repo / "d0" / "f0.txt").write_text("hidden from git status\n")
+    line = new_trees(tmp_path, repo).record(None)
+    assert line is not None
+    rebuild(repo, tmp_path / "scratch", str(line["tree"]), tmp_path / "hidden")
+    assert (tmp_path / "hidden" / "d0" / "f0.txt").read_text() == "hidden from git status\n"
+    (repo / ".git" / "index").write_bytes(b"DIRC garbage the agent wrote")
+    (repo / "d2" / "f5.txt").write_text("edited\n")
+    (tmp_path / "again").mkdir()
+    line = Trees(str(repo), str(tmp_path / "again")).record(None)
+    assert line is not None and "tree" in line, line
+    rebuild(repo, tmp_path / "again", str(line["tree"]), tmp_path / "rebuilt")
+    assert files_of(tmp_path / "rebuilt") == files_of(repo)
