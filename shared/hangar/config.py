@@ -182,6 +182,10 @@ class Settings(BaseModel):
     sandbox_limits: Literal["auto", "cgroup", "rlimit"] = Field(
         "auto", description="How the agent's limits are enforced: auto, cgroup or rlimit"
     )
+    tree_slow_ms: float = Field(
+        2000, ge=0, le=600_000, description="A live turn records its working tree's git tree "
+        "after each edit or shell step; one hash slower than this many milliseconds stops it "
+        "for the turn; 0: no trees")
     live_turns: bool = Field(
         True, description="Run turns live where the harness can (Claude Code, Codex, pi): a "
         "steer reaches the running turn and an interrupt ends it gracefully; false makes every "

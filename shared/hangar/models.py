@@ -61,6 +61,27 @@ class SessionState(StrEnum):
     FAILED = "failed"
 
 
+class PermissionMode(StrEnum):
+    """Who decides a turn's commands and edits: ``auto`` runs them unasked (the sandbox is the
+    boundary: not Claude Code's own ``--permission-mode auto``), ``ask`` waits for a person's
+    decision on each, ``deny-risky`` denies those a rule names and asks for the rest."""
+
+    AUTO = "auto"
+    ASK = "ask"
+    DENY_RISKY = "deny-risky"
+
+
+class PendingApproval(BaseModel):
+    """A command or edit a running turn's agent waits to be allowed: its ``id`` (answer with
+    it), its ``turn``, the ``tool`` and a redacted one-line ``summary`` of its input."""
+
+    id: str
+    turn: int
+    tool: str
+    summary: str
+    asked_at: datetime
+
+
 class TurnOutcome(StrEnum):
     EXITED = "exited"
     FAILED = "failed"
@@ -219,6 +240,9 @@ class StartIntent(BaseModel):
     timeout_minutes: float | None = Field(
         default=None, description="the turn's time limit the send asked for (None: its "
         "environment's, else HANGAR_TURN_TIMEOUT_MINUTES)")
+    permission_mode: PermissionMode | None = Field(
+        default=None, description="the turn's permission mode the send asked for (None: the "
+        "session's)")
 
 
 class StartError(BaseModel):
@@ -279,6 +303,11 @@ class Session(Record):
     output_schema: dict[str, Any] | None = Field(
         default=None, description="the JSON Schema of the turns' results (sends inherit it)"
     )
+    permission_mode: PermissionMode = Field(
+        default=PermissionMode.AUTO, description="who decides the turns' commands and edits "
+        "(sends may ask for another for their turn)")
+    pending_approvals: list[PendingApproval] = Field(
+        default_factory=list, description="what the running turn's agent waits to be allowed")
     shells: dict[str, datetime] = Field(
         default_factory=dict,
         description="open shells and terminals: lease id -> lease expiry (activity while held)",
@@ -381,6 +410,10 @@ class Turn(Record):
         default=None, repr=False, description="a live turn's command key, wrapped (base64): "
         "steers and interrupts are signed with it (None: a one-shot turn)")
     commands_sent: int = Field(default=0, ge=0, description="the last command's seq given out")
+    permission_mode: PermissionMode = Field(default=PermissionMode.AUTO,
+                                            description="who decided its commands and edits")
+    events_cursor: int = Field(default=0, ge=0, description="how far the run log was read for "
+                               "the driver's signed events (approvals)")
     queued: list[QueuedMessage] = Field(
         default_factory=list, description="messages sent for it while its session was starting "
         "(before its run began): they follow its message, in order, in its prompt")
@@ -578,6 +611,12 @@ class Environment(Record):
     warm_pool_hours: str | None = Field(
         default=None, description="when the warm pool is kept (hangar.sessions.warmhours; "
         "outside them it holds none); None: always, while warm_pool > 0")
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="hosts its agents' network tools may name under the "
+        "deny-risky permission mode (a name covers its subdomains; hangar.sessions.rules)")
+    deny_rules: dict[str, str] = Field(
+        default_factory=dict, description="its own deny-risky rules: name -> a regular "
+        "expression searched in what a tool would do")
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 

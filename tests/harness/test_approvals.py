@@ -24,9 +24,14 @@ from tests.harness.test_live_turns import Live, until
 pytestmark = [pytest.mark.harness, pytest.mark.sandbox]
 
 RAN = "/tmp/ran.txt"
+PUSHED, TESTS = "/tmp/pushed.txt", "/tmp/tests.txt"
 SCENARIO = {
     "rules": [{"when": "asked turn", "steps": [{"shell": f"echo ran >> {RAN}"},
-                                               {"text": "Asked turn done."}]}],  # fmt: skip
+                                               {"text": "Asked turn done."}]},
+              {"when": "risky turn", "steps": [
+                  {"shell": f"git push --force origin main; touch {PUSHED}"},
+                  {"shell": f"echo tests ran >> {TESTS}"},
+                  {"text": "Risky turn done."}]}],  # fmt: skip
     "models": ["claude-sonnet-4-5", "gpt-5-codex"],
 }
 

@@ -33,6 +33,8 @@ CALLS: dict[str, tuple[dict[str, str], str | None]] = {
     "list_environments": ({}, None),
     "interrupt_session": ({"ref": "nope"}, "session_not_found"),
     "steer_session": ({"ref": "nope", "message": "hi"}, "session_not_found"),
+    "approve": ({"ref": "nope", "approval": "a"}, "session_not_found"),
+    "deny": ({"ref": "nope", "approval": "a", "message": "no"}, "session_not_found"),
     "archive_session": ({"ref": "nope"}, "session_not_found"),
     "delete_session": ({"ref": "nope"}, "session_not_found"),
 }

@@ -47,6 +47,7 @@ import sys
 import time
 
 from hangar.agent import commands, run
+from hangar.agent.steps import Steps
 
 LOOK = 0.05
 """Seconds between looks at the inbox while the CLI is quiet (a listing of an empty folder)."""
@@ -76,9 +77,11 @@ def write_all(fd, data):
 class Driver:
     """The loop: the CLI's output to the log through the adapter, commands to the CLI."""
 
-    def __init__(self, adapter, inbox, cli, key=None, run_id=""):
+    def __init__(self, adapter, inbox, cli, key=None, run_id="", trees=None):
         self.adapter, self.inbox, self.cli = adapter, inbox, cli
         self.key, self.run_id = key, run_id
+        self.trees = trees  # a hangar.agent.trees.Trees, or None: no trees this turn
+        self.steps = Steps()
         self.waiting = []  # commands taken and not passed on yet, in order
         self.to_cli = cli.stdin.fileno()
         self.gone = False  # the CLI's input is closed (it exited, or we ended it)
@@ -142,6 +145,27 @@ class Driver:
         else:
             self.inbox.answer(command, "turn_ended", "the agent's process had ended")
 
+    def tree(self, tool):
+        """Record the working tree's git tree after a step, as a signed line in the log."""
+        if self.trees is None:
+            return
+        name, paths = tool
+        try:
+            line = self.trees.record(name, paths)
+        except Exception as exc:  # hashing must never end the turn
+            sys.stderr.write("hangar: trees stopped: %s\n" % exc)
+            self.trees = None
+            return
+        if line is not None:
+            write_all(1, commands.signed_event(self.key or b"", self.run_id, line))
+
+    def log(self, lines):
+        """Write the adapter's lines to the run log, each step they end followed by its tree."""
+        write_all(1, b"".join(lines))
+        for line in lines:
+            for step in self.steps.see(line.rstrip(b"\n")):
+                self.tree(step)
+
     def publish(self):
         """The approvals the adapter was asked for, as signed lines in the run log."""
         asks = getattr(self.adapter, "asks", None)
@@ -182,7 +206,7 @@ class Driver:
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
                     log, send = self.adapter.output(line)
-                    write_all(1, b"".join(log))
+                    self.log(log)
                     self.publish()
                     if send:
                         self.send(send)
@@ -190,7 +214,7 @@ class Driver:
             self.look()
         if pending:
             log, _ = self.adapter.output(pending)
-            write_all(1, b"".join(log))
+            self.log(log)
         self.late = True
         for command in self.waiting + self.inbox.close():
             self.inbox.answer(command, "turn_ended", "the agent's process had ended")
@@ -209,6 +233,22 @@ def end_tree(pid):
                 pass
         if number == signal.SIGTERM:
             time.sleep(1.0)
+
+
+def open_trees(options, scratch):
+    """The turn's :class:`~hangar.agent.trees.Trees` as the request asks (``{"repo": DIR,
+    "slow_ms": MS}``), its git folder in ``scratch``; None when not asked or the repo has none
+    (said on standard error)."""
+    if not isinstance(options, dict) or not isinstance(options.get("repo"), str):
+        return None
+    from hangar.agent.trees import Trees
+
+    try:
+        os.makedirs(scratch, 0o700, exist_ok=True)
+        return Trees(options["repo"], scratch, float(options.get("slow_ms") or 2000.0))
+    except Exception as exc:
+        sys.stderr.write("hangar: no trees this turn: %s\n" % exc)
+        return None
 
 
 def start_cli(argv, cwd):
@@ -233,17 +273,20 @@ def main():
     except (ValueError, KeyError, TypeError) as exc:
         sys.exit("hangar: a bad driver request: %s" % exc)
     inbox = commands.Inbox(os.path.join(folder, "ctl"), key, run_id)
+    trees = open_trees(request.get("trees"), os.path.join(folder, "trees"))
     try:
         cli = start_cli(argv, os.getcwd())
     except OSError as exc:
         inbox.close()
         sys.stderr.write("hangar: cannot start %s: %s\n" % (argv[0], exc))
         sys.exit(127)
-    driver = Driver(adapter, inbox, cli, key, run_id)
+    driver = Driver(adapter, inbox, cli, key, run_id, trees)
+    driver.tree(("start", None))
     driver.run(message)
     if not driver.gone:
         cli.stdin.close()
     code = cli.wait()
+    driver.tree(("end", None))
     code = 128 - code if code < 0 else code
     if (adapter.interrupted and adapter.idle) or driver.ended:
         code = INTERRUPTED

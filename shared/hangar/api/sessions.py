@@ -98,6 +98,12 @@ async def steer(runtime: Runtime, request: Request) -> Response:
     return reply(await run_in_threadpool(ops.steer, runtime, ref, body), 202)
 
 
+async def decide(runtime: Runtime, request: Request) -> Response:
+    body = await parse(request, s.Decision)
+    ref, approval = param(request, "ref"), param(request, "approval")
+    return reply(await run_in_threadpool(ops.decide, runtime, ref, approval, body))
+
+
 async def interrupt(runtime: Runtime, request: Request) -> Response:
     ref = param(request, "ref")
     return reply(await run_in_threadpool(ops.interrupt, runtime, ref), 202)
@@ -326,6 +332,10 @@ ENDPOINTS = [
              "(delivered: steer); 409 turn_ended when expected_turn is over, session_busy while "
              "a one-shot turn runs; with no turn running and no expected_turn, it starts the "
              "next turn", steer, s.Steer, s.StartedView, status=202),
+    Endpoint("POST", S + "/approvals/{approval}", "Approve or deny what the running turn's agent "
+             "waits to do (its id from pending_approvals); 404 approval_not_found when none "
+             "such waits (unknown, answered already, or its turn over)", decide, s.Decision,
+             s.Decided),
     Endpoint("POST", S + "/interrupt", "Stop the running turn (a live one is asked to stop, its "
              "conversation kept): it ends interrupted and its work is checkpointed (follow it "
              "with wait); 409 invalid_state when no turn runs",

@@ -114,6 +114,24 @@ def _warm_pool(p: argparse.ArgumentParser, update: bool) -> None:
                        help="keep the warm pool at all hours")  # fmt: skip
 
 
+def _rules(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allowed-host", action="append", metavar="HOST",
+                   help="a host its agents' network tools may name under --permission-mode "
+                   "deny-risky (covers its subdomains); repeatable" + (
+                       "" if p.prog.endswith("add") else ", replaces the list"))  # fmt: skip
+    p.add_argument("--deny-rule", action="append", metavar="NAME=REGEX",
+                   help="a deny-risky rule of its own: what a tool would do that REGEX finds "
+                   "is denied, naming NAME; repeatable" + (
+                       "" if p.prog.endswith("add") else ", replaces its rules"))  # fmt: skip
+
+
+def _permissions(p: argparse.ArgumentParser, default: str | None) -> None:
+    p.add_argument("--permission-mode", choices=("auto", "ask", "deny-risky"), default=default,
+                   help="who decides the turns' commands and edits: auto (nothing asked; the "
+                   "sandbox is the boundary), ask (each waits for session approve or deny; "
+                   "claude and codex)" + ("" if default else "; default: the session's"))  # fmt: skip
+
+
 def _turn_timeout(p: argparse.ArgumentParser, help_: str) -> None:
     p.add_argument("--turn-timeout", type=float, metavar="MIN", help=help_)
 
@@ -153,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
                   "default HANGAR_TURN_TIMEOUT_MINUTES, 120)")
     add.add_argument("--image", help=IMAGE_HELP)
     _warm_pool(add, update=False)
+    _rules(add)
     _json(add)
     _json(env_cmd.add_parser("list", help="list environments (never secret values)"))
     get_env = env_cmd.add_parser("get", help="show an environment (never secret values)")
@@ -179,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     image.add_argument("--no-image", action="store_true", help="run no image (the sandbox "
                        "backend's own system)")  # fmt: skip
     _warm_pool(upd, update=True)
+    _rules(upd)
     _json(upd)
     delete_env = env_cmd.add_parser("delete", help="delete an environment no session uses")
     delete_env.add_argument("name")
@@ -199,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     _schema(new)
     _context(new)
     _turn_timeout(new, TURN_TIMEOUT_HELP)
+    _permissions(new, "auto")
     _wait(new)
     _json(new)
     listing = cmd.add_parser("list", help="list sessions, newest first")
@@ -219,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     _schema(send, "; default: the session's")
     _context(send)
     _turn_timeout(send, TURN_TIMEOUT_HELP)
+    _permissions(send, None)
     send.add_argument("--if-idle", action="store_true", help="start a turn only if none is "
                       "running (else session_busy); without it a plain message to a running "
                       "live turn steers it")  # fmt: skip
@@ -231,6 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
     steer.add_argument("--expected-turn", type=int, metavar="N", help="refuse (turn_ended) "
                        "when turn N is over instead of starting the next turn")  # fmt: skip
     _json(steer)
+    for verb, what in (("approve", "allow what the running turn waits to do (it runs once)"),
+                       ("deny", "deny what the running turn waits to do")):  # fmt: skip
+        decide = cmd.add_parser(verb, help=what)
+        decide.add_argument("name")
+        decide.add_argument("approval", help="its id, from session get's pending approvals")
+        if verb == "deny":
+            decide.add_argument("--message", "-m", default="", help="why, for the agent")
+        _json(decide)
     open_ = cmd.add_parser("open", help="resume the session into a sandbox")
     open_.add_argument("name")
     _switch(open_)

@@ -107,7 +107,9 @@ def _env(api: Client, args: argparse.Namespace) -> int:
                 "secrets": _pairs(args.secret, "--secret"), "host_ports": args.host_port,
                 "turn_timeout_minutes": args.turn_timeout, "image": args.image,
                 "warm_pool": args.warm_pool or 0,
-                "warm_pool_hours": args.warm_pool_hours}  # fmt: skip
+                "warm_pool_hours": args.warm_pool_hours,
+                "allowed_hosts": args.allowed_host or [],
+                "deny_rules": _pairs(args.deny_rule, "--deny-rule")}  # fmt: skip
         env = api.call("POST", "/api/envs", body)
         if args.json:
             print_json(env)
@@ -155,6 +157,10 @@ def _env_change(args: argparse.Namespace) -> dict[str, Any]:
         body["warm_pool"] = args.warm_pool
     if args.warm_pool_hours is not None or args.no_warm_pool_hours:
         body["warm_pool_hours"] = args.warm_pool_hours or None
+    if args.allowed_host is not None:
+        body["allowed_hosts"] = args.allowed_host
+    if args.deny_rule is not None:
+        body["deny_rules"] = _pairs(args.deny_rule, "--deny-rule")
     if not body:
         raise UsageError("env update: nothing to change (give --branch, --setup, --var, "
                          "--secret, --unset, --host-port, --turn-timeout, --image, "
@@ -172,15 +178,26 @@ def _session(api: Client, args: argparse.Namespace) -> int:
                 "harness": args.harness, "model": args.model, "title": args.title,
                 "idle_minutes": args.idle, "output_schema": _schema(args.schema),
                 "context": context_items(api, args),
-                "turn_timeout_minutes": args.turn_timeout}  # fmt: skip
+                "turn_timeout_minutes": args.turn_timeout,
+                "permission_mode": args.permission_mode}  # fmt: skip
         started = api.call("POST", "/api/sessions", body)
         return _started(api, args, args.name, started)
     if a == "send":
         body = {"message": _message(args), "harness": args.harness, "model": args.model,
                 "output_schema": _schema(args.schema), "context": context_items(api, args),
-                "turn_timeout_minutes": args.turn_timeout, "if_idle": args.if_idle}  # fmt: skip
+                "turn_timeout_minutes": args.turn_timeout, "if_idle": args.if_idle,
+                "permission_mode": args.permission_mode}  # fmt: skip
         started = api.call("POST", f"{path}/send", body)
         return _started(api, args, args.name, started)
+    if a in ("approve", "deny"):
+        body = {"decision": a, "message": getattr(args, "message", "")}
+        decided = api.call("POST", f"{path}/approvals/{quote(args.approval, safe='')}", body)
+        if args.json:
+            print_json(decided)
+        else:
+            done = "approved" if a == "approve" else "denied"
+            say(f"{done} {args.approval} (turn {decided['turn']} of {args.name})")
+        return 0
     if a == "steer":
         body = {"message": _message(args), "expected_turn": args.expected_turn}
         return _started(api, args, args.name, api.call("POST", f"{path}/steer", body))

@@ -115,6 +115,12 @@ def print_session(s: dict[str, Any]) -> None:
         say(f"  needs input: {one_line(s['needs_input'], 200)}"
             + (f" (options: {' | '.join(inert(o) for o in options)})" if options else "")
             + f"; answer with: hangar session send {s['name']} ANSWER")
+    if s.get("permission_mode", "auto") != "auto":
+        say(f"  permissions: {s['permission_mode']}")
+    for a in s.get("pending_approvals") or []:
+        say(f"  waits for approval {inert(a['id'])} (turn {a['turn']}, asked "
+            f"{ago(a['asked_at'])}): {one_line(a['summary'], 120)}; hangar session approve "
+            f"{s['name']} {inert(a['id'])} (or deny)")  # fmt: skip
     if s.get("phase"):
         say(f"  starting: {describe_phase(s['phase'])}, since {ago(s['phase']['since'])}")
     if s.get("start_error"):
@@ -186,6 +192,10 @@ def print_env(e: dict[str, Any]) -> None:
     say(f"  turn limit: {f'{limit:g} minutes' if limit else '(HANGAR_TURN_TIMEOUT_MINUTES)'}")
     say(f"  image:      {e.get('image') or '(none)'}")
     say(f"  warm pool:  {warm_pool(e) if e.get('warm_pool') else '(none)'}")
+    if e.get("allowed_hosts"):
+        say(f"  allowed hosts (deny-risky): {', '.join(inert(h) for h in e['allowed_hosts'])}")
+    for name, pattern in (e.get("deny_rules") or {}).items():
+        say(f"  deny rule {inert(name)}: {inert(pattern)}")
 
 
 def warm_pool(e: dict[str, Any]) -> str:

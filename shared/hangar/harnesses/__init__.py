@@ -98,6 +98,8 @@ class Harness(Protocol):
     can_fork: bool
     can_steer: bool
     """Whether its turns can run live (:meth:`live` gives a command)."""
+    can_ask: bool
+    """Whether a live turn of it can ask before each command and edit (``TurnSpec.asks``)."""
     max_message_bytes: int | None
     """The largest message the CLI can be given (None: no limit of its own)."""
 

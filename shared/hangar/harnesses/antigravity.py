@@ -36,6 +36,7 @@ class Antigravity:
     binary = "agy"
     conversation_dirs: tuple[str, ...] = (".gemini/antigravity-cli/conversations",)
     can_resume = True
+    can_ask = False
     can_steer = False
     can_fork = False
     # One argument holds at most 128 KiB (MAX_ARG_STRLEN); hangar's notes on a prompt (the

@@ -40,6 +40,7 @@ class ClaudeCode:
     binary = "claude"
     conversation_dirs: tuple[str, ...] = (".claude/projects",)
     can_resume = True
+    can_ask = True
     can_steer = True
     can_fork = True
     max_message_bytes: int | None = None

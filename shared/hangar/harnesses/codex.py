@@ -45,6 +45,7 @@ class Codex:
     binary = "codex"
     conversation_dirs: tuple[str, ...] = (".codex/sessions",)
     can_resume = True
+    can_ask = True
     can_steer = True
     can_fork = True
     max_message_bytes: int | None = None

@@ -38,6 +38,7 @@ class Pi:
     binary = "pi"
     conversation_dirs: tuple[str, ...] = (".pi/agent/sessions",)
     can_resume = True
+    can_ask = False
     can_steer = True
     can_fork = True
     max_message_bytes: int | None = None

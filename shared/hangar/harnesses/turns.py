@@ -29,13 +29,17 @@ def start_turn(
     spec: TurnSpec,
     run_id: str,
     key: bytes | None = None,
+    tree_slow_ms: float = 0,
 ) -> list[str]:
     """Merge the harness's settings into its configuration files, then start its command
     detached in the repo with the turn's environment (the environment's variables and secrets,
     then the harness's own settings). With ``key`` (the run's command key,
     :mod:`hangar.agent.commands`) the turn is live: hangar's driver (:mod:`hangar.agent.driver`)
     runs the harness's live command and takes steers and interrupts signed with the key from
-    the run's control folder; the caller has checked :meth:`Harness.live` has one. Returns at
+    the run's control folder; the caller has checked :meth:`Harness.live` has one; with
+    ``tree_slow_ms`` too, the driver records the working tree's git tree at the turn's start and
+    end and after each edit or shell step (:mod:`hangar.agent.trees`; a hash slower than that
+    stops it for the turn). Returns at
     once, with the merge's warnings (see :func:`write_home_files`); HarnessError if the harness
     cannot honour ``spec``."""
     live = harness.live(spec) if key is not None else None
@@ -51,6 +55,8 @@ def start_turn(
     request = {"harness": harness.name, "argv": live.argv, "message": spec.prompt,
                "run_id": run_id, "key": base64.b64encode(key).decode(),
                "options": live.options}  # fmt: skip
+    if tree_slow_ms > 0:
+        request["trees"] = {"repo": spec.cwd, "slow_ms": tree_slow_ms}
     start_run(sandboxes, sandbox_id, run_id, agent.command("driver", run_dir(run_id)),
               cwd=spec.cwd, env={**spec.env, **live.env}, stdin=json.dumps(request).encode(),
               control=True)  # fmt: skip

@@ -66,6 +66,14 @@ class SteerIn(Ref, s.Steer):
     pass
 
 
+class ApproveIn(Ref):
+    approval: str = Field(description="the approval's id, from the session's pending_approvals")
+
+
+class DenyIn(ApproveIn):
+    message: str = Field("", max_length=4000, description="why, for the agent")
+
+
 class KeepIn(Ref, s.Keep):
     pass
 
@@ -126,6 +134,9 @@ class WaitOut(BaseModel):
     artifacts: list[ArtifactRef]
     question: str | None = Field(description="needs_input: answer with send_to_session")
     question_options: list[str]
+    pending_approvals: list[s.ApprovalView] = Field(
+        default_factory=list, description="what the running turn waits to be allowed: the "
+        "wait returns (done false) as soon as there is any; answer with approve or deny")
 
 
 class ArtifactOut(BaseModel):
@@ -185,6 +196,16 @@ async def steer_session(runtime: Runtime, a: SteerIn, report: Report) -> BaseMod
     return await _thread(lambda: ops.steer(runtime, a.ref, a))
 
 
+async def approve(runtime: Runtime, a: ApproveIn, report: Report) -> BaseModel:
+    return await _thread(lambda: ops.decide(runtime, a.ref, a.approval,
+                                            s.Decision(decision="approve", message="")))  # fmt: skip
+
+
+async def deny(runtime: Runtime, a: DenyIn, report: Report) -> BaseModel:
+    return await _thread(lambda: ops.decide(runtime, a.ref, a.approval,
+                                            s.Decision(decision="deny", message=a.message)))
+
+
 async def keep_session(runtime: Runtime, a: KeepIn, report: Report) -> BaseModel:
     return await _thread(lambda: ops.keep(runtime, a.ref, a))
 
@@ -224,7 +245,7 @@ async def wait_for_turn(runtime: Runtime, a: WaitIn, report: Report) -> BaseMode
         look = await _thread(watch.look)
         for note in look.notes:
             await report(note)
-        if look.done or time.monotonic() >= deadline:
+        if look.done or time.monotonic() >= deadline or look.session.pending_approvals:
             break
         await anyio.sleep(min(LOOK_EVERY, max(0.0, deadline - time.monotonic())))
     session = look.session
@@ -235,6 +256,7 @@ async def wait_for_turn(runtime: Runtime, a: WaitIn, report: Report) -> BaseMode
         artifacts=[ArtifactRef(path=x.path, turn=turn.n, size=x.size,
                                uri=artifact_uri(session, turn.n, x.path)) for x in turn.artifacts],
         question=turn.question, question_options=turn.question_options,
+        pending_approvals=[s.ApprovalView.of(x) for x in session.pending_approvals],
     )  # fmt: skip
 
 
@@ -274,6 +296,10 @@ TOOLS = [
          "with context as for new_session; answers at once. Follow it with wait_for_turn. A "
          "plain message to a running live turn steers it (delivered: steer) unless if_idle.",
          SendIn, s.StartedView, send_to_session),
+    Tool("approve", "Allow what the session's running turn waits to do (an id of its "
+         "pending_approvals); it runs once.", ApproveIn, s.Decided, approve),
+    Tool("deny", "Deny what the session's running turn waits to do; the agent is told (with "
+         "message, on Claude Code) and goes on without it.", DenyIn, s.Decided, deny),
     Tool("steer_session", "Tell the running turn's agent something in the same turn "
          "(delivered: steer); expected_turn refuses (turn_ended) when that turn is over.",
          SteerIn, s.StartedView, steer_session),
@@ -295,7 +321,8 @@ TOOLS = [
          "env): each one's repo, branch and setup.", NoArguments, EnvironmentsOut,
          list_environments),
     Tool("wait_for_turn", "Wait for the session's latest turn to end (up to timeout_seconds, "
-         "at most 600), sending progress notifications; done false means call again.",
+         "at most 600), sending progress notifications; done false means call again. It also "
+         "returns when the turn waits for an approval (pending_approvals).",
          WaitIn, WaitOut, wait_for_turn),
     Tool("get_artifact", "A file a turn handed back: text inline, binary as base64, up to "
          "HANGAR_EXCHANGE_INLINE_ARTIFACT_KB.", ArtifactIn, ArtifactOut, get_artifact),

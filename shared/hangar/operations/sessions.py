@@ -33,7 +33,8 @@ def new(runtime: Runtime, a: w.NewSession) -> w.StartedView:
     return _started(runtime, runtime.sessions.new(
         a.name, a.message, a.env, harness=a.harness, model=a.model, title=a.title,
         idle_minutes=a.idle_minutes, output_schema=a.output_schema, context=a.context,
-        turn_timeout_minutes=a.turn_timeout_minutes))  # fmt: skip
+        turn_timeout_minutes=a.turn_timeout_minutes,
+        permission_mode=a.permission_mode))  # fmt: skip
 
 
 def page(runtime: Runtime, limit: int, cursor: str | None = None, *,
@@ -60,7 +61,7 @@ def send(runtime: Runtime, ref: str, a: w.SendMessage) -> w.StartedView:
     return _started(runtime, runtime.sessions.send(
         ref, a.message, harness=a.harness, model=a.model, output_schema=a.output_schema,
         context=a.context, turn_timeout_minutes=a.turn_timeout_minutes,
-        if_idle=a.if_idle))  # fmt: skip
+        if_idle=a.if_idle, permission_mode=a.permission_mode))  # fmt: skip
 
 
 def steer(runtime: Runtime, ref: str, a: w.Steer) -> w.StartedView:
@@ -68,6 +69,13 @@ def steer(runtime: Runtime, ref: str, a: w.Steer) -> w.StartedView:
     with it when none runs and no turn was expected)."""
     return _started(runtime, runtime.sessions.steer(ref, a.message,
                                                     expected_turn=a.expected_turn))  # fmt: skip
+
+
+def decide(runtime: Runtime, ref: str, approval: str, a: w.Decision) -> w.Decided:
+    """Approve or deny what the running turn's agent waits to do."""
+    turn = runtime.sessions.approve(ref, approval, allow=a.decision == "approve",
+                                    message=a.message)  # fmt: skip
+    return w.Decided(approval=approval, decision=a.decision, turn=turn.n)
 
 
 def interrupt(runtime: Runtime, ref: str) -> w.StartedView:

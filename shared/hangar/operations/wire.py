@@ -19,7 +19,8 @@ from hangar.exchange.context import ContextItem
 from hangar.exchange.uploads import Upload
 from hangar.harnesses import get_harness
 from hangar.models import Checkpoint, ContextKind, ContextRef, Environment, Session
-from hangar.models import SessionDetail, Turn, last_good_checkpoint
+from hangar.models import PendingApproval, PermissionMode, SessionDetail, Turn
+from hangar.models import last_good_checkpoint
 from hangar.redact import redact
 from hangar.sandboxes import SandboxInfo
 from hangar.sessions.environments import loopback_warnings
@@ -51,6 +52,13 @@ SCHEMA_DOC = ("a JSON Schema the turn's result (out/result.json) must match; a m
               "invalid result gets one repair turn, then result_error")
 
 
+HOSTS_DOC = ("hosts its agents' network tools may name under the deny-risky permission mode "
+             "(a name covers its subdomains)")
+RULES_DOC = ("its own deny-risky rules: NAME -> a regular expression searched in what a tool "
+             "would do (a command's words, a file tool's path)")
+PERMISSION_DOC = ("who decides the turns' commands and edits: auto (nothing asked: the sandbox "
+                  "is the boundary; not Claude Code's own auto mode), ask (each waits for "
+                  "approve or deny; Claude Code and Codex, live turns only)")
 TURN_LIMIT_DOC = ("the turn's time limit in minutes (fractions allowed, at most a week): past "
                   "it the turn is stopped and ends timed_out; default: the environment's, else "
                   "HANGAR_TURN_TIMEOUT_MINUTES (120)")
@@ -89,6 +97,7 @@ class NewSession(Body):
     context: list[ContextItem] = Field(default_factory=list, description=CONTEXT_DOC)
     turn_timeout_minutes: float | None = Field(None, gt=0, le=MAX_TURN_MINUTES,
                                                allow_inf_nan=False, description=TURN_LIMIT_DOC)
+    permission_mode: PermissionMode = Field(PermissionMode.AUTO, description=PERMISSION_DOC)
 
 
 class SendMessage(Body):
@@ -103,9 +112,39 @@ class SendMessage(Body):
     context: list[ContextItem] = Field(default_factory=list, description=CONTEXT_DOC)
     turn_timeout_minutes: float | None = Field(None, gt=0, le=MAX_TURN_MINUTES,
                                                allow_inf_nan=False, description=TURN_LIMIT_DOC)
+    permission_mode: PermissionMode | None = Field(None, description=PERMISSION_DOC + "; for "
+                                                   "this turn (default: the session's)")
     if_idle: bool = Field(False, description="start a turn only if none is running (else 409 "
                           "session_busy); without it a plain message to a running live turn "
                           "steers it (delivered: steer)")
+
+
+class Decision(Body):
+    decision: Literal["approve", "deny"]
+    message: str = Field("", max_length=4000, description="with deny: why, for the agent "
+                         "(Claude Code shows it to the model; Codex's answer carries no words)")
+
+
+class Decided(BaseModel):
+    """The decision made: what the running turn's agent was told, and the turn."""
+
+    approval: str
+    decision: Literal["approve", "deny"]
+    turn: int
+
+
+class ApprovalView(BaseModel):
+    """What the running turn's agent waits to be allowed: answer it with its id."""
+
+    id: str
+    turn: int
+    tool: str
+    summary: str = Field(description="a redacted line saying what it would do")
+    asked_at: datetime
+
+    @classmethod
+    def of(cls, a: PendingApproval) -> ApprovalView:
+        return cls(id=a.id, turn=a.turn, tool=a.tool, summary=a.summary, asked_at=a.asked_at)
 
 
 class Steer(Body):
@@ -159,6 +198,8 @@ class NewEnvironment(Body):
     image: str | None = Field(None, description=IMAGE_DOC)
     warm_pool: int = Field(0, ge=0, le=100, description=WARM_POOL_DOC)
     warm_pool_hours: str | None = Field(None, max_length=1000, description=WARM_HOURS_DOC)
+    allowed_hosts: list[str] = Field(default_factory=list, description=HOSTS_DOC)
+    deny_rules: dict[str, str] = Field(default_factory=dict, description=RULES_DOC)
 
 
 class EnvironmentPatch(Body):
@@ -177,6 +218,8 @@ class EnvironmentPatch(Body):
     warm_pool: int | None = Field(None, ge=0, le=100, description=WARM_POOL_DOC)
     warm_pool_hours: str | None = Field(None, max_length=1000,
                                         description=f"{WARM_HOURS_DOC}")  # fmt: skip
+    allowed_hosts: list[str] | None = Field(None, description=f"{HOSTS_DOC}; replaces the list")
+    deny_rules: dict[str, str] | None = Field(None, description=f"{RULES_DOC}; replaces them")
 
 
 class TurnArtifactView(BaseModel):
@@ -371,6 +414,10 @@ class SessionSummary(BaseModel):
     turn_count: int | None = Field(description="how many turns it has")
     open_terminals: int = Field(description="shells and terminals open on it now (each keeps "
                                 "it from suspending for idleness)")
+    permission_mode: str = Field(description="who decides its turns' commands and edits: auto, "
+                                 "ask or deny-risky")
+    pending_approvals: list[ApprovalView] = Field(description="what the running turn's agent "
+                                                  "waits to be allowed (approve or deny each)")
 
     @classmethod
     def fields_of(cls, s: Session, summary: str | None) -> dict[str, object]:
@@ -389,7 +436,8 @@ class SessionSummary(BaseModel):
             open_terminals=len(live(s.shells)),
             restore_skipped=[k.model_dump() for k in s.restore_skipped],
             restore_warnings=s.restore_warnings,
-            resume_hint=hint, summary=summary,
+            resume_hint=hint, summary=summary, permission_mode=s.permission_mode.value,
+            pending_approvals=[ApprovalView.of(a) for a in s.pending_approvals],
         )  # fmt: skip
 
     @classmethod
@@ -481,6 +529,8 @@ class EnvironmentView(BaseModel):
     image: str | None = Field(description=IMAGE_DOC)
     warm_pool: int = Field(description=WARM_POOL_DOC)
     warm_pool_hours: str | None = Field(description=WARM_HOURS_DOC)
+    allowed_hosts: list[str] = Field(description=HOSTS_DOC)
+    deny_rules: dict[str, str] = Field(description=RULES_DOC)
     warnings: list[str] = Field(description="what would keep its sandboxes from working, such "
                                 "as a variable naming a loopback port they cannot reach")
     created_at: datetime
@@ -493,6 +543,7 @@ class EnvironmentView(BaseModel):
                    vars=sorted(e.vars), secrets=sorted(e.secrets), host_ports=e.host_ports,
                    turn_timeout_minutes=e.turn_timeout_minutes, image=e.image,
                    warm_pool=e.warm_pool, warm_pool_hours=e.warm_pool_hours,
+                   allowed_hosts=e.allowed_hosts, deny_rules=e.deny_rules,
                    warnings=loopback_warnings(e, host_ports=host_ports),
                    created_at=e.created_at)  # fmt: skip
 

@@ -168,6 +168,16 @@ class RunFollowers:
             self._raise(follower)
             return follower.status()
 
+    def since(self, sandbox_id: str, run_id: str, cursor: int) -> RunStatus:
+        """The run's log from byte ``cursor`` as this process's follower holds it now (from the
+        oldest byte it kept, when ``cursor`` is older), with the cursor after it; starts a
+        follower when there is none (the bytes come with its first word)."""
+        follower = self._follower(sandbox_id, run_id)
+        with follower.cond:
+            follower.cond.wait_for(follower.fresh, FIRST_WORD)
+            self._raise(follower)
+            return follower.status(cursor)
+
     def log(self, sandbox_id: str, run_id: str, limit: int) -> RunStatus:
         """The ended run's whole log (up to ``limit`` bytes), exit status and end of standard
         error: from the follower when it kept all of it, else read from the sandbox."""

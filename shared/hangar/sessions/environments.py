@@ -27,6 +27,7 @@ from hangar.keys.envelope import new_data_key, seal_bytes, unseal_bytes
 from hangar.models import NAME_PATTERN, Environment, utcnow
 from hangar.sessions import warmhours
 from hangar.sessions.images import check_image
+from hangar.sessions.rules import check_rules
 from hangar.sessions.timeouts import check_minutes
 
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -59,9 +60,23 @@ class EnvironmentChange(BaseModel):
     image: str | None = None
     warm_pool: int = 0
     warm_pool_hours: str | None = None
+    allowed_hosts: list[str] | None = None
+    deny_rules: dict[str, str] | None = None
 
 
 MAX_WARM_POOL = 100
+_HOST = re.compile(r"[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?)*")
+
+
+def check_hosts(hosts: list[str]) -> list[str]:
+    """Allowed hosts: DNS names (lowercase; each covers its subdomains), at most 100."""
+    if len(hosts) > 100:
+        raise InvalidInput("at most 100 allowed hosts", field="allowed_hosts")
+    for host in hosts:
+        if len(host) > 253 or not _HOST.fullmatch(host):
+            raise InvalidInput(f"allowed host {host!r} is not a lowercase DNS name",
+                               field="allowed_hosts")  # fmt: skip
+    return sorted(set(hosts))
 """The most ready sandboxes one environment's warm pool may keep."""
 
 
@@ -167,6 +182,8 @@ class Environments:
         image: str | None = None,
         warm_pool: int = 0,
         warm_pool_hours: str | None = None,
+        allowed_hosts: list[str] | None = None,
+        deny_rules: dict[str, str] | None = None,
     ) -> Environment:
         """Check everything, including that the repo (and branch) can be reached with
         ``git ls-remote``, then create the environment. Creates nothing on any error.
@@ -185,12 +202,14 @@ class Environments:
             check_image(image)
         pool = check_warm_pool(warm_pool)
         hours = check_warm_hours(warm_pool_hours)
+        hosts, rules = check_hosts(allowed_hosts or []), check_rules(deny_rules or {})
         self._check_reachable(repo, branch)
         sealed = {k: self._seal(name, k, v) for k, v in (secrets or {}).items()}
         env = Environment(name=name, repo=repo, branch=branch, setup=setup, vars=vars or {},
                           secrets=sealed, host_ports=ports,
                           turn_timeout_minutes=limit, image=image, warm_pool=pool,
-                          warm_pool_hours=hours)  # fmt: skip
+                          warm_pool_hours=hours, allowed_hosts=hosts,
+                          deny_rules=rules)  # fmt: skip
         return self.db.create_environment(env)
 
     def _check_reachable(self, repo: str, branch: str | None) -> None:
@@ -248,6 +267,8 @@ class Environments:
             check_image(change.image)
         pool = check_warm_pool(change.warm_pool)
         hours = check_warm_hours(change.warm_pool_hours)
+        hosts = check_hosts(change.allowed_hosts or []) if "allowed_hosts" in given else None
+        rules = check_rules(change.deny_rules or {}) if "deny_rules" in given else None
         both = sorted(set(change.unset) & (set(change.vars) | set(change.secrets)))
         if both:
             raise InvalidInput(f"cannot both set and unset {', '.join(both)}", names=both)
@@ -272,6 +293,8 @@ class Environments:
                 "image": change.image if "image" in given else env.image,
                 "warm_pool": pool if "warm_pool" in given else env.warm_pool,
                 "warm_pool_hours": hours if "warm_pool_hours" in given else env.warm_pool_hours,
+                "allowed_hosts": env.allowed_hosts if hosts is None else hosts,
+                "deny_rules": env.deny_rules if rules is None else rules,
                 "updated_at": utcnow(),
             })  # fmt: skip
             try:

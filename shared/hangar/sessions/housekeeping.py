@@ -14,6 +14,8 @@ themselves are in :mod:`hangar.sessions.schedule`).
   check every kept warm pool (:meth:`.pools.PoolKeeper.check`: a wrong count, a missing pool
   or a lost ``pool`` tick repaired);
 - ``pool``: an environment's warm pool hours reached a boundary (:mod:`.pools`).
+- ``notify``: POST an event to HANGAR_NOTIFY_URL, again after a backoff while it fails, a
+  bounded number of times (:func:`.notify.handle`).
 
 Contracts: ticks are hints, delivered at least once and never early, possibly forged or stale.
 :meth:`Housekeeping.handle_tick` drops a payload that does not parse, re-reads the session and
@@ -45,9 +47,11 @@ from hangar.sandboxes.policy import SandboxPolicy
 from hangar.checkpoints.checkpointer import Checkpointer
 from hangar.sessions.records import Records
 from hangar.sessions.sandbox import SESSION_LABEL, renew_lease, sandbox_alive, take_checkpoint
+from hangar.sessions import notify
 from hangar.sessions.pools import PoolKeeper
 from hangar.sessions.schedule import REAP_SECONDS, ClaimTick, IdleTick, IntervalTick, PoolTick
-from hangar.sessions.schedule import ReapTick
+from hangar.sessions.schedule import NotifyTick, ReapTick
+from hangar.sessions.approvals import Approvals
 from hangar.sessions.schedule import Schedule, StartTick, WatchTick, later, parse
 from hangar.sessions.shells import live
 from hangar.sessions.startup import Startup
@@ -77,9 +81,11 @@ class Housekeeping:
         startup: Startup,
         suspends: Suspends,
         pools: PoolKeeper | None = None,
+        approvals: Approvals | None = None,
     ) -> None:
         self.settings = settings
         self.db = db
+        self.approvals = approvals
         self.sandboxes = sandboxes
         self.checkpointer = checkpointer
         self.records = records
@@ -105,6 +111,9 @@ class Housekeeping:
         if isinstance(tick, PoolTick):
             if self.pools is not None:
                 self.pools.handle(tick)
+            return
+        if isinstance(tick, NotifyTick):
+            notify.handle(self.settings, self.schedule, tick)
             return
         try:
             session = self.db.get_session(tick.session)
@@ -164,6 +173,12 @@ class Housekeeping:
             self.schedule.watch(session.id)
             return
         session = self.turns.watch(session)
+        if session.state is S.ACTIVE and self.approvals is not None:
+            try:  # what the running turn's agent waits to be allowed
+                self.approvals.scan(session, self.turns.turn(session.id, None))
+            except HangarError as exc:
+                logger.warning("could not read the approvals of %s: %s", session.id, exc.message)
+            session = self.db.get_session(session.id)
         if session.state is S.ACTIVE and session.claim is None:
             ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
             try:

@@ -60,6 +60,7 @@ from hangar.models import (
     MAX_IDLE_MINUTES,
     NAME_MAX,
     CheckpointReason,
+    PermissionMode,
     Session,
     SessionDetail,
     SessionState as S,
@@ -86,6 +87,7 @@ from hangar.sessions.sandbox import SESSION_LABEL, Provisioner, sandbox_alive, t
 from hangar.sessions.schedule import Schedule
 from hangar.sessions.shells import Shells, talking
 from hangar.sessions.startup import Startup
+from hangar.sessions.approvals import Approvals
 from hangar.sessions.steering import Steering
 from hangar.sessions.suspends import Suspends
 from hangar.sessions.timeouts import check_minutes
@@ -168,12 +170,15 @@ class SessionService:
         self._forks = Forks(db, sandboxes, self.checkpointer, self._records, self._startup)
         self._steering = Steering(settings, db, sandboxes, self._turns, self._transitions,
                                   self.messages)  # fmt: skip
+        self._approvals = Approvals(settings, db, self._turns, self._steering, self.followers,
+                                    self.environments)  # fmt: skip
         self.pools = PoolKeeper(settings, db, sandboxes, self._schedule)
         """The environments' warm pools on their hours (:mod:`.pools`); its ``clock`` is the
         seam tests set."""
         self._housekeeping = Housekeeping(
             settings, db, sandboxes, self.checkpointer, self._records, self._transitions,
             self._schedule, self._turns, self._startup, self._suspends, self.pools,
+            self._approvals,
         )  # fmt: skip
         sandboxes.add_pre_destroy_hook(self._before_destroy)
 
@@ -246,6 +251,7 @@ class SessionService:
         output_schema: dict[str, Any] | None = None,
         context: Sequence[ContextItem] = (),
         turn_timeout_minutes: float | None = None,
+        permission_mode: PermissionMode = PermissionMode.AUTO,
     ) -> Started:
         """Create a session and ask for its first turn; answers at once (STARTING). Everything
         is checked before anything is created (name, harness, environment, message, schema,
@@ -253,10 +259,12 @@ class SessionService:
         sends inherit it); ``context``: what comes with the message
         (:mod:`hangar.exchange.context`), sealed before this answers; ``turn_timeout_minutes``:
         the turn's time limit (default: the environment's, else the setting's; see
-        :mod:`.timeouts`). CapacityExhausted, nothing made, when no sandbox place is left
-        (:mod:`hangar.sessions.capacity`)."""
+        :mod:`.timeouts`); ``permission_mode``: who decides its turns' commands and edits
+        (:meth:`_check_permissions`). CapacityExhausted, nothing made, when no sandbox place is
+        left (:mod:`hangar.sessions.capacity`)."""
         check_name("session", name)
         get_harness(harness)
+        self._check_permissions(harness, permission_mode)
         environment = self.environments.require(env)
         _check_message(message, self._message_limit(harness))
         schema = None if output_schema is None else check_schema(output_schema)
@@ -273,6 +281,7 @@ class SessionService:
             base_branch=environment.branch,
             idle_minutes=minutes,
             output_schema=schema,
+            permission_mode=permission_mode,
         )
         with self._storing(session.id, 1, message, context) as (kept, accepted):
             intent = StartIntent(kind=StartKind.NEW, turn=1, message=kept.message,
@@ -282,6 +291,26 @@ class SessionService:
         self._turns.ensure(made)
         self.context.settle(accepted)
         return Started(made, 1)
+
+    def _check_permissions(self, harness: str, mode: PermissionMode) -> None:
+        """InvalidInput, naming why, for a permission mode the turns on ``harness`` cannot
+        have: asking needs a live turn on a CLI whose requests hangar's driver answers (Claude
+        Code, Codex)."""
+        if mode is PermissionMode.AUTO:
+            return
+        if not get_harness(harness).can_ask:
+            raise InvalidInput(f"permission mode {mode.value} needs a harness whose requests "
+                               f"hangar can answer (claude, codex), not {harness}",
+                               field="permission_mode")  # fmt: skip
+        if not self.settings.live_turns:
+            raise InvalidInput(f"permission mode {mode.value} needs live turns, and "
+                               "HANGAR_LIVE_TURNS is false here", field="permission_mode")
+
+    def approve(self, ref: str, approval_id: str, *, allow: bool, message: str = "") -> Turn:
+        """Allow (or deny, with ``message`` for the agent) what the running turn's agent waits
+        to do; the turn. ApprovalNotFound for an approval that does not wait (unknown,
+        answered already, or its turn over); TurnEnded when the turn ended meanwhile."""
+        return self._approvals.decide(self.resolve(ref), approval_id, allow, message)
 
     def _message_limit(self, harness: str) -> tuple[int, str]:
         """The largest message a turn on ``harness`` takes, in bytes, and what sets it."""
@@ -294,7 +323,8 @@ class SessionService:
     def send(self, ref: str, message: str, *, harness: str | None = None,
              model: str | None = None, output_schema: dict[str, Any] | None = None,
              context: Sequence[ContextItem] = (),
-             turn_timeout_minutes: float | None = None, if_idle: bool = False) -> Started:  # fmt: skip
+             turn_timeout_minutes: float | None = None, if_idle: bool = False,
+             permission_mode: PermissionMode | None = None) -> Started:  # fmt: skip
         """Ask for the next turn (resuming the session first when it is suspended), on
         ``harness`` and ``model`` when given (see :func:`conversations.switch`), its result
         checked against ``output_schema`` (default: the session's), with ``context`` and
@@ -309,7 +339,8 @@ class SessionService:
         _check_message(message, (self.settings.max_message_kb << 10, "HANGAR_MAX_MESSAGE_KB"))
         limit = check_minutes(turn_timeout_minutes, "turn_timeout_minutes")
         session = self.resolve(ref)
-        plain = (harness, model, output_schema, limit) == (None, None, None, None) and not context
+        plain = (harness, model, output_schema, limit, permission_mode) == (
+            None, None, None, None, None) and not context  # fmt: skip
         steerable = session.state is S.STARTING or self._steering.live_turn(session) is not None
         if plain and not if_idle and steerable:
             return self.steer(ref, message)
@@ -321,6 +352,8 @@ class SessionService:
             )  # fmt: skip
         changes = switch(session, harness, model)
         _check_message(message, self._message_limit(changes.get("harness", session.harness)))
+        self._check_permissions(changes.get("harness", session.harness),
+                                permission_mode or session.permission_mode)  # fmt: skip
         if output_schema is not None:
             changes["output_schema"] = check_schema(output_schema)
         self.environments.require(session.environment)
@@ -329,7 +362,8 @@ class SessionService:
         with self._storing(session.id, n, message, context) as (kept, accepted):
             intent = StartIntent(kind=StartKind.SEND, turn=n, message=kept.message,
                                  message_ref=kept.ref, context=accepted.refs,
-                                 timeout_minutes=limit)  # fmt: skip
+                                 timeout_minutes=limit,
+                                 permission_mode=permission_mode)  # fmt: skip
             claimed = self._startup.begin(session, intent, **changes)
         self._turns.ensure(claimed)
         self.context.settle(accepted)

@@ -63,7 +63,7 @@ class Steering:
         TurnEnded when the turn ended (it failed to start) before the message reached it."""
         harness = get_harness(session.harness)
         if not (self.settings.live_turns and harness.can_steer):
-            raise SessionBusy(f"session {session.name} is starting a turn that cannot be "
+            raise SessionBusy(f"session {session.name} is busy starting a turn that cannot be "
                               "steered; wait for it", session=session.name)  # fmt: skip
         kept: Kept | None = None
         try:

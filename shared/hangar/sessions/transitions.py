@@ -294,8 +294,9 @@ class Transitions:
         return self._move(session, "claim_finish", claim=fresh)
 
     def finish_turn(self, session: Session, token: str, **changes: Any) -> Session:
-        """ACTIVE to IDLE, by the holder of the finish claim."""
-        return self._move(session, "finish_turn", token=token, **changes)
+        """ACTIVE to IDLE, by the holder of the finish claim; the turn's pending approvals go
+        with it."""
+        return self._move(session, "finish_turn", token=token, pending_approvals=[], **changes)
 
     def await_repair(self, session: Session, token: str) -> Session:
         """ACTIVE stays, the finish claim let go: the turn's repair run goes on, and the finish
@@ -331,7 +332,7 @@ class Transitions:
         """IDLE or ACTIVE to SUSPENDED: the sandbox is gone (its turn, if any, interrupted by
         the caller); the session resumes from its last checkpoint."""
         return self._move(session, "lose_sandbox", sandbox_id=None, sandbox_expires_at=None,
-                          phase=None, start=None)  # fmt: skip
+                          phase=None, start=None, pending_approvals=[])  # fmt: skip
 
     def extend(self, session: Session, **changes: Any) -> Session:
         """IDLE or ACTIVE, state unchanged: the sandbox's TTL, activity."""

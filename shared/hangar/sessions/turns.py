@@ -60,7 +60,7 @@ from hangar.harnesses.turns import conversation_saved, start_turn, turn_result, 
 from hangar.keys import Keys
 from hangar.keys.envelope import new_data_key, seal, unseal
 from hangar.models import CheckpointReason, Session, SessionState as S, Turn
-from hangar.models import TurnOutcome
+from hangar.models import PermissionMode, TurnOutcome
 from hangar.models import utcnow
 from hangar.sandboxes import Sandboxes
 from hangar.sessions import conversations, timeouts
@@ -140,7 +140,9 @@ class Turns:
             return self.db.add_turn(Turn(session_id=session.id, n=intent.turn,
                                          message=intent.message, message_ref=intent.message_ref,
                                          output_schema=session.output_schema,
-                                         context=list(intent.context)))  # fmt: skip
+                                         context=list(intent.context),
+                                         permission_mode=(intent.permission_mode
+                                                          or session.permission_mode)))  # fmt: skip
         except AlreadyExists:
             return self.db.get_turn(session.id, intent.turn)
 
@@ -187,7 +189,7 @@ class Turns:
                     turn = self._set(turn, context_base=base)
                 spec = self._spec(session, turn, harness, prompt)
                 warnings = start_turn(self.sandboxes, session.sandbox_id, harness, spec,
-                                      turn.run_id, key)  # fmt: skip
+                                      turn.run_id, key, self.settings.tree_slow_ms)  # fmt: skip
                 if warnings:  # (a finisher's handback adds its own to these)
                     turn = self._set(turn, warnings=[*turn.warnings, *warnings])
             except HangarError as exc:
@@ -237,6 +239,7 @@ class Turns:
             fork_from=session.fork_from if not resuming and harness.can_fork else None,
             new_id=None if resuming else turn.harness_session,
             env=self._env(session),
+            asks=turn.permission_mode is not PermissionMode.AUTO and turn.command_key is not None,
         )
 
     def _env(self, session: Session) -> dict[str, str]:
@@ -282,8 +285,10 @@ class Turns:
             try:
                 status = self.followers.status(session.sandbox_id, turn.active_run_id,
                                                watch=progress_file(session))  # fmt: skip
+                # an agent waiting for a person's approval is not idle
+                quiet = None if session.pending_approvals else status.idle_seconds
                 why = None if status.finished else timeouts.overdue(
-                    self.settings, turn, status.idle_seconds, utcnow())  # fmt: skip
+                    self.settings, turn, quiet, utcnow())  # fmt: skip
                 if why is not None:
                     turn = self._stop_for(session, turn, why)
                 stopping = turn.stopped_for is not None or self._repair_overdue(turn)
@@ -402,6 +407,7 @@ class Turns:
         idle = self.transitions.finish_turn(
             self.db.get_session(session.id), token, last_active_at=utcnow(), error=why,
             last_summary=turn.summary, turn_count=turn.n, needs_input=None, question_options=[])
+        self.schedule.turn_ended(idle, turn)
         self.schedule.cancel_watch(session.id)
         self.schedule.claim_expiry(idle)
         self.schedule.housekeeping(idle)
@@ -443,6 +449,7 @@ class Turns:
             if ran == current.harness:
                 changes["harness_session"] = turn.harness_session
         idle = self.transitions.finish_turn(current, token, **changes)
+        self.schedule.turn_ended(idle, turn)  # HANGAR_NOTIFY_URL's event, if set
         self.schedule.cancel_watch(session.id)
         self.schedule.claim_expiry(idle)
         self.schedule.housekeeping(idle)
