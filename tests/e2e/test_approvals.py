@@ -16,6 +16,7 @@ from emulators.model import ModelStub
 from tests.e2e.conftest import Server
 from tests.e2e.test_acceptance import MODELS, add_env, get, until
 from tests.harness.test_approvals import PUSHED, RAN, SCENARIO, TESTS
+from tests.unit.sessions.receiver import SECRET, Receiver
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.e2e, pytest.mark.harness]
 
@@ -36,6 +37,10 @@ def test_an_approval_waits_through_a_killed_server_and_runs_once_when_approved(
     real_server: Server, remote: Path, stub: ModelStub
 ) -> None:
     server = real_server
+    receiver = Receiver()
+    server.stop()
+    server.extra_env.update(HANGAR_NOTIFY_URL=receiver.url, HANGAR_NOTIFY_SECRET=SECRET)
+    server.start()
     add_env(server, remote, stub)
     for harness, mode, why in (("pi", "ask", "not pi"), ("antigravity", "deny-risky",
                                                          "not antigravity")):  # fmt: skip
@@ -52,6 +57,10 @@ def test_an_approval_waits_through_a_killed_server_and_runs_once_when_approved(
     assert f"waits for approval {pending['id']}" in shown
     [sandbox] = server.sandboxes().list()
     assert not server.sandboxes().exec(sandbox.id, ["test", "-e", RAN]).ok  # it waits
+    (told,) = receiver.wait_for(1)  # HANGAR_NOTIFY_URL was told, signed
+    assert told["signed"] and told["body"]["event"] == "approval_pending"
+    assert told["body"]["approval_id"] == pending["id"] and told["body"]["session"] == "asked"
+    receiver.close()
 
     server.kill()  # kill -9: nothing of the approval is in the server's memory
     server.start()

@@ -29,6 +29,7 @@ from hangar.processes.following import RunFollowers
 from hangar.redact import redact
 from hangar.sessions.environments import Environments
 from hangar.sessions.rules import denial
+from hangar.sessions.schedule import Schedule
 from hangar.sessions.steering import Steering
 from hangar.sessions.turns import Turns
 
@@ -62,8 +63,9 @@ class Approvals:
     """The pending approvals of sessions' running turns."""
 
     def __init__(self, settings: Settings, db: Db, turns: Turns, steering: Steering,
-                 followers: RunFollowers, environments: Environments) -> None:  # fmt: skip
-        self.settings, self.db, self.turns = settings, db, turns
+                 followers: RunFollowers, environments: Environments,
+                 schedule: Schedule) -> None:  # fmt: skip
+        self.settings, self.db, self.turns, self.schedule = settings, db, turns, schedule
         self.steering, self.followers, self.environments = steering, followers, environments
 
     def scan(self, session: Session, turn: Turn) -> None:
@@ -160,11 +162,20 @@ class Approvals:
                 session = self.db.get_session(session_id)
 
     def _add(self, session_id: str, found: list[PendingApproval]) -> None:
+        """Record ``found`` (those not recorded already) and tell HANGAR_NOTIFY_URL of each."""
+        new: list[PendingApproval] = []
+
         def add(kept: list[PendingApproval]) -> list[PendingApproval]:
             known = {a.id for a in kept}
-            return kept + [a for a in found if a.id not in known]
+            new[:] = [a for a in found if a.id not in known]
+            return kept + new
 
         self._update(session_id, add)
+        if new:
+            session = self.db.get_session(session_id)
+            for approval in new:
+                self.schedule.approval_pending(session, approval.turn, approval.id,
+                                               approval.summary)  # fmt: skip
 
     def _remove(self, session_id: str, approval_id: str) -> None:
         self._update(session_id, lambda kept: [a for a in kept if a.id != approval_id])

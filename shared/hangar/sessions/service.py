@@ -171,7 +171,7 @@ class SessionService:
         self._steering = Steering(settings, db, sandboxes, self._turns, self._transitions,
                                   self.messages)  # fmt: skip
         self._approvals = Approvals(settings, db, self._turns, self._steering, self.followers,
-                                    self.environments)  # fmt: skip
+                                    self.environments, self._schedule)  # fmt: skip
         self.pools = PoolKeeper(settings, db, sandboxes, self._schedule)
         """The environments' warm pools on their hours (:mod:`.pools`); its ``clock`` is the
         seam tests set."""
