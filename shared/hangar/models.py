@@ -342,6 +342,22 @@ class Session(Record):
             self.branch = f"hangar/session/{self.name}"
 
 
+class TreeStep(BaseModel):
+    """One step of a live turn as its driver recorded it (spec 002 "Trees"): ``step`` (0-based),
+    the ``tool`` that ended it (``start``, ``end``), the working tree's git ``tree`` id then,
+    how long the hash took (``ms``), or why hashing stopped (``skipped``); ``size`` the bytes of
+    its patch against the turn's first tree (kept sealed with the turn), ``cut`` when the patch
+    was cut to its cap."""
+
+    step: int
+    tool: str | None = None
+    tree: str | None = None
+    ms: float | None = None
+    skipped: str | None = None
+    size: int = 0
+    cut: bool = False
+
+
 class QueuedMessage(BaseModel):
     """A message that joined a turn before it started: as a record holds a message (all of it,
     or its opening with where the whole is sealed: :mod:`hangar.sessions.messages`)."""
@@ -414,6 +430,10 @@ class Turn(Record):
                                             description="who decided its commands and edits")
     events_cursor: int = Field(default=0, ge=0, description="how far the run log was read for "
                                "the driver's signed events (approvals)")
+    steps: list[TreeStep] = Field(default_factory=list, description="its steps' trees, "
+                                  "recorded by a live turn's driver")
+    steps_key: str | None = Field(default=None, repr=False, description="the data key of its "
+                                  "steps' patches, sealed in blobs, wrapped (base64)")
     queued: list[QueuedMessage] = Field(
         default_factory=list, description="messages sent for it while its session was starting "
         "(before its run began): they follow its message, in order, in its prompt")

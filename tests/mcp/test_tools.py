@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 TOOLS = {"new_session", "list_sessions", "get_session", "open_session", "send_to_session",
          "keep_session", "suspend_session", "fork_session", "wait_for_turn", "get_artifact",
          "get_session_patch", "list_environments", "interrupt_session", "archive_session",
-         "delete_session", "steer_session", "approve", "deny"}  # fmt: skip
+         "delete_session", "steer_session", "approve", "deny", "get_tree"}  # fmt: skip
 SCHEMA = {"type": "object", "properties": {"tests_added": {"type": "integer"}},
           "required": ["tests_added"]}  # fmt: skip
 FIRST = "\n".join([

@@ -153,6 +153,13 @@ async def artifact(runtime: Runtime, request: Request) -> Response:
                     headers={"Content-Disposition": attachment(path.rsplit("/", 1)[-1])})
 
 
+async def tree(runtime: Runtime, request: Request) -> Response:
+    ref = param(request, "ref")
+    n = whole(param(request, "turn"), "turn", 1, s.MAX_TURN)
+    step = whole(param(request, "step"), "step", 0, 1 << 20)
+    return reply(await run_in_threadpool(ops.tree, runtime, ref, n, step))
+
+
 async def progress(runtime: Runtime, request: Request) -> Response:
     cursor = _int_query(request, "cursor", 0, 2**53, 0)
     return reply(await run_in_threadpool(ops.progress, runtime, param(request, "ref"), cursor))
@@ -363,6 +370,9 @@ ENDPOINTS = [
              query=[Query("turn", "integer", "only this turn's")]),
     Endpoint("GET", S + "/artifacts/{turn}/{path:path}", "Download one artifact of a turn",
              artifact, media="application/octet-stream"),
+    Endpoint("GET", S + "/turns/{turn}/trees/{step}", "One step of a live turn: the working "
+             "tree's git tree after it and its patch against the turn's first tree (kept with "
+             "the session: no sandbox needed)", tree, response=s.TreeView),
     Endpoint("GET", S + "/progress", "The progress lines the running turn wrote "
              "(hangar-agent progress) after cursor, and the cursor to ask from next", progress,
              response=s.ProgressView,

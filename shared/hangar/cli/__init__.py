@@ -253,6 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     steer.add_argument("--expected-turn", type=int, metavar="N", help="refuse (turn_ended) "
                        "when turn N is over instead of starting the next turn")  # fmt: skip
     _json(steer)
+    tree = cmd.add_parser("tree", help="show one step of a turn: its tool, its git tree and "
+                          "its patch against the turn's start")  # fmt: skip
+    tree.add_argument("name")
+    tree.add_argument("turn", type=int)
+    tree.add_argument("step", type=int, help="0-based, as session get lists a turn's steps")
+    _json(tree)
     for verb, what in (("approve", "allow what the running turn waits to do (it runs once)"),
                        ("deny", "deny what the running turn waits to do")):  # fmt: skip
         decide = cmd.add_parser(verb, help=what)

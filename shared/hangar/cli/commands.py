@@ -189,6 +189,16 @@ def _session(api: Client, args: argparse.Namespace) -> int:
                 "permission_mode": args.permission_mode}  # fmt: skip
         started = api.call("POST", f"{path}/send", body)
         return _started(api, args, args.name, started)
+    if a == "tree":
+        shown = api.call("GET", f"{path}/turns/{args.turn}/trees/{args.step}")
+        if args.json:
+            print_json(shown)
+            return 0
+        say(f"step {shown['step']} of turn {args.turn} ({shown['tool'] or '?'}): tree "
+            f"{shown['tree'] or shown['skipped']}" + (" (patch cut)" if shown["cut"] else ""))
+        patch = shown["patch"]
+        show_bytes(patch.encode() if shown["encoding"] == "utf-8" else base64.b64decode(patch))
+        return 0
     if a in ("approve", "deny"):
         body = {"decision": a, "message": getattr(args, "message", "")}
         decided = api.call("POST", f"{path}/approvals/{quote(args.approval, safe='')}", body)

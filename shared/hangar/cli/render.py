@@ -159,6 +159,10 @@ def print_session(s: dict[str, Any]) -> None:
             say(f"    artifacts: {one_line(paths, 90)}")
         for warning in t.get("warnings") or []:
             say(f"    warning: {one_line(warning, 200)}")
+        for step in t.get("steps") or []:
+            tree = (step["tree"] or "")[:12] or f"skipped ({step['skipped']})"
+            say(f"    step {step['step']}: {inert(step['tool'] or '?')} -> {tree}"
+                f" (hangar session tree {s['name']} {t['n']} {step['step']})")
     for c in s.get("checkpoints") or []:
         good = ", the last known to restore" if c["id"] == s.get("good_checkpoint") else ""
         say(f"  checkpoint {c['id']}: {c['reason']}, {ago(c['ts'])}{good}")

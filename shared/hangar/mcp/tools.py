@@ -74,6 +74,12 @@ class DenyIn(ApproveIn):
     message: str = Field("", max_length=4000, description="why, for the agent")
 
 
+class TreeIn(Ref):
+    turn: int = Field(ge=1, le=s.MAX_TURN, description="the turn's number")
+    step: int = Field(ge=0, le=1 << 20, description="the step: 0-based, as get_session lists "
+                      "a turn's steps")
+
+
 class KeepIn(Ref, s.Keep):
     pass
 
@@ -206,6 +212,10 @@ async def deny(runtime: Runtime, a: DenyIn, report: Report) -> BaseModel:
                                             s.Decision(decision="deny", message=a.message)))
 
 
+async def get_tree(runtime: Runtime, a: TreeIn, report: Report) -> BaseModel:
+    return await _thread(lambda: ops.tree(runtime, a.ref, a.turn, a.step))
+
+
 async def keep_session(runtime: Runtime, a: KeepIn, report: Report) -> BaseModel:
     return await _thread(lambda: ops.keep(runtime, a.ref, a))
 
@@ -300,6 +310,8 @@ TOOLS = [
          "pending_approvals); it runs once.", ApproveIn, s.Decided, approve),
     Tool("deny", "Deny what the session's running turn waits to do; the agent is told (with "
          "message, on Claude Code) and goes on without it.", DenyIn, s.Decided, deny),
+    Tool("get_tree", "One step of a live turn: the working tree's git tree after it and its "
+         "patch against the turn's first tree.", TreeIn, s.TreeView, get_tree),
     Tool("steer_session", "Tell the running turn's agent something in the same turn "
          "(delivered: steer); expected_turn refuses (turn_ended) when that turn is over.",
          SteerIn, s.StartedView, steer_session),

@@ -11,6 +11,7 @@ Errors are the service's :class:`~hangar.errors.HangarError`, passed through as 
 
 from __future__ import annotations
 
+import base64
 from typing import TYPE_CHECKING
 
 from hangar.models import SessionState
@@ -69,6 +70,17 @@ def steer(runtime: Runtime, ref: str, a: w.Steer) -> w.StartedView:
     with it when none runs and no turn was expected)."""
     return _started(runtime, runtime.sessions.steer(ref, a.message,
                                                     expected_turn=a.expected_turn))  # fmt: skip
+
+
+def tree(runtime: Runtime, ref: str, n: int, step: int) -> w.TreeView:
+    """Step ``step`` of turn ``n`` with its patch against the turn's first tree."""
+    shown = runtime.sessions.tree(ref, n, step)
+    view = w.StepView.of(shown.step).model_dump()
+    try:
+        return w.TreeView(**view, turn=n, encoding="utf-8", patch=shown.patch.decode())
+    except UnicodeDecodeError:
+        return w.TreeView(**view, turn=n, encoding="base64",
+                          patch=base64.b64encode(shown.patch).decode())
 
 
 def decide(runtime: Runtime, ref: str, approval: str, a: w.Decision) -> w.Decided:

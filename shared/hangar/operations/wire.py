@@ -19,7 +19,7 @@ from hangar.exchange.context import ContextItem
 from hangar.exchange.uploads import Upload
 from hangar.harnesses import get_harness
 from hangar.models import Checkpoint, ContextKind, ContextRef, Environment, Session
-from hangar.models import PendingApproval, PermissionMode, SessionDetail, Turn
+from hangar.models import PendingApproval, PermissionMode, SessionDetail, TreeStep, Turn
 from hangar.models import last_good_checkpoint
 from hangar.redact import redact
 from hangar.sandboxes import SandboxInfo
@@ -117,6 +117,31 @@ class SendMessage(Body):
     if_idle: bool = Field(False, description="start a turn only if none is running (else 409 "
                           "session_busy); without it a plain message to a running live turn "
                           "steers it (delivered: steer)")
+
+
+class StepView(BaseModel):
+    """One step of a live turn: what ended it and the working tree's git tree then."""
+
+    step: int
+    tool: str | None = Field(description="the tool that ended it; start and end: the turn's own")
+    tree: str | None = Field(description="the git tree id (null: hashing had stopped)")
+    ms: float | None = Field(description="how long the hash took")
+    skipped: str | None = Field(description="why hashing stopped here (slow, failed)")
+    size: int = Field(description="the bytes of its patch against the turn's first tree")
+    cut: bool = Field(description="the patch was cut to its cap")
+
+    @classmethod
+    def of(cls, s: TreeStep) -> StepView:
+        return cls(step=s.step, tool=s.tool, tree=s.tree, ms=s.ms, skipped=s.skipped,
+                   size=s.size, cut=s.cut)  # fmt: skip
+
+
+class TreeView(StepView):
+    """A step with its patch against the turn's first tree (``git apply`` takes it)."""
+
+    turn: int
+    encoding: Literal["utf-8", "base64"]
+    patch: str
 
 
 class Decision(Body):
@@ -310,6 +335,9 @@ class TurnView(BaseModel):
     repair: RepairView | None = Field(description="the repair run its result needed")
     repair_usage: dict[str, int]
     context: list[ContextView] = Field(description="what came with its message")
+    steps: list[StepView] = Field(default_factory=list, description="a live turn's steps: the "
+                                  "working tree's git tree after each (show one with its patch: "
+                                  "GET .../turns/{n}/trees/{step})")
 
     @classmethod
     def of(cls, turn: Turn) -> TurnView:
@@ -333,6 +361,7 @@ class TurnView(BaseModel):
                               exit_code=repair.exit_code) if repair else None,
             repair_usage=turn.repair_usage,
             context=[ContextView.of(c) for c in turn.context],
+            steps=[StepView.of(s) for s in turn.steps],
         )  # fmt: skip
 
 

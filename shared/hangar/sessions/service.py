@@ -89,6 +89,7 @@ from hangar.sessions.shells import Shells, talking
 from hangar.sessions.startup import Startup
 from hangar.sessions.approvals import Approvals
 from hangar.sessions.steering import Steering
+from hangar.sessions.steps import Shown
 from hangar.sessions.suspends import Suspends
 from hangar.sessions.timeouts import check_minutes
 from hangar.sessions.transitions import Transitions
@@ -530,6 +531,14 @@ class SessionService:
             stop_run(self.sandboxes, session.sandbox_id, turn.active_run_id)
             self._turns.seen_stopped(session, turn.active_run_id)
         return Started(self._turns.watch(self.db.get_session(session.id)), turn.n)
+
+    def tree(self, ref: str, n: int, step: int) -> Shown:
+        """Step ``step`` of turn ``n`` (the 0-based ordinal of its recorded trees) with its
+        patch against the turn's first tree, from what the turn kept (no sandbox, no git).
+        InvalidInput for a turn or step it does not have; NotFound when the turn recorded
+        none (a one-shot turn)."""
+        session = self.resolve(ref)
+        return self._turns.steps.show(session, self._turns.turn(session.id, n), step)
 
     def log(self, ref: str, n: int | None = None) -> bytes:
         """A turn's run log (default: the latest turn): live while it runs, stored after."""

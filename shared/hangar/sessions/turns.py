@@ -71,6 +71,7 @@ from hangar.sessions.messages import MessageStore
 from hangar.sessions.records import Records
 from hangar.sessions.sandbox import renew_lease, take_checkpoint
 from hangar.sessions.schedule import Schedule
+from hangar.sessions.steps import Steps
 from hangar.sessions.transitions import Transitions
 from hangar.sessions.workspace import repo_dir_for
 
@@ -123,6 +124,8 @@ class Turns:
         self.records = records
         self.transitions = transitions
         self.schedule = schedule
+        self.steps = Steps(sandboxes, blobs, keys)
+        """Each live turn's steps' trees and patches (:mod:`.steps`)."""
         self.followers = followers or RunFollowers(sandboxes)
         """Who follows the running turns' runs for this process: the watch, the waits and the
         turn watch read what they saw instead of calling into the sandbox."""
@@ -552,6 +555,13 @@ class Turns:
             "error_code": error.code if error else None, "log_key": log_key,
             "log_cursor": len(log),
         })  # fmt: skip
+        if turn.command_key is not None and not turn.steps:  # a live turn's trees, kept
+            try:
+                steps, key = self.steps.keep(session, turn)
+                finished = finished.model_copy(update={"steps": steps, "steps_key": key})
+            except (SandboxError, SandboxNotFound) as exc:
+                logger.warning("the steps of turn %d of %s were not kept: %s", turn.n,
+                               session.id, exc.message)  # fmt: skip
         try:
             return self.db.update_turn(finished)
         except VersionConflict:
