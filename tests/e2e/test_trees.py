@@ -50,3 +50,7 @@ def test_each_steps_patch_is_shown_days_later_without_the_sandbox(
     assert start["patch"] == ""
     missing = server.cli("session", "tree", "steps", "1", "9")
     assert missing.returncode == 1 and "(invalid_input)" in missing.stderr, missing.stderr
+    sealed = [p for p in server.data_dir.rglob("steps") if p.is_file()]
+    assert sealed, "the steps were not kept in the blobs"
+    server.ok("session", "delete", "steps")
+    assert not [p for p in server.data_dir.rglob("steps") if p.is_file()]  # gone with it

@@ -89,7 +89,7 @@ from hangar.sessions.shells import Shells, talking
 from hangar.sessions.startup import Startup
 from hangar.sessions.approvals import Approvals
 from hangar.sessions.steering import Steering
-from hangar.sessions.steps import Shown
+from hangar.sessions.steps import Shown, steps_key
 from hangar.sessions.suspends import Suspends
 from hangar.sessions.timeouts import check_minutes
 from hangar.sessions.transitions import Transitions
@@ -662,6 +662,8 @@ class SessionService:
             self.blobs.delete(run_log_key(session.id, turn.n))
             if turn.result_key:
                 self.blobs.delete(result_key(session.id, turn.n))
+            if turn.steps_key:
+                self.blobs.delete(steps_key(session.id, turn.n))
         self.handbacks.artifacts.delete(session.id, turns)
         self.context.delete_all(session.id)
         self.messages.delete_all(session.id)
