@@ -637,6 +637,9 @@ class Environment(Record):
     deny_rules: dict[str, str] = Field(
         default_factory=dict, description="its own deny-risky rules: name -> a regular "
         "expression searched in what a tool would do")
+    notify_url: str | None = Field(
+        default=None, description="where its sessions' events are POSTed instead of "
+        "HANGAR_NOTIFY_URL (signed with HANGAR_NOTIFY_SECRET)")
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 

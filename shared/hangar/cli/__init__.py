@@ -115,6 +115,9 @@ def _warm_pool(p: argparse.ArgumentParser, update: bool) -> None:
 
 
 def _rules(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--notify-url", metavar="URL", help="POST its sessions' events here "
+                   "instead of HANGAR_NOTIFY_URL (signed with HANGAR_NOTIFY_SECRET)" + (
+                       "" if p.prog.endswith("add") else "; '' for none of its own"))  # fmt: skip
     p.add_argument("--allowed-host", action="append", metavar="HOST",
                    help="a host its agents' network tools may name under --permission-mode "
                    "deny-risky (covers its subdomains); repeatable" + (

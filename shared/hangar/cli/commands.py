@@ -109,7 +109,8 @@ def _env(api: Client, args: argparse.Namespace) -> int:
                 "warm_pool": args.warm_pool or 0,
                 "warm_pool_hours": args.warm_pool_hours,
                 "allowed_hosts": args.allowed_host or [],
-                "deny_rules": _pairs(args.deny_rule, "--deny-rule")}  # fmt: skip
+                "deny_rules": _pairs(args.deny_rule, "--deny-rule"),
+                "notify_url": args.notify_url or None}  # fmt: skip
         env = api.call("POST", "/api/envs", body)
         if args.json:
             print_json(env)
@@ -161,6 +162,8 @@ def _env_change(args: argparse.Namespace) -> dict[str, Any]:
         body["allowed_hosts"] = args.allowed_host
     if args.deny_rule is not None:
         body["deny_rules"] = _pairs(args.deny_rule, "--deny-rule")
+    if args.notify_url is not None:
+        body["notify_url"] = args.notify_url or None
     if not body:
         raise UsageError("env update: nothing to change (give --branch, --setup, --var, "
                          "--secret, --unset, --host-port, --turn-timeout, --image, "

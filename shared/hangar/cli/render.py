@@ -196,6 +196,8 @@ def print_env(e: dict[str, Any]) -> None:
     say(f"  turn limit: {f'{limit:g} minutes' if limit else '(HANGAR_TURN_TIMEOUT_MINUTES)'}")
     say(f"  image:      {e.get('image') or '(none)'}")
     say(f"  warm pool:  {warm_pool(e) if e.get('warm_pool') else '(none)'}")
+    if e.get("notify_url"):
+        say(f"  notify URL: {inert(e['notify_url'])}")
     if e.get("allowed_hosts"):
         say(f"  allowed hosts (deny-risky): {', '.join(inert(h) for h in e['allowed_hosts'])}")
     for name, pattern in (e.get("deny_rules") or {}).items():

@@ -92,7 +92,8 @@ def add(runtime: Runtime, a: w.NewEnvironment) -> w.EnvironmentView:
         a.name, a.repo, branch=a.branch, setup=a.setup, vars=a.vars, secrets=a.secrets,
         host_ports=a.host_ports, turn_timeout_minutes=a.turn_timeout_minutes,
         image=a.image, warm_pool=a.warm_pool, warm_pool_hours=a.warm_pool_hours,
-        allowed_hosts=a.allowed_hosts, deny_rules=a.deny_rules)  # fmt: skip
+        allowed_hosts=a.allowed_hosts, deny_rules=a.deny_rules,
+        notify_url=a.notify_url)  # fmt: skip
     return _view(runtime, env, *_keep_pool(runtime, None, env))
 
 

@@ -56,6 +56,9 @@ HOSTS_DOC = ("hosts its agents' network tools may name under the deny-risky perm
              "(a name covers its subdomains)")
 RULES_DOC = ("its own deny-risky rules: NAME -> a regular expression searched in what a tool "
              "would do (a command's words, a file tool's path)")
+NOTIFY_DOC = ("where its sessions' events (needs_input, approval_pending, turn_failed, "
+              "turn_finished) are POSTed instead of HANGAR_NOTIFY_URL, signed with "
+              "HANGAR_NOTIFY_SECRET")
 PERMISSION_DOC = ("who decides the turns' commands and edits: auto (nothing asked: the sandbox "
                   "is the boundary; not Claude Code's own auto mode), ask (each waits for "
                   "approve or deny; Claude Code and Codex, live turns only)")
@@ -225,6 +228,7 @@ class NewEnvironment(Body):
     warm_pool_hours: str | None = Field(None, max_length=1000, description=WARM_HOURS_DOC)
     allowed_hosts: list[str] = Field(default_factory=list, description=HOSTS_DOC)
     deny_rules: dict[str, str] = Field(default_factory=dict, description=RULES_DOC)
+    notify_url: str | None = Field(None, description=NOTIFY_DOC)
 
 
 class EnvironmentPatch(Body):
@@ -245,6 +249,7 @@ class EnvironmentPatch(Body):
                                         description=f"{WARM_HOURS_DOC}")  # fmt: skip
     allowed_hosts: list[str] | None = Field(None, description=f"{HOSTS_DOC}; replaces the list")
     deny_rules: dict[str, str] | None = Field(None, description=f"{RULES_DOC}; replaces them")
+    notify_url: str | None = Field(None, description=f"{NOTIFY_DOC}; null: none of its own")
 
 
 class TurnArtifactView(BaseModel):
@@ -560,6 +565,7 @@ class EnvironmentView(BaseModel):
     warm_pool_hours: str | None = Field(description=WARM_HOURS_DOC)
     allowed_hosts: list[str] = Field(description=HOSTS_DOC)
     deny_rules: dict[str, str] = Field(description=RULES_DOC)
+    notify_url: str | None = Field(description=NOTIFY_DOC)
     warnings: list[str] = Field(description="what would keep its sandboxes from working, such "
                                 "as a variable naming a loopback port they cannot reach")
     created_at: datetime
@@ -573,6 +579,7 @@ class EnvironmentView(BaseModel):
                    turn_timeout_minutes=e.turn_timeout_minutes, image=e.image,
                    warm_pool=e.warm_pool, warm_pool_hours=e.warm_pool_hours,
                    allowed_hosts=e.allowed_hosts, deny_rules=e.deny_rules,
+                   notify_url=e.notify_url,
                    warnings=loopback_warnings(e, host_ports=host_ports),
                    created_at=e.created_at)  # fmt: skip
 

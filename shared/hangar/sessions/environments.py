@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+from urllib.parse import urlsplit
 import subprocess
 
 from pydantic import BaseModel, Field
@@ -62,10 +63,24 @@ class EnvironmentChange(BaseModel):
     warm_pool_hours: str | None = None
     allowed_hosts: list[str] | None = None
     deny_rules: dict[str, str] | None = None
+    notify_url: str | None = None
 
 
 MAX_WARM_POOL = 100
 _HOST = re.compile(r"[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?)*")
+
+
+def check_notify_url(url: str | None) -> str | None:
+    """An environment's notify URL: http or https, no credentials in it (None or empty:
+    none of its own)."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(
+            c.isspace() for c in url) or "@" in parts.netloc:  # fmt: skip
+        raise InvalidInput(f"notify URL {url!r} must be an http:// or https:// URL without "
+                           "credentials (the events are signed instead)", field="notify_url")
+    return url
 
 
 def check_hosts(hosts: list[str]) -> list[str]:
@@ -184,6 +199,7 @@ class Environments:
         warm_pool_hours: str | None = None,
         allowed_hosts: list[str] | None = None,
         deny_rules: dict[str, str] | None = None,
+        notify_url: str | None = None,
     ) -> Environment:
         """Check everything, including that the repo (and branch) can be reached with
         ``git ls-remote``, then create the environment. Creates nothing on any error.
@@ -203,13 +219,14 @@ class Environments:
         pool = check_warm_pool(warm_pool)
         hours = check_warm_hours(warm_pool_hours)
         hosts, rules = check_hosts(allowed_hosts or []), check_rules(deny_rules or {})
+        notify = check_notify_url(notify_url)
         self._check_reachable(repo, branch)
         sealed = {k: self._seal(name, k, v) for k, v in (secrets or {}).items()}
         env = Environment(name=name, repo=repo, branch=branch, setup=setup, vars=vars or {},
                           secrets=sealed, host_ports=ports,
                           turn_timeout_minutes=limit, image=image, warm_pool=pool,
                           warm_pool_hours=hours, allowed_hosts=hosts,
-                          deny_rules=rules)  # fmt: skip
+                          deny_rules=rules, notify_url=notify)  # fmt: skip
         return self.db.create_environment(env)
 
     def _check_reachable(self, repo: str, branch: str | None) -> None:
@@ -269,6 +286,7 @@ class Environments:
         hours = check_warm_hours(change.warm_pool_hours)
         hosts = check_hosts(change.allowed_hosts or []) if "allowed_hosts" in given else None
         rules = check_rules(change.deny_rules or {}) if "deny_rules" in given else None
+        notify = check_notify_url(change.notify_url)
         both = sorted(set(change.unset) & (set(change.vars) | set(change.secrets)))
         if both:
             raise InvalidInput(f"cannot both set and unset {', '.join(both)}", names=both)
@@ -295,6 +313,7 @@ class Environments:
                 "warm_pool_hours": hours if "warm_pool_hours" in given else env.warm_pool_hours,
                 "allowed_hosts": env.allowed_hosts if hosts is None else hosts,
                 "deny_rules": env.deny_rules if rules is None else rules,
+                "notify_url": notify if "notify_url" in given else env.notify_url,
                 "updated_at": utcnow(),
             })  # fmt: skip
             try:

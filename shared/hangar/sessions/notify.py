@@ -158,11 +158,13 @@ def handle(settings: Settings, schedule: Schedule, tick: NotifyTick) -> None:
     try. Never raises NotifyFailed (the ticker's own retries are unbounded). Without
     ``HANGAR_NOTIFY_URL`` (unset since it was scheduled) the event is dropped."""
     event = tick.event
-    if settings.notify_url is None or settings.notify_secret is None:
-        logger.info("dropped notify event %s: HANGAR_NOTIFY_URL is not set", event.id)
+    url = tick.url or settings.notify_url
+    if url is None or settings.notify_secret is None:
+        logger.info("dropped notify event %s: no notify URL, or no secret to sign with",
+                    event.id)  # fmt: skip
         return
     try:
-        deliver(settings.notify_url, settings.notify_secret.get_secret_value(), event)
+        deliver(url, settings.notify_secret.get_secret_value(), event)
     except NotifyFailed as exc:
         tries = tick.attempt + 1
         if tries >= MAX_TRIES:
@@ -172,4 +174,4 @@ def handle(settings: Settings, schedule: Schedule, tick: NotifyTick) -> None:
         wait = BACKOFF_SECONDS[tick.attempt]
         logger.info("notify event %s, try %d of %d: %s; trying again in %g s", event.id, tries,
                     MAX_TRIES, exc.message, wait)  # fmt: skip
-        schedule.notify(event, attempt=tries, seconds=wait)
+        schedule.notify(event, attempt=tries, seconds=wait, url=tick.url)

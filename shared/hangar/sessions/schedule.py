@@ -83,6 +83,8 @@ class NotifyTick(_Tick):
     kind: Literal["notify"] = "notify"
     event: NotifyEvent
     attempt: int = Field(default=0, ge=0, lt=MAX_TRIES, description="tries made before this")
+    url: str | None = Field(default=None, description="the environment's notify URL (None: "
+                            "HANGAR_NOTIFY_URL)")
 
 
 Tick = (StartTick | ClaimTick | WatchTick | IdleTick | IntervalTick | ReapTick | PoolTick
@@ -192,24 +194,27 @@ class Schedule:
             return
         self._put(key, PoolTick(environment=environment), due_at)
 
-    def notify(self, event: NotifyEvent, attempt: int = 0, seconds: float = 0.0) -> None:
-        """POST ``event`` to HANGAR_NOTIFY_URL ``seconds`` from now, through a ``notify`` tick
-        (nothing when it is unset). Scheduling the same event again moves its tick."""
-        if self.settings.notify_url is not None:
-            self._put(f"notify:{event.id}", NotifyTick(event=event, attempt=attempt),
+    def notify(self, event: NotifyEvent, attempt: int = 0, seconds: float = 0.0,
+               url: str | None = None) -> None:
+        """POST ``event`` to ``url`` (an environment's notify URL), else HANGAR_NOTIFY_URL,
+        ``seconds`` from now, through a ``notify`` tick (nothing when neither is set, or there
+        is no HANGAR_NOTIFY_SECRET to sign with). Scheduling the same event again moves its
+        tick."""
+        if (url or self.settings.notify_url) and self.settings.notify_secret is not None:
+            self._put(f"notify:{event.id}", NotifyTick(event=event, attempt=attempt, url=url),
                       later(seconds))  # fmt: skip
 
-    def turn_ended(self, session: Session, turn: Turn) -> None:
-        """Tell HANGAR_NOTIFY_URL that the (recorded) turn ended: ``needs_input``,
-        ``turn_failed`` or ``turn_finished`` (:func:`.notify.turn_event`)."""
-        if self.settings.notify_url is not None:
-            self.notify(turn_event(session, turn))
+    def turn_ended(self, session: Session, turn: Turn, url: str | None = None) -> None:
+        """Tell HANGAR_NOTIFY_URL (or ``url``, the session's environment's) that the
+        (recorded) turn ended: ``needs_input``, ``turn_failed`` or ``turn_finished``
+        (:func:`.notify.turn_event`)."""
+        self.notify(turn_event(session, turn), url=url)
 
     def approval_pending(self, session: Session, turn: int, approval_id: str,
-                         summary: str | None = None) -> None:  # fmt: skip
-        """Tell HANGAR_NOTIFY_URL that an approval of turn ``turn`` waits for a person."""
-        if self.settings.notify_url is not None:
-            self.notify(approval_event(session, turn, approval_id, summary))
+                         summary: str | None = None, url: str | None = None) -> None:  # fmt: skip
+        """Tell HANGAR_NOTIFY_URL (or ``url``) that an approval of turn ``turn`` waits for a
+        person."""
+        self.notify(approval_event(session, turn, approval_id, summary), url=url)
 
     def cancel_all(self, session_id: str) -> None:
         """Cancel every per-session tick (the shared reaper keeps running)."""

@@ -213,6 +213,13 @@ class Turns:
         renew_lease(self.sandboxes, active)
         return active
 
+    def notify_url(self, session: Session) -> str | None:
+        """The session's environment's notify URL (None: HANGAR_NOTIFY_URL's, if set)."""
+        try:
+            return self.environments.require(session.environment).notify_url
+        except NotFound:
+            return None
+
     def command_key(self, turn: Turn) -> bytes | None:
         """The live turn's command key (None: a one-shot turn)."""
         if turn.command_key is None:
@@ -410,7 +417,7 @@ class Turns:
         idle = self.transitions.finish_turn(
             self.db.get_session(session.id), token, last_active_at=utcnow(), error=why,
             last_summary=turn.summary, turn_count=turn.n, needs_input=None, question_options=[])
-        self.schedule.turn_ended(idle, turn)
+        self.schedule.turn_ended(idle, turn, self.notify_url(idle))
         self.schedule.cancel_watch(session.id)
         self.schedule.claim_expiry(idle)
         self.schedule.housekeeping(idle)
@@ -452,7 +459,7 @@ class Turns:
             if ran == current.harness:
                 changes["harness_session"] = turn.harness_session
         idle = self.transitions.finish_turn(current, token, **changes)
-        self.schedule.turn_ended(idle, turn)  # HANGAR_NOTIFY_URL's event, if set
+        self.schedule.turn_ended(idle, turn, self.notify_url(idle))  # HANGAR_NOTIFY_URL's
         self.schedule.cancel_watch(session.id)
         self.schedule.claim_expiry(idle)
         self.schedule.housekeeping(idle)

@@ -12,6 +12,7 @@ from hangar.blobs.local import LocalBlobs
 from hangar.db.sqlite import SqliteDb
 from hangar.keys.local import LocalKeys
 from hangar.models import TurnOutcome
+from hangar.sessions.environments import EnvironmentChange
 from tests.unit.sessions.receiver import SECRET, WAIT, Receiver
 from tests.unit.sessions.world import AUTO_KINDS, World, make_world
 
@@ -65,3 +66,18 @@ def test_without_a_notify_url_a_turns_end_schedules_nothing(world: World) -> Non
     assert turn.outcome is TurnOutcome.EXITED
     assert not [k for k in world.ticks.due if k.startswith("notify:")]
     assert "notify" not in world.ticks.auto  # (a notify tick would have stayed in ``due``)
+
+
+def test_an_environments_own_notify_url_is_told_instead_of_the_global_one(
+    told: World, receiver: Receiver
+) -> None:
+    own = Receiver()
+    try:
+        told.service.environments.update("app", EnvironmentChange(notify_url=own.url))
+        told.service.new("demo", "turn one\nrun: echo one > one.txt", "app", harness="antigravity")
+        told.service.wait("demo", timeout=WAIT, poll=0.05)
+        [event] = own.wait_for(1)
+        assert event["signed"] and event["body"]["event"] == "turn_finished"
+        assert receiver.got == []  # not the global one
+    finally:
+        own.close()
