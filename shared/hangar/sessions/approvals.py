@@ -176,7 +176,7 @@ class Approvals:
             for approval in new:
                 self.schedule.approval_pending(session, approval.turn, approval.id,
                                                approval.summary,
-                                               self.turns.notify_url(session))  # fmt: skip
+                                               self.turns.notify_env(session))  # fmt: skip
 
     def _remove(self, session_id: str, approval_id: str) -> None:
         self._update(session_id, lambda kept: [a for a in kept if a.id != approval_id])

@@ -37,6 +37,7 @@ from hangar.errors import (
     CheckpointError,
     DestroyVetoed,
     HangarError,
+    NotFound,
     InvalidState,
     SessionBusy,
     SessionNotFound,
@@ -113,7 +114,7 @@ class Housekeeping:
                 self.pools.handle(tick)
             return
         if isinstance(tick, NotifyTick):
-            notify.handle(self.settings, self.schedule, tick)
+            notify.handle(self.settings, self.schedule, tick, self._notify_url)
             return
         try:
             session = self.db.get_session(tick.session)
@@ -167,6 +168,13 @@ class Housekeeping:
             self.turns.finish_claimed(taken, taken.claim.token)
         else:
             self.suspends.resume(session)
+
+    def _notify_url(self, environment: str) -> str | None:
+        """An environment's own notify URL, as it is now (None: gone, or none of its own)."""
+        try:
+            return self.db.get_environment(environment).notify_url
+        except NotFound:
+            return None
 
     def _watch(self, session: Session) -> None:
         if session.state is S.STARTING:  # about to run its turn: keep watching

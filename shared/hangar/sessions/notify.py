@@ -22,6 +22,8 @@ forged or stale tick can at worst repeat an event to the one configured receiver
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import hashlib
 import hmac
 import logging
@@ -152,13 +154,14 @@ def deliver(url: str, secret: str, event: NotifyEvent,
     return response.status_code
 
 
-def handle(settings: Settings, schedule: Schedule, tick: NotifyTick) -> None:
+def handle(settings: Settings, schedule: Schedule, tick: NotifyTick,
+           url_of: Callable[[str], str | None] = lambda name: None) -> None:
     """Deliver a ``notify`` tick: one try; on NotifyFailed the event is scheduled again after
     its backoff (the tick's ``attempt`` one more), or dropped with a warning after the last
     try. Never raises NotifyFailed (the ticker's own retries are unbounded). Without
     ``HANGAR_NOTIFY_URL`` (unset since it was scheduled) the event is dropped."""
     event = tick.event
-    url = tick.url or settings.notify_url
+    url = (url_of(tick.environment) if tick.environment else None) or settings.notify_url
     if url is None or settings.notify_secret is None:
         logger.info("dropped notify event %s: no notify URL, or no secret to sign with",
                     event.id)  # fmt: skip
@@ -174,4 +177,4 @@ def handle(settings: Settings, schedule: Schedule, tick: NotifyTick) -> None:
         wait = BACKOFF_SECONDS[tick.attempt]
         logger.info("notify event %s, try %d of %d: %s; trying again in %g s", event.id, tries,
                     MAX_TRIES, exc.message, wait)  # fmt: skip
-        schedule.notify(event, attempt=tries, seconds=wait, url=tick.url)
+        schedule.notify(event, attempt=tries, seconds=wait, environment=tick.environment)

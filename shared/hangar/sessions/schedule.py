@@ -83,8 +83,9 @@ class NotifyTick(_Tick):
     kind: Literal["notify"] = "notify"
     event: NotifyEvent
     attempt: int = Field(default=0, ge=0, lt=MAX_TRIES, description="tries made before this")
-    url: str | None = Field(default=None, description="the environment's notify URL (None: "
-                            "HANGAR_NOTIFY_URL)")
+    environment: str | None = Field(default=None, description="the environment whose notify "
+                                    "URL takes the event, read when it is sent (None: "
+                                    "HANGAR_NOTIFY_URL); never a URL: a tick names no place")
 
 
 Tick = (StartTick | ClaimTick | WatchTick | IdleTick | IntervalTick | ReapTick | PoolTick
@@ -195,26 +196,28 @@ class Schedule:
         self._put(key, PoolTick(environment=environment), due_at)
 
     def notify(self, event: NotifyEvent, attempt: int = 0, seconds: float = 0.0,
-               url: str | None = None) -> None:
-        """POST ``event`` to ``url`` (an environment's notify URL), else HANGAR_NOTIFY_URL,
-        ``seconds`` from now, through a ``notify`` tick (nothing when neither is set, or there
-        is no HANGAR_NOTIFY_SECRET to sign with). Scheduling the same event again moves its
-        tick."""
-        if (url or self.settings.notify_url) and self.settings.notify_secret is not None:
-            self._put(f"notify:{event.id}", NotifyTick(event=event, attempt=attempt, url=url),
-                      later(seconds))  # fmt: skip
+               environment: str | None = None) -> None:
+        """POST ``event`` to ``environment``'s notify URL (one that has its own), else
+        HANGAR_NOTIFY_URL, ``seconds`` from now, through a ``notify`` tick (nothing when
+        neither applies, or there is no HANGAR_NOTIFY_SECRET to sign with). Scheduling the
+        same event again moves its tick."""
+        if (environment or self.settings.notify_url) and self.settings.notify_secret is not None:
+            tick = NotifyTick(event=event, attempt=attempt, environment=environment)
+            self._put(f"notify:{event.id}", tick, later(seconds))
 
-    def turn_ended(self, session: Session, turn: Turn, url: str | None = None) -> None:
-        """Tell HANGAR_NOTIFY_URL (or ``url``, the session's environment's) that the
-        (recorded) turn ended: ``needs_input``, ``turn_failed`` or ``turn_finished``
+    def turn_ended(self, session: Session, turn: Turn, environment: str | None = None) -> None:
+        """Tell HANGAR_NOTIFY_URL (or ``environment``'s own notify URL) that the (recorded)
+        turn ended: ``needs_input``, ``turn_failed`` or ``turn_finished``
         (:func:`.notify.turn_event`)."""
-        self.notify(turn_event(session, turn), url=url)
+        self.notify(turn_event(session, turn), environment=environment)
 
     def approval_pending(self, session: Session, turn: int, approval_id: str,
-                         summary: str | None = None, url: str | None = None) -> None:  # fmt: skip
-        """Tell HANGAR_NOTIFY_URL (or ``url``) that an approval of turn ``turn`` waits for a
-        person."""
-        self.notify(approval_event(session, turn, approval_id, summary), url=url)
+                         summary: str | None = None,
+                         environment: str | None = None) -> None:  # fmt: skip
+        """Tell HANGAR_NOTIFY_URL (or ``environment``'s own) that an approval of turn ``turn``
+        waits for a person."""
+        self.notify(approval_event(session, turn, approval_id, summary),
+                    environment=environment)  # fmt: skip
 
     def cancel_all(self, session_id: str) -> None:
         """Cancel every per-session tick (the shared reaper keeps running)."""

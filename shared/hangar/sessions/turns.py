@@ -213,12 +213,14 @@ class Turns:
         renew_lease(self.sandboxes, active)
         return active
 
-    def notify_url(self, session: Session) -> str | None:
-        """The session's environment's notify URL (None: HANGAR_NOTIFY_URL's, if set)."""
+    def notify_env(self, session: Session) -> str | None:
+        """The session's environment when it has a notify URL of its own (its events go
+        there), else None (HANGAR_NOTIFY_URL's, if set)."""
         try:
-            return self.environments.require(session.environment).notify_url
+            own = self.environments.require(session.environment).notify_url
         except NotFound:
             return None
+        return session.environment if own else None
 
     def command_key(self, turn: Turn) -> bytes | None:
         """The live turn's command key (None: a one-shot turn)."""
@@ -417,7 +419,7 @@ class Turns:
         idle = self.transitions.finish_turn(
             self.db.get_session(session.id), token, last_active_at=utcnow(), error=why,
             last_summary=turn.summary, turn_count=turn.n, needs_input=None, question_options=[])
-        self.schedule.turn_ended(idle, turn, self.notify_url(idle))
+        self.schedule.turn_ended(idle, turn, self.notify_env(idle))
         self.schedule.cancel_watch(session.id)
         self.schedule.claim_expiry(idle)
         self.schedule.housekeeping(idle)
@@ -459,7 +461,7 @@ class Turns:
             if ran == current.harness:
                 changes["harness_session"] = turn.harness_session
         idle = self.transitions.finish_turn(current, token, **changes)
-        self.schedule.turn_ended(idle, turn, self.notify_url(idle))  # HANGAR_NOTIFY_URL's
+        self.schedule.turn_ended(idle, turn, self.notify_env(idle))  # HANGAR_NOTIFY_URL's
         self.schedule.cancel_watch(session.id)
         self.schedule.claim_expiry(idle)
         self.schedule.housekeeping(idle)
