@@ -23,6 +23,7 @@ from typing import Any
 from hangar.agent import commands
 from hangar.config import Settings
 from hangar.db import Db
+from hangar.db.records import modify_session
 from hangar.errors import ApprovalNotFound, CommandRefused, TurnEnded, VersionConflict
 from hangar.models import PendingApproval, PermissionMode, Session, Turn, utcnow
 from hangar.processes.following import RunFollowers
@@ -72,15 +73,16 @@ class Approvals:
         """Record the approvals ``turn``'s driver published since the turn's cursor; deny those
         nobody answered in time. Only for a live turn that asks; reads what this process's
         follower of the run holds."""
-        key = self.turns.command_key(turn)
-        if key is None or session.sandbox_id is None or turn.permission_mode == "auto":
+        if turn.command_key is None or session.sandbox_id is None or turn.permission_mode == "auto":
             return
         status = self.followers.since(session.sandbox_id, turn.run_id, turn.events_cursor)
         end = status.data.rfind(b"\n") + 1
         found: list[PendingApproval] = []
+        key = b""  # unwrapped (a call to the keys port) only when a line may need it
         for line in status.data[:end].splitlines():
             if _EVENT not in line[:40]:
                 continue
+            key = key or self.turns.command_key(turn) or b""
             try:
                 fields = commands.verify_event(key, turn.run_id, json.loads(line))
             except ValueError:
@@ -142,10 +144,6 @@ class Approvals:
         self._remove(session.id, approval_id)
         return turn
 
-    def clear(self, session_id: str, n: int) -> None:
-        """Take turn ``n``'s approvals off the session (the turn is over)."""
-        self._update(session_id, lambda kept: [a for a in kept if a.turn != n])
-
     def _expire(self, session_id: str, turn: Turn) -> None:
         limit = timedelta(minutes=self.settings.approval_timeout_minutes)
         session = self.db.get_session(session_id)
@@ -182,18 +180,14 @@ class Approvals:
         self._update(session_id, lambda kept: [a for a in kept if a.id != approval_id])
 
     def _update(self, session_id: str, change: Any) -> None:
-        """Change the session's pending approvals (compare-and-set, tried again when the
-        session was written meanwhile)."""
-        while True:
-            session = self.db.get_session(session_id)
+        """Change the session's pending approvals as they are now
+        (:func:`hangar.db.records.modify_session`: re-read and retried on a concurrent write)."""
+
+        def pending(session: Session) -> dict[str, Any] | None:
             after = change(list(session.pending_approvals))
-            if after == session.pending_approvals:
-                return
-            try:
-                self.db.update_session(session.model_copy(update={"pending_approvals": after}))
-                return
-            except VersionConflict:
-                continue
+            return None if after == session.pending_approvals else {"pending_approvals": after}
+
+        modify_session(self.db, session_id, pending)
 
     def _advance(self, turn: Turn, cursor: int) -> None:
         while True:

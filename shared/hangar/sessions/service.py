@@ -342,7 +342,7 @@ class SessionService:
         session = self.resolve(ref)
         plain = (harness, model, output_schema, limit, permission_mode) == (
             None, None, None, None, None) and not context  # fmt: skip
-        steerable = session.state is S.STARTING or self._steering.live_turn(session) is not None
+        steerable = session.state is S.STARTING or self._steering.running(session) is not None
         if plain and not if_idle and steerable:
             return self.steer(ref, message)
         if talking(session):

@@ -100,19 +100,23 @@ class Steering:
         assert key is not None
         return self.steer(self.db.get_session(session.id), turn, key, message)
 
-    def live_turn(self, session: Session) -> tuple[Turn, bytes] | None:
-        """The session's running live turn and its key; None when no turn runs, or the one
-        that runs is one-shot (or its repair run is what runs now)."""
+    def running(self, session: Session) -> Turn | None:
+        """The session's running live turn, from the records alone; None when no turn runs,
+        or the one that runs is one-shot (or its repair run is what runs now)."""
         if session.state is not S.ACTIVE or session.sandbox_id is None:
             return None
         try:
             turn = self.turns.turn(session.id, None)
         except NotFound:
             return None
-        key = self.turns.command_key(turn)
-        if key is None or turn.finished_at is not None or turn.active_run_id != turn.run_id:
-            return None
-        return turn, key
+        live = turn.command_key is not None and turn.finished_at is None
+        return turn if live and turn.active_run_id == turn.run_id else None
+
+    def live_turn(self, session: Session) -> tuple[Turn, bytes] | None:
+        """:meth:`running`'s turn and its key (unwrapped: a call to the keys port)."""
+        turn = self.running(session)
+        key = None if turn is None else self.turns.command_key(turn)
+        return None if turn is None or key is None else (turn, key)
 
     def ending(self, session: Session) -> bool:
         """Whether the session's latest turn is a live one that has ended and is being
