@@ -9,11 +9,13 @@ export const token = {
   clear: () => sessionStorage.removeItem(KEY),
 };
 
+// data: the error's other fields as the API sent them (e.g. `field`, the one it names).
 export class ApiError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, data = {}) {
     super(message);
     this.status = status;
     this.code = code;
+    this.data = data;
   }
 }
 
@@ -24,16 +26,18 @@ export function sessionPath(name, tail) {
 async function failure(response) {
   let code = `http_${response.status}`;
   let message = response.statusText || "the request failed";
+  let data = {};
   try {
     const body = await response.json();
     if (body && body.error) {
       code = body.error.code || code;
       message = body.error.message || message;
+      data = body.error;
     }
   } catch {
     // not JSON: keep the status line
   }
-  return new ApiError(response.status, code, message);
+  return new ApiError(response.status, code, message, data);
 }
 
 // call(method, path, body?, {raw, signal}): the parsed JSON answer (or the Response when raw).
