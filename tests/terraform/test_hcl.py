@@ -323,6 +323,9 @@ def test_every_composite_index_the_firestore_backend_queries_need_is_declared() 
         ("sessions", (("state", asc), ("created_at", desc))),  # by state, newest first
         ("sessions", (("created_at", desc), ("name", desc))),  # by name prefix
         ("sessions", (("state", asc), ("created_at", desc), ("name", desc))),  # both
+        ("sessions", (("state", asc), ("last_active_at", desc))),  # the same by activity
+        ("sessions", (("last_active_at", desc), ("name", desc))),
+        ("sessions", (("state", asc), ("last_active_at", desc), ("name", desc))),
         ("turns", (("session_id", asc), ("n", asc))),
         ("checkpoints", (("session_id", asc), ("ts", asc))),
     }

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
+from typing import Literal, Protocol
 
 from hangar.backends import pick
 from hangar.config import Settings
@@ -31,6 +31,11 @@ from hangar.models import (
     Token,
     Turn,
 )
+
+
+SessionOrder = Literal["created", "activity"]
+"""How a page of sessions is ordered: newest first by ``created_at``, or by ``last_active_at``
+(the most recently active first)."""
 
 
 class Db(Protocol):
@@ -63,18 +68,26 @@ class Db(Protocol):
         *,
         state: SessionState | None = None,
         prefix: str | None = None,
+        order: SessionOrder = "created",
     ) -> list[Session]:
-        """One page of sessions, newest first by (``created_at``, ``id``), at most ``limit``,
-        all strictly after the cursor ``after`` (the last session of the previous page's
-        ``(created_at, id)``): paging through this way sees each session once, none twice,
-        whatever is created meanwhile (new ones come before the first page).
+        """One page of sessions, newest first by (``created_at``, ``id``), or with ``order``
+        ``"activity"`` by (``last_active_at``, ``id``), at most ``limit``, all strictly after
+        the cursor ``after`` (the last session of the previous page's ``(created_at, id)``, or
+        ``(last_active_at, id)`` in activity order).
+
+        By creation, paging this way sees each session once, none twice, whatever is created
+        meanwhile (new ones come before the first page). By activity, a page never repeats a
+        session either: one that becomes active while the pages are read moves before the
+        first page (and shows on the next read from the top), so a later page cannot hold it
+        again; one not yet reached when it moved is missed by that paging.
 
         ``state`` keeps only the sessions in that state; ``prefix`` only those whose name
         starts with it (compared exactly: case-sensitive, character for character; None or
         ``""`` keeps every name); both together keep what both keep. The order and the cursor
         stay the same, so paging with the same filters sees each matching session once (one
         whose state changes meanwhile may come or go). Served from an index, never by reading
-        every session: a prefix is the range ``prefix <= name < records.prefix_end(prefix)``."""
+        every session, in either order: a prefix is the range
+        ``prefix <= name < records.prefix_end(prefix)``."""
         ...
 
     def update_session(self, session: Session) -> Session:

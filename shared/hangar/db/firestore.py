@@ -8,7 +8,8 @@ of truth: every field round-trips exactly, and map keys Firestore refuses as fie
 just text there), its ``version``, and the fields uniqueness and queries need, as native values
 (timestamps for times, to the microsecond)::
 
-    sessions/{id}              doc, version, name, state, environment, created_at
+    sessions/{id}              doc, version, name, state, environment, created_at,
+                               last_active_at
     session_names/{name}       session_id            the name lock: one per taken name
     turns/{session_id}.{n}     doc, version, session_id, n
     checkpoints/{id}           doc, version, session_id, ts, uses
@@ -51,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import ValidationError
 
+from hangar.db import SessionOrder
 from hangar.db.records import micros, prefix_end, prepare, utc
 from hangar.errors import (
     AlreadyExists, BackendError, CheckpointNotFound, EnvironmentNotFound, HangarError,
@@ -77,6 +79,7 @@ MAX_ATTEMPTS: Final = 5
 DUE_ROUNDS: Final = 4
 """Transactions (of MAX_ATTEMPTS each) a contended due-time upsert, or token take, gets before
 it gives up."""
+_ORDER_FIELDS: Final = {"created": "created_at", "activity": "last_active_at"}
 MAX_RECORD_BYTES: Final = 1_000_000
 """The largest record stored, as JSON: Firestore keeps at most 1 MiB per document, its name and
 indexed fields included."""
@@ -344,7 +347,8 @@ class FirestoreDb:
     def _session_fields(session: Session, doc: str) -> dict[str, Any]:
         return _fields(session, doc, name=session.name, state=session.state.value,
                        environment=session.environment,
-                       created_at=utc(session.created_at))  # fmt: skip
+                       created_at=utc(session.created_at),
+                       last_active_at=utc(session.last_active_at))  # fmt: skip
 
     def create_session(self, session: Session) -> Session:
         """Insert at version 1, with the name lock, in one transaction; AlreadyExists if the id
@@ -413,66 +417,75 @@ class FirestoreDb:
         *,
         state: SessionState | None = None,
         prefix: str | None = None,
+        order: SessionOrder = "created",
     ) -> list[Session]:
-        """One page, newest first by (``created_at``, document id = ``id``), strictly after
-        ``after``; only ``state`` and names starting with ``prefix`` when given. One query,
-        or with a prefix up to three (see :meth:`_page_named`)."""
+        """One page, newest first by (``created_at``, document id = ``id``) or, in activity
+        order, by (``last_active_at``, id), strictly after ``after``; only ``state`` and names
+        starting with ``prefix`` when given. One query, or with a prefix up to three (see
+        :meth:`_page_named`). A session written by a hangar from before ``last_active_at`` was
+        a field has none, and is in no page by activity until it is written again."""
         if limit <= 0:
             return []
+        field = _ORDER_FIELDS[order]
         matching: Query | CollectionReference = self._col("sessions")
         if state is not None:
             matching = matching.where(filter=_filter("state", "==", SessionState(state).value))
         if prefix:
-            return self._page_named(matching, limit, after, prefix)
-        # index: automatic single-field (created_at) read backwards, or with a state sessions
-        # (state ASC, created_at DESC), declared in terraform; ties by document name
-        query = matching.order_by("created_at", direction="DESCENDING")
+            return self._page_named(matching, limit, after, prefix, field)
+        # index: automatic single-field (created_at, last_active_at) read backwards, or with a
+        # state sessions (state ASC, FIELD DESC), declared in terraform; ties by document name
+        query = matching.order_by(field, direction="DESCENDING")
         query = query.order_by("__name__", direction="DESCENDING")
         if after is not None:
-            query = query.start_after({"created_at": utc(after[0]),
+            query = query.start_after({field: utc(after[0]),
                                        "__name__": self._ref("sessions", after[1])})  # fmt: skip
         # only the record's JSON comes back (the indexed copies of its fields are not needed)
         return self._query(Session, query.limit(limit).select(["doc"]), "page sessions")
 
     def _page_named(self, matching: Query | CollectionReference, limit: int,
-                    after: tuple[datetime, str] | None, prefix: str) -> list[Session]:  # fmt: skip
-        """A page of the sessions ``matching`` finds whose name starts with ``prefix``.
+                    after: tuple[datetime, str] | None, prefix: str,
+                    field: str) -> list[Session]:  # fmt: skip
+        """A page of the sessions ``matching`` finds whose name starts with ``prefix``, by
+        ``field`` (``created_at`` or ``last_active_at``).
 
-        The prefix is a range on ``name`` and the cursor one on ``created_at`` (Firestore's
-        ranges on several fields). Firestore orders the results by every range's field before
-        the document name, so ties in ``created_at`` come by name, not by id: the sessions
-        made at the cursor's instant and at the page's last one are read whole, by equality
-        on ``created_at`` (a handful at most: times are to the microsecond; the second read
-        only when the page ends inside such a tie), and the page is put in the port's order
-        here."""
+        The prefix is a range on ``name`` and the cursor one on ``field`` (Firestore's ranges
+        on several fields). Firestore orders the results by every range's field before the
+        document name, so ties in ``field`` come by name, not by id: the sessions at the
+        cursor's instant and at the page's last one are read whole, by equality on ``field``
+        (a handful at most: times are to the microsecond; the second read only when the page
+        ends inside such a tie), and the page is put in the port's order here."""
         named = matching.where(filter=_filter("name", ">=", prefix))
         if (end := prefix_end(prefix)) is not None:
             named = named.where(filter=_filter("name", "<", end))
         page: list[Session] = []
         if after is not None:
-            page = [s for s in self._made_at(matching, after[0], prefix)
+            page = [s for s in self._made_at(matching, after[0], prefix, field)
                     if _doc_id(s.id) < _doc_id(after[1])]  # fmt: skip
-            named = named.where(filter=_filter("created_at", "<", utc(after[0])))
-        # index: sessions (created_at DESC, name DESC), with a state (state ASC, created_at
-        # DESC, name DESC), declared in terraform: equality, then order, then range fields
-        query = named.order_by("created_at", direction="DESCENDING")
+            named = named.where(filter=_filter(field, "<", utc(after[0])))
+        # index: sessions (FIELD DESC, name DESC), with a state (state ASC, FIELD DESC, name
+        # DESC), declared in terraform: equality, then order, then range fields
+        query = named.order_by(field, direction="DESCENDING")
         query = query.order_by("name", direction="DESCENDING").limit(limit + 1)
         older = self._query(Session, query.select(["doc"]), "page sessions")
+
+        def key(s: Session) -> datetime:
+            return s.created_at if field == "created_at" else s.last_active_at
+
         cut = limit - len(page)  # the page's share of ``older``
-        if 0 < cut < len(older) and older[cut].created_at == older[cut - 1].created_at:
-            last = older[cut].created_at
-            older = [s for s in older if s.created_at != last]
-            older += self._made_at(matching, last, prefix)
+        if 0 < cut < len(older) and key(older[cut]) == key(older[cut - 1]):
+            last = key(older[cut])
+            older = [s for s in older if key(s) != last]
+            older += self._made_at(matching, last, prefix, field)
         page += older
-        page.sort(key=lambda s: (s.created_at, _doc_id(s.id)), reverse=True)
+        page.sort(key=lambda s: (key(s), _doc_id(s.id)), reverse=True)
         return page[:limit]
 
     def _made_at(self, matching: Query | CollectionReference, at: datetime,
-                 prefix: str) -> list[Session]:  # fmt: skip
-        """Every session ``matching`` finds that was made at ``at`` exactly and whose name
+                 prefix: str, field: str) -> list[Session]:  # fmt: skip
+        """Every session ``matching`` finds whose ``field`` is ``at`` exactly and whose name
         starts with ``prefix`` (checked here: the instant holds a handful at most)."""
-        # index: automatic single-field (created_at), merged with state's when there is one
-        query = matching.where(filter=_filter("created_at", "==", utc(at))).select(["doc"])
+        # index: automatic single-field (FIELD), merged with state's when there is one
+        query = matching.where(filter=_filter(field, "==", utc(at))).select(["doc"])
         found = self._query(Session, query, "page sessions")
         return [s for s in found if s.name.startswith(prefix)]
 

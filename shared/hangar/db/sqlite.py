@@ -32,6 +32,7 @@ from typing import Final, TypeVar
 
 from pydantic import ValidationError
 
+from hangar.db import SessionOrder
 from hangar.db.records import micros, prefix_end, prepare
 from hangar.errors import (
     AlreadyExists, BackendError, CheckpointNotFound, EnvironmentNotFound, HangarError,
@@ -44,9 +45,9 @@ from hangar.models import (
 )
 from hangar.private import private_dirs, private_file
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """Stored in ``PRAGMA user_version``; a file with a higher number is refused, a lower one is
-migrated on open."""
+migrated on open (2: the sessions' ``last_active_at`` column and its indexes)."""
 
 BUSY_TIMEOUT_SECONDS: Final = 30.0
 """How long a writer waits for another writer's lock before giving up with BackendError."""
@@ -57,7 +58,7 @@ _MEMORY: Final = ":memory:"
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
     " state TEXT NOT NULL, created_at INTEGER NOT NULL, version INTEGER NOT NULL,"
-    " doc TEXT NOT NULL)",
+    " doc TEXT NOT NULL, last_active_at INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS sessions_by_created ON sessions (created_at)",
     "CREATE INDEX IF NOT EXISTS sessions_by_state ON sessions (state, created_at)",
     "CREATE TABLE IF NOT EXISTS turns (session_id TEXT NOT NULL, n INTEGER NOT NULL,"
@@ -74,6 +75,14 @@ _SCHEMA: Final = (
     " version INTEGER NOT NULL, doc TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS ticks_by_due ON ticks (due_at)",
 )
+_ACTIVITY_INDEXES: Final = (  # after the migration to 2, which adds their column
+    "CREATE INDEX IF NOT EXISTS sessions_by_activity ON sessions (last_active_at, id)",
+    "CREATE INDEX IF NOT EXISTS sessions_by_state_activity ON sessions"
+    " (state, last_active_at, id)",
+)
+
+_ORDER_COLUMNS: Final[Mapping[str, str]] = {"created": "created_at",
+                                             "activity": "last_active_at"}  # fmt: skip
 
 R = TypeVar("R", bound=Record)
 
@@ -177,6 +186,10 @@ class SqliteDb:
             for statement in _SCHEMA:
                 conn.execute(statement)
             # Migrations from older versions go here, one step per version.
+            if found == 1:
+                self._add_activity(conn)
+            for statement in _ACTIVITY_INDEXES:
+                conn.execute(statement)
             if found != SCHEMA_VERSION:
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
@@ -184,6 +197,15 @@ class SqliteDb:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    @staticmethod
+    def _add_activity(conn: sqlite3.Connection) -> None:
+        """Version 1 to 2: the sessions' ``last_active_at`` column, filled from each record."""
+        conn.execute("ALTER TABLE sessions ADD COLUMN last_active_at INTEGER NOT NULL DEFAULT 0")
+        rows = conn.execute("SELECT id, doc FROM sessions").fetchall()
+        conn.executemany("UPDATE sessions SET last_active_at = ? WHERE id = ?", [
+            (micros(_load(Session, doc).last_active_at), session_id) for session_id, doc in rows
+        ])  # fmt: skip
 
     @contextmanager
     def _translated(self) -> Iterator[None]:
@@ -348,6 +370,7 @@ class SqliteDb:
             "name": session.name,
             "state": session.state.value,
             "created_at": micros(session.created_at),
+            "last_active_at": micros(session.last_active_at),
             "version": session.version,
             "doc": doc,
         }
@@ -409,12 +432,16 @@ class SqliteDb:
         *,
         state: SessionState | None = None,
         prefix: str | None = None,
+        order: SessionOrder = "created",
     ) -> list[Session]:
-        """One page, newest first by (``created_at``, ``id``), strictly after ``after``; only
-        ``state`` and names starting with ``prefix`` when given: a search of the state's index
-        or a range of the name's unique one (text compares as its UTF-8 bytes: exactly)."""
+        """One page, newest first by (``created_at``, ``id``) or, in activity order, by
+        (``last_active_at``, ``id``), strictly after ``after``; only ``state`` and names
+        starting with ``prefix`` when given: a search of the order's index (with the state's
+        first) or a range of the name's unique one (text compares as its UTF-8 bytes:
+        exactly)."""
         if limit <= 0:
             return []
+        column = _ORDER_COLUMNS[order]
         where, params = list[str](), list[object]()
         if state is not None:
             where.append("state = ?")
@@ -427,11 +454,11 @@ class SqliteDb:
                 params.append(end)
         if after is not None:
             at = micros(after[0])
-            where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+            where.append(f"({column} < ? OR ({column} = ? AND id < ?))")
             params += [at, at, after[1]]
         sql = "SELECT doc FROM sessions" + (" WHERE " + " AND ".join(where) if where else "")
         params.append(limit)
-        return self._all(Session, sql + " ORDER BY created_at DESC, id DESC LIMIT ?", params)
+        return self._all(Session, sql + f" ORDER BY {column} DESC, id DESC LIMIT ?", params)
 
     def update_session(self, session: Session) -> Session:
         """Compare-and-set on ``session.version``: SessionNotFound, VersionConflict (checked

@@ -279,6 +279,40 @@ class DbConformance:
                 after = (page[-1].created_at, page[-1].id)
             assert _ids(seen) == [s.id for s in made[::-1] if state in (None, s.state)]
 
+    def test_paging_by_activity_sees_each_match_once_most_recently_active_first(
+        self, db: Db
+    ) -> None:
+        states = [SessionState.IDLE, SessionState.ACTIVE]
+        made = [db.create_session(make_session(f"{'ab'[i % 3 == 0]}-{i:02d}", i,
+                                               last_active_at=at(100 - i // 3 * 2),
+                                               state=states[i % 2]))
+                for i in range(20)]  # fmt: skip (three share each instant: ties by id)
+        recent = sorted(made, key=lambda s: (s.last_active_at, s.id), reverse=True)
+        for state, prefix in ((None, None), (SessionState.IDLE, None), (None, "a-"),
+                              (SessionState.ACTIVE, "a-")):  # fmt: skip
+            expected = [s.id for s in recent if s.name.startswith(prefix or "")
+                        and state in (None, s.state)]  # fmt: skip
+            seen: list[str] = []
+            after = None
+            while page := db.page_sessions(2, after, state=state, prefix=prefix,
+                                           order="activity"):  # fmt: skip
+                seen += _ids(page)
+                after = (page[-1].last_active_at, page[-1].id)
+            assert seen == expected, (state, prefix)
+
+    def test_a_session_active_while_paging_by_activity_never_comes_twice(self, db: Db) -> None:
+        made = [db.create_session(make_session(f"r{i}", i)) for i in range(6)]
+        first = db.page_sessions(3, order="activity")
+        assert [s.name for s in first] == ["r5", "r4", "r3"]
+        seen = made[4].model_copy(update={"last_active_at": at(60)})  # seen on the first page
+        db.update_session(seen)
+        unseen = db.update_session(made[0].model_copy(update={"last_active_at": at(61)}))
+        rest = db.page_sessions(10, (first[-1].last_active_at, first[-1].id), order="activity")
+        assert [s.name for s in rest] == ["r2", "r1"]  # r4 not again; r0 moved up
+        top = db.page_sessions(2, order="activity")
+        assert _ids(top) == [unseen.id, seen.id]
+        assert _ids(db.page_sessions(10)) == _ids(made[::-1])  # creation order unchanged
+
     def test_sessions_of_an_environment_are_only_its_own_and_at_most_limit(self, db: Db) -> None:
         mine = [db.create_session(make_session(f"m{i}", minute=i, environment="app"))
                 for i in range(3)]  # fmt: skip

@@ -73,6 +73,64 @@ resource "google_firestore_index" "sessions_by_state_and_name_prefix" {
   }
 }
 
+# the same three by last activity (a page of sessions with order=activity): where state == S
+# order by last_active_at desc, __name__ desc; the name prefix ranges [and last_active_at < T]
+# order by last_active_at desc, name desc, without and with a state. Sessions active at one
+# instant are read with where last_active_at == T [and state == S], which the single-field
+# indexes (and sessions_by_state_and_activity) serve.
+resource "google_firestore_index" "sessions_by_state_and_activity" {
+  project    = var.project_id
+  database   = google_firestore_database.hangar.name
+  collection = "sessions"
+
+  fields {
+    field_path = "state"
+    order      = "ASCENDING"
+  }
+
+  fields {
+    field_path = "last_active_at"
+    order      = "DESCENDING"
+  }
+}
+
+resource "google_firestore_index" "sessions_by_name_prefix_and_activity" {
+  project    = var.project_id
+  database   = google_firestore_database.hangar.name
+  collection = "sessions"
+
+  fields {
+    field_path = "last_active_at"
+    order      = "DESCENDING"
+  }
+
+  fields {
+    field_path = "name"
+    order      = "DESCENDING"
+  }
+}
+
+resource "google_firestore_index" "sessions_by_state_name_prefix_and_activity" {
+  project    = var.project_id
+  database   = google_firestore_database.hangar.name
+  collection = "sessions"
+
+  fields {
+    field_path = "state"
+    order      = "ASCENDING"
+  }
+
+  fields {
+    field_path = "last_active_at"
+    order      = "DESCENDING"
+  }
+
+  fields {
+    field_path = "name"
+    order      = "DESCENDING"
+  }
+}
+
 # a session's checkpoints, oldest first (restore falls back to older ones; pruning drops them)
 resource "google_firestore_index" "checkpoints_by_session" {
   project    = var.project_id

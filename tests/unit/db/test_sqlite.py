@@ -17,7 +17,7 @@ from hangar.db import Db, open_db
 from hangar.db.sqlite import SCHEMA_VERSION, SqliteDb
 from hangar.errors import AlreadyExists, BackendError, InvalidInput, InvalidSettings
 from hangar.models import Environment
-from hangar.testing.db import DbConformance, make_checkpoint, make_session, make_token
+from hangar.testing.db import DbConformance, at, make_checkpoint, make_session, make_token
 from hangar.testing.db_reuse import CheckpointReuseConformance
 
 _PROCESS_TIMEOUT = 60.0
@@ -123,6 +123,26 @@ def test_opening_sets_wal_mode_and_the_schema_version(tmp_path: Path) -> None:
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
         raw.close()
+
+
+def test_a_version_1_file_gains_the_activity_order_from_its_records(tmp_path: Path) -> None:
+    path = tmp_path / "hangar.db"
+    raw = sqlite3.connect(path)  # the sessions table as version 1 made it
+    raw.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
+                " state TEXT NOT NULL, created_at INTEGER NOT NULL, version INTEGER NOT NULL,"
+                " doc TEXT NOT NULL)")  # fmt: skip
+    made = [make_session(f"s{i}", i, last_active_at=at(10 - i), version=1) for i in range(3)]
+    with raw:
+        for s in made:
+            raw.execute("INSERT INTO sessions VALUES (?, ?, ?, ?, 1, ?)",
+                        (s.id, s.name, s.state.value, 0, s.model_dump_json()))  # fmt: skip
+        raw.execute("PRAGMA user_version = 1")
+    raw.close()
+    db = SqliteDb(path)
+    try:
+        assert [s.name for s in db.page_sessions(10, order="activity")] == ["s0", "s1", "s2"]
+    finally:
+        db.close()
 
 
 def test_a_file_with_a_newer_schema_is_refused_with_backend_error(tmp_path: Path) -> None:
