@@ -96,3 +96,12 @@ export function repoCell(repo, branch) {
   if (repo.startsWith("/")) short = short.split("/").slice(-2).join("/");
   return h("span", { title: repo }, `${short} · ${branch}`);
 }
+
+// A change's size as "3 files +10 -2" ({files, added, removed}); "" when there is none known.
+export function changeSize(change) {
+  if (!change) return "";
+  const files = `${change.files} file${change.files === 1 ? "" : "s"}`;
+  return h("span", { class: "change-size" }, `${files} `,
+    h("span", { class: "added" }, `+${change.added}`), " ",
+    h("span", { class: "removed" }, `-${change.removed}`));
+}
