@@ -106,14 +106,22 @@ def _server(data_dir: Path, harnesses: Path, **extra: str) -> Iterator[Server]:
 
 
 @pytest.fixture(params=["embedded", "cloud"])
-def backends(request: pytest.FixtureRequest) -> dict[str, str]:
+def backends(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     """Every walk-through runs twice: on the embedded backends (SQLite, a folder, a key file,
     the in-process ticker) and on the cloud ones (Firestore, GCS, Cloud KMS and Cloud Tasks on
-    their emulators, the ticks posted back to the server); sandboxes are local both times."""
+    their emulators, the ticks posted back to the server); sandboxes are local both times.
+    Each cloud walk-through has a task queue of its own, deleted after it, so no test's ticks
+    wait behind the leftovers of the tests before it."""
     if request.param == "embedded":
-        return {}
+        yield {}
+        return
     emulators = request.getfixturevalue("cloud_emulators")
-    return dict(emulators.environment(f"e2e-{uuid.uuid4().hex[:10]}"))
+    namespace = f"e2e-{uuid.uuid4().hex[:10]}"
+    queue = emulators.own_queue(namespace)
+    try:
+        yield dict(emulators.environment(namespace, queue=queue))
+    finally:
+        emulators.tasks.delete_queue(queue)
 
 
 @pytest.fixture
