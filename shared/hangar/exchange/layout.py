@@ -23,6 +23,7 @@ import json
 from collections.abc import Sequence
 
 from hangar.errors import SandboxError
+from hangar.exchange.note import NOTE_CLOSE, NOTE_OPEN
 from hangar.models import Session
 from hangar.sandboxes import HOME, Sandboxes
 
@@ -81,7 +82,7 @@ def prompt_note(session: Session, schema: dict[str, object] | None,
                      "(it lands in $HANGAR_IO/out/result.json) as JSON valid against this "
                      "JSON Schema: " + json.dumps(schema, separators=(",", ":")))  # fmt: skip
     lines += extra
-    return "<hangar-exchange>\n" + "\n".join(lines) + "\n</hangar-exchange>"
+    return NOTE_OPEN + "\n" + "\n".join(lines) + "\n" + NOTE_CLOSE
 
 
 def with_note(prompt: str, session: Session, schema: dict[str, object] | None,

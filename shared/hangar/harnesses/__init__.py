@@ -27,6 +27,7 @@ from hangar.errors import (
     NoConversationId,
     UnknownHarness,
 )
+from hangar.exchange.note import without_note
 
 MISSING_EXIT = 127
 
@@ -202,7 +203,10 @@ def check(
 ) -> TurnResult:
     """The checks every adapter applies after a turn, in order of precedence. ``chosen_id`` is
     the id the adapter told the CLI to give a new or forked conversation, if it could."""
-    detail = stderr.decode(errors="replace").strip()[-1000:]
+    # What the CLI says goes to people: hangar's own note never does, should it quote the prompt.
+    detail = without_note(stderr.decode(errors="replace").strip()[-1000:])
+    summary = without_note(summary) if summary else summary
+    failure = without_note(failure) if failure else failure
     error: HarnessError | None = None
     if exit_code == MISSING_EXIT and (not conversation_id) and (
         "not found" in detail or "No such file" in detail or not detail
