@@ -7,6 +7,10 @@ does goes through the REST API with the token the person signs in with, kept in 
 ``sessionStorage`` and sent as the bearer header; the terminal's websocket takes a single-use
 ticket instead (``POST /api/sessions/{ref}/terminal-ticket``), so the token is never in a URL.
 
+The pages are ``/`` (the Sessions list), ``/new`` (New session), ``/environments`` and
+``/sessions/{name}`` (:data:`PAGES`); ``/favicon.ico`` answers ``static/favicon.ico``, which
+browsers ask for whatever the page links (it links that and ``static/favicon.svg``).
+
 Every page and asset is served with :data:`POLICY` as its Content-Security-Policy: scripts,
 styles, fonts and connections from this origin only, inline styles allowed (xterm.js sets
 element styles and writes a style sheet of its own), no inline script, no frames, no plugins.
@@ -45,7 +49,7 @@ HEADERS = {
 }
 """Sent with every page and asset (``no-cache``: revalidated by ETag, so an upgrade shows)."""
 
-PAGES = ("/", "/sessions/{name}")
+PAGES = ("/", "/new", "/environments", "/sessions/{name}")
 """The page's addresses: each serves ``index.html``, whose script reads the path."""
 
 
@@ -70,8 +74,13 @@ async def _page(request: Request) -> Response:
     return FileResponse(STATIC / "index.html", media_type="text/html", headers=HEADERS)
 
 
+async def _favicon(request: Request) -> Response:
+    return FileResponse(STATIC / "favicon.ico", media_type="image/x-icon", headers=HEADERS)
+
+
 def routes() -> list[BaseRoute]:
-    """The page's routes: the pages (:data:`PAGES`) and ``/static``."""
+    """The page's routes: the pages (:data:`PAGES`), ``/favicon.ico`` and ``/static``."""
     pages: list[BaseRoute] = [Route(path, _page, methods=["GET", "HEAD"]) for path in PAGES]
+    icon = Route("/favicon.ico", _favicon, methods=["GET", "HEAD"])
     static = StaticFiles(directory=STATIC, check_dir=False)
-    return [*pages, Mount("/static", app=_Secured(static), name="static")]
+    return [*pages, icon, Mount("/static", app=_Secured(static), name="static")]

@@ -1,7 +1,10 @@
-// The dashboard's entry point: sign-in, and a page per address (/ and /sessions/NAME).
+// The dashboard's entry point: sign-in, and a page per address (/, /new, /environments and
+// /sessions/NAME).
 
 import { ApiError, call, token } from "./api.js";
+import { renderEnvironments } from "./environments.js";
 import { renderList } from "./list.js";
+import { renderNewSession } from "./newsession.js";
 import { renderSession } from "./session.js";
 import { clearError, h, showError } from "./ui.js";
 
@@ -55,6 +58,7 @@ function route() {
   view = null;
   const main = document.getElementById("main");
   main.replaceChildren();
+  document.title = "hangar";
   const signedIn = Boolean(token.get());
   document.getElementById("sign-out").hidden = !signedIn;
   const nav = document.getElementById("nav");
@@ -64,11 +68,21 @@ function route() {
     return;
   }
   const match = location.pathname.match(/^\/sessions\/([^/]+)\/?$/);
+  const sessions = h("a", { href: "/" }, "Sessions");
+  const environments = h("a", { href: "/environments" }, "Environments");
   if (match) {
-    nav.append(h("a", { href: "/" }, "Sessions"), " / ", decodeURIComponent(match[1]));
+    nav.append(sessions, " / ", decodeURIComponent(match[1]));
     view = renderSession(main, decodeURIComponent(match[1]), ctx);
+  } else if (location.pathname === "/new") {
+    nav.append(sessions, " / New session");
+    document.title = "New session · hangar";
+    view = renderNewSession(main, ctx);
+  } else if (location.pathname === "/environments") {
+    nav.append(sessions, " · ", h("span", { "aria-current": "page" }, "Environments"));
+    document.title = "Environments · hangar";
+    view = renderEnvironments(main, ctx);
   } else {
-    nav.append("Sessions");
+    nav.append(h("span", { "aria-current": "page" }, "Sessions"), " · ", environments);
     view = renderList(main, ctx);
   }
 }

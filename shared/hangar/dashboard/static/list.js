@@ -1,12 +1,32 @@
-// The Sessions page: newest first, paged, filtered by state and name prefix, refreshing by
-// itself (every 2 s while a session starts, runs a turn or suspends; every 15 s otherwise).
+// The Sessions page: the most recently active first (the API's order=activity), paged,
+// filtered by state and name prefix, refreshing by itself (every 2 s while a session starts,
+// runs a turn or suspends; every 15 s otherwise). A row says what needs you (a question, an
+// approval), whether a turn runs and its latest progress line, and the size of the change.
+// Under 600 px wide the table's rows become cards (app.css), so nothing runs off the screen.
 
 import { call } from "./api.js";
-import { h, repoCell, stateBadge, when } from "./ui.js";
+import { changeSize, h, repoCell, stateBadge, when } from "./ui.js";
 
 const STATES = ["starting", "active", "idle", "suspending", "suspended", "failed", "archived"];
 const BUSY = new Set(["starting", "active", "suspending"]);
 const PAGE = 50;
+const COLUMNS = ["Name", "Title", "Harness", "Repo and branch", "State", "Change", "Last activity", "Last summary"];
+const CLASSES = ["name", "title", "harness", "repo", "state-cell", "change", "activity", "summary"];
+
+// The state, what needs the person (a question, approvals), and while a turn runs a live dot
+// and the turn's latest progress line.
+function stateCell(s) {
+  const parts = [];
+  if (s.state === "active") parts.push(h("span", { class: "live", role: "img", "aria-label": "a turn is running", title: "a turn is running" }), " ");
+  parts.push(stateBadge(s));
+  const approvals = s.pending_approvals || [];
+  if (approvals.length) {
+    parts.push(" ", h("span", { class: "state needs-approval", title: approvals.map((a) => a.summary).join("\n") },
+      approvals.length === 1 ? "needs approval" : `needs approval (${approvals.length})`));
+  }
+  if (s.state === "active" && s.progress) parts.push(h("div", { class: "progress-line" }, s.progress));
+  return parts;
+}
 
 export function renderList(main, ctx) {
   const params = new URLSearchParams(location.search);
@@ -25,20 +45,20 @@ export function renderList(main, ctx) {
   const status = h("p", { class: "muted", "aria-live": "polite" });
 
   main.append(
-    h("h1", {}, "Sessions"),
+    h("div", { class: "title-row" }, h("h1", {}, "Sessions"),
+      h("a", { href: "/new", class: "button primary" }, "New session")),
     h("form", { class: "inline", role: "search" },
       h("label", { for: "state-filter" }, "State"), state,
       h("label", { for: "prefix-filter" }, "Name prefix"), prefix),
     status,
-    h("table", { id: "sessions" },
-      h("thead", {}, h("tr", {},
-        ["Name", "Title", "Repo and branch", "State", "Last activity", "Last summary"].map((t) => h("th", { scope: "col" }, t)))),
+    h("table", { id: "sessions", class: "cards" },
+      h("thead", {}, h("tr", {}, COLUMNS.map((t) => h("th", { scope: "col" }, t)))),
       rows),
     h("div", { class: "pager" }, more),
   );
 
   function query(limit, after) {
-    const q = new URLSearchParams({ limit: String(limit) });
+    const q = new URLSearchParams({ order: "activity", limit: String(limit) });
     if (state.value) q.set("state", state.value);
     if (prefix.value) q.set("prefix", prefix.value);
     if (after) q.set("cursor", after);
@@ -46,21 +66,26 @@ export function renderList(main, ctx) {
   }
 
   function row(s) {
+    const cells = [
+      h("a", { href: `/sessions/${encodeURIComponent(s.name)}` }, s.name),
+      s.title,
+      s.harness,
+      repoCell(s.repo, s.branch),
+      stateCell(s),
+      changeSize(s.change),
+      when(s.last_active_at),
+      s.summary || "",
+    ];
     return h("tr", { "data-session": s.name },
-      h("td", {}, h("a", { href: `/sessions/${encodeURIComponent(s.name)}` }, s.name)),
-      h("td", {}, s.title),
-      h("td", {}, repoCell(s.repo, s.branch)),
-      h("td", {}, stateBadge(s)),
-      h("td", {}, when(s.last_active_at)),
-      h("td", { class: "summary" }, s.summary || ""));
+      cells.map((cell, i) => h("td", { "data-label": COLUMNS[i], class: CLASSES[i] }, cell)));
   }
 
   function describe(count) {
     const filtered = state.value || prefix.value;
     if (count === 0) {
-      return filtered ? "No session matches." : "No sessions yet: start one with `hangar session new NAME MESSAGE --env ENV`.";
+      return filtered ? "No session matches." : "No sessions yet: start one with New session (or `hangar session new NAME MESSAGE --env ENV`).";
     }
-    return `${count} session${count === 1 ? "" : "s"} shown, newest first.`;
+    return `${count} session${count === 1 ? "" : "s"} shown, most recently active first.`;
   }
 
   function schedule(sessions) {
