@@ -1,0 +1,190 @@
+"""A turn's transcript, a page at a time (REST ``GET .../log?format=events``, MCP
+``get_transcript``, ``session log --format events``).
+
+A turn's events, in order: the person's message (with its context items' names) and any
+message that joined the turn before it started, from the turn's record; then what each line of
+its run log says (:func:`hangar.harnesses.transcript.line_events`); then, once the turn is over,
+its usage and its outcome, from the record. While the turn runs only whole lines are read (the
+last one may still be written), so an event once given never changes.
+
+The cursor says where the next page starts: ``h.K`` (the K-th of the record's first events),
+``lOFFSET.K`` (the K-th event of the run-log line that starts at byte OFFSET) or ``e.K`` (the
+K-th of the record's last events). It stays valid for the turn's whole life and after: the
+stored log is the live one's bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field
+
+from hangar.errors import InvalidInput
+from hangar.harnesses.transcript import (
+    Event,
+    MessageEvent,
+    OutcomeEvent,
+    line_events,
+    usage_event,
+    without_note,
+)
+from hangar.models import Turn, TurnOutcome
+
+if TYPE_CHECKING:
+    from hangar.runtime import Runtime
+
+DEFAULT_LIMIT, MAX_LIMIT = 200, 1000
+_CURSOR = re.compile(r"\A(?:([he])|l(\d{1,15}))\.(\d{1,9})\Z")
+
+
+class TranscriptPage(BaseModel):
+    """One page of a turn's events. Read on with ``next_cursor`` while ``more``; once ``more``
+    is false and ``finished`` true, nothing more will come (while ``finished`` is false, ask
+    again later with the same ``next_cursor``)."""
+
+    turn: int
+    harness: str = Field(description="the harness that ran the turn")
+    finished: bool = Field(description="the turn is over")
+    events: list[Event]
+    next_cursor: str = Field(description="where the next page starts: pass it back as cursor")
+    more: bool = Field(description="events beyond this page exist already: ask again now")
+
+
+@dataclass(frozen=True)
+class _At:
+    """A place in the event sequence: ``section`` h (the record's first events), l (the run
+    log, the line starting at ``offset``) or e (the record's last events); ``skip`` events of
+    it already given."""
+
+    section: str
+    offset: int = 0
+    skip: int = 0
+
+    def __str__(self) -> str:
+        where = f"l{self.offset}" if self.section == "l" else self.section
+        return f"{where}.{self.skip}"
+
+
+def parse_cursor(raw: str | None) -> _At:
+    """A cursor as :func:`page` gave it (None or empty: the start); InvalidInput naming
+    ``cursor`` otherwise."""
+    if not raw:
+        return _At("h")
+    found = _CURSOR.match(raw)
+    if found is None:
+        raise InvalidInput(f"cursor is not one this endpoint gave: {raw[:40]!r}", field="cursor")
+    section = found[1] or "l"
+    return _At(section, int(found[2] or 0), int(found[3]))
+
+
+def page(runtime: Runtime, ref: str, n: int | None, cursor: str | None = None,
+         limit: int = DEFAULT_LIMIT) -> TranscriptPage:  # fmt: skip
+    """Up to ``limit`` events of turn ``n`` (None: the latest) from ``cursor`` (None: the first).
+    Raises what the service does for an unknown session or turn, InvalidInput for a bad cursor
+    or limit. The record is read before the log, so a finished turn's log is its stored one,
+    whole."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidInput(f"limit must be from 1 to {MAX_LIMIT}, not {limit}", field="limit")
+    at = parse_cursor(cursor)
+    session = runtime.sessions.resolve(ref)
+    turn = runtime.sessions.wait(session.id, n, timeout=0)
+    log = runtime.sessions.log(session.id, turn.n) if turn.started_at else b""
+    if at.section == "l" and at.offset > 0 and at.offset <= len(log) and log[at.offset - 1] != 10:
+        raise InvalidInput("cursor is not one this endpoint gave: not at a line's start",
+                           field="cursor")  # fmt: skip
+    harness = turn.harness or session.harness
+    walk = _Walk(turn, harness, log, head=_head(runtime, turn), finished=turn.finished_at is not None)
+    events: list[Event] = []
+    after = at
+    for event, place in walk.events(at):
+        if len(events) == limit:
+            return TranscriptPage(turn=turn.n, harness=harness, finished=walk.finished,
+                                  events=events, next_cursor=str(after), more=True)  # fmt: skip
+        events.append(event)
+        after = place
+    return TranscriptPage(turn=turn.n, harness=harness, finished=walk.finished, events=events,
+                          next_cursor=str(walk.stopped), more=False)  # fmt: skip
+
+
+def _head(runtime: Runtime, turn: Turn) -> list[Event]:
+    """The person's message with its context items' names, then those that joined the turn."""
+    names = [c.name or c.url or c.kind.value for c in turn.context]
+    head: list[Event] = [MessageEvent(role="user", text=turn.message, context=names)]
+    for queued in turn.queued:
+        text = runtime.sessions.messages.text(queued.message, queued.message_ref)
+        head.append(MessageEvent(role="user", text=text))
+    return head
+
+
+class _Walk:
+    """The turn's events from a place on, each with the place after it; ``stopped`` is where
+    a walk that ran out ended (past the lines that said nothing: the run log's last whole line,
+    while the turn runs)."""
+
+    def __init__(self, turn: Turn, harness: str, log: bytes, *, head: list[Event],
+                 finished: bool) -> None:  # fmt: skip
+        self.turn, self.harness, self.log, self.head = turn, harness, log, head
+        self.finished = finished
+        self.stopped = _At("h")
+
+    def events(self, at: _At) -> Iterator[tuple[Event, _At]]:
+        if at.section == "h":
+            for k in range(at.skip, len(self.head)):
+                yield self.head[k], _At("h", 0, k + 1)
+            at = _At("l")
+        if at.section == "l":
+            offset, skip = at.offset, at.skip
+            while True:
+                end = self.log.find(b"\n", offset)
+                if end == -1 and not (self.finished and offset < len(self.log)):
+                    break  # a line still being written, or none
+                end = len(self.log) if end == -1 else end
+                said = line_events(self.log[offset:end])
+                for k in range(skip, len(said)):
+                    yield said[k], _At("l", offset, k + 1)
+                offset, skip = end + 1, 0
+            self.stopped = _At("l", offset)
+            if not self.finished:
+                return
+            at = _At("e")
+        tail = self._tail()
+        for k in range(at.skip, len(tail)):
+            yield tail[k], _At("e", 0, k + 1)
+        self.stopped = _At("e", 0, max(at.skip, len(tail)))
+
+    def _tail(self) -> list[Event]:
+        """The finished turn's usage (its repair run's included) and outcome."""
+        turn = self.turn
+        usage = dict(turn.usage)
+        for key, value in turn.repair_usage.items():
+            usage[key] = usage.get(key, 0) + value
+        tail: list[Event] = []
+        used = usage_event(usage, self.harness)
+        if used is not None:
+            tail.append(used)
+        seconds = None
+        if turn.started_at is not None and turn.finished_at is not None:
+            seconds = round((turn.finished_at - turn.started_at).total_seconds(), 3)
+        outcome = turn.outcome or TurnOutcome.FAILED
+        tail.append(OutcomeEvent(outcome=outcome.value, reason=reason(turn),
+                                 duration_seconds=seconds))  # fmt: skip
+        return tail
+
+
+def reason(turn: Turn) -> str | None:
+    """Why the finished turn ended as it did, in words (None: it did what was asked); never
+    hangar's note to the agent."""
+    outcome = turn.outcome
+    summary = without_note(turn.summary or "").strip()
+    if outcome is TurnOutcome.EXITED:
+        return f"no valid result: {turn.result_error}" if turn.result_error else None
+    if outcome is TurnOutcome.NEEDS_INPUT:
+        return f"the agent asks: {turn.question}" if turn.question else "the agent asks"
+    if outcome is TurnOutcome.INTERRUPTED:
+        return "stopped on request"
+    if outcome is TurnOutcome.TIMED_OUT:
+        return summary or "it ran past its time limit"
+    return summary or "the turn failed, and said no more"
