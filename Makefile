@@ -76,7 +76,7 @@ $(TASKS_STAMP):
 	@touch $(TASKS_STAMP)
 
 test: install test-packages harnesses test-tools tasks-emulator
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest --durations=30 $(ARGS)
 
 run: install harnesses tasks-emulator
 	$(BIN)/hangar serve $(ARGS)

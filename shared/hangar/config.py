@@ -183,9 +183,9 @@ class Settings(BaseModel):
         "auto", description="How the agent's limits are enforced: auto, cgroup or rlimit"
     )
     tree_slow_ms: float = Field(
-        2000, ge=0, le=600_000, description="A live turn records its working tree's git tree "
-        "after each edit or shell step; one hash slower than this many milliseconds stops it "
-        "for the turn; 0: no trees")
+        2000, ge=0, le=600_000, description="Each turn records its working tree's git tree "
+        "at its start and end, a live turn after each edit or shell step too; one hash slower "
+        "than this many milliseconds stops it for the turn; 0: no trees")
     live_turns: bool = Field(
         True, description="Run turns live where the harness can (Claude Code, Codex, pi): a "
         "steer reaches the running turn and an interrupt ends it gracefully; false makes every "

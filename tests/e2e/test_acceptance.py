@@ -197,6 +197,9 @@ def test_a_turn_survives_a_killed_server_and_finishes_after_the_restart(
     assert detail["turns"][0]["outcome"] == "exited"
     assert detail["checkpoints"][-1]["reason"] == "turn"
     assert server.ok("session", "shell", "survivor", "--", "cat", "kept.txt") == "kept\n"
+    # a one-shot turn's start and end trees, recorded in the sandbox by the run's supervisor
+    assert [s["tool"] for s in detail["turns"][0]["steps"]] == ["start", "end"]
+    assert "+kept" in server.ok("session", "tree", "survivor", "1", "1")
 
 
 def test_a_sandbox_destroyed_by_hand_leaves_a_checkpoint_and_the_session_resumes(

@@ -56,10 +56,10 @@ USES: dict[str, tuple[str, ...]] = {
     "exchange": ("paths",),
     "homeconfig": ("tomltext",),
     "driver": ("commands", "run", "claudelive", "codexlive", "pilive", "gitsafe", "trees",
-               "steps"),
+               "steps", "turntrees"),
     "pirpc": (),
     "restore": ("gitsafe", "paths", "quiesce", "fdtree", "sealed", "manifests", "direct"),
-    "run": (),
+    "run": ("gitsafe", "trees", "turntrees"),
 }
 """The scripts, each with the helper modules it uses."""
 

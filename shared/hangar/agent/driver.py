@@ -48,13 +48,10 @@ import time
 
 from hangar.agent import commands, run
 from hangar.agent.steps import Steps
+from hangar.agent.turntrees import TurnTrees, open_trees
 
 LOOK = 0.05
 """Seconds between looks at the inbox while the CLI is quiet (a listing of an empty folder)."""
-PATCH_BYTES = 1 << 20
-"""The most of one step's patch kept (a cut one says so)."""
-PATCHES_BYTES = 16 << 20
-"""The most of a turn's patches kept in all."""
 GRACE = 10.0
 """Seconds an interrupted CLI has to end its turn before the driver ends the CLI itself (Claude
 Code, interrupted in a tool call with a steer waiting, moves the tool to the background and
@@ -84,9 +81,8 @@ class Driver:
     def __init__(self, adapter, inbox, cli, key=None, run_id="", trees=None):
         self.adapter, self.inbox, self.cli = adapter, inbox, cli
         self.key, self.run_id = key, run_id
-        self.trees = trees  # a hangar.agent.trees.Trees, or None: no trees this turn
+        self.trees = trees or TurnTrees(None)  # the steps' trees (none without a Trees)
         self.steps = Steps()
-        self.recorded = []  # the hangar.tree lines written, in order
         self.waiting = []  # commands taken and not passed on yet, in order
         self.to_cli = cli.stdin.fileno()
         self.gone = False  # the CLI's input is closed (it exited, or we ended it)
@@ -152,17 +148,9 @@ class Driver:
 
     def tree(self, tool):
         """Record the working tree's git tree after a step, as a signed line in the log."""
-        if self.trees is None:
-            return
         name, paths = tool
-        try:
-            line = self.trees.record(name, paths)
-        except Exception as exc:  # hashing must never end the turn
-            sys.stderr.write("hangar: trees stopped: %s\n" % exc)
-            self.trees = None
-            return
+        line = self.trees.record(name, paths)
         if line is not None:
-            self.recorded.append(line)
             write_all(1, commands.signed_event(self.key or b"", self.run_id, line))
 
     def log(self, lines):
@@ -241,48 +229,6 @@ def end_tree(pid):
             time.sleep(1.0)
 
 
-def write_patches(trees, recorded, path):
-    """Each recorded step's patch against the turn's first tree, as JSON lines in ``path``
-    (``{"step", "tool", "tree", "ms", "cut", "patch": BASE64}``; the first step's patch is
-    empty), at most :data:`PATCH_BYTES` a step and :data:`PATCHES_BYTES` in all (past that a
-    step's patch is cut, saying so). Written whole (a temporary file renamed) or not at all."""
-    if trees is None or not recorded or "tree" not in recorded[0]:
-        return
-    start, left, lines = recorded[0]["tree"], PATCHES_BYTES, []
-    for line in recorded:
-        patch, cut = b"", False
-        if "tree" in line and line["tree"] != start:
-            try:
-                patch, cut = trees.patch(start, line["tree"], min(PATCH_BYTES, left))
-            except Exception as exc:  # one step without its patch, never the turn
-                sys.stderr.write("hangar: no patch for step %s: %s\n" % (line.get("step"), exc))
-                cut = True
-        left -= len(patch)
-        fields = {k: line.get(k) for k in ("step", "tool", "tree", "ms", "skipped")}
-        fields.update(cut=cut, patch=base64.b64encode(patch).decode())
-        lines.append(json.dumps(fields, separators=(",", ":")) + "\n")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("".join(lines))
-    os.replace(tmp, path)
-
-
-def open_trees(options, scratch):
-    """The turn's :class:`~hangar.agent.trees.Trees` as the request asks (``{"repo": DIR,
-    "slow_ms": MS}``), its git folder in ``scratch``; None when not asked or the repo has none
-    (said on standard error)."""
-    if not isinstance(options, dict) or not isinstance(options.get("repo"), str):
-        return None
-    from hangar.agent.trees import Trees
-
-    try:
-        os.makedirs(scratch, 0o700, exist_ok=True)
-        return Trees(options["repo"], scratch, float(options.get("slow_ms") or 2000.0))
-    except Exception as exc:
-        sys.stderr.write("hangar: no trees this turn: %s\n" % exc)
-        return None
-
-
 def start_cli(argv, cwd):
     """``argv`` started as the agent (this process's user without an identity file), with
     pipes for its input and output; its standard error is ours."""
@@ -305,7 +251,7 @@ def main():
     except (ValueError, KeyError, TypeError) as exc:
         sys.exit("hangar: a bad driver request: %s" % exc)
     inbox = commands.Inbox(os.path.join(folder, "ctl"), key, run_id)
-    trees = open_trees(request.get("trees"), os.path.join(folder, "trees"))
+    trees = TurnTrees(open_trees(request.get("trees"), os.path.join(folder, "trees")))
     try:
         cli = start_cli(argv, os.getcwd())
     except OSError as exc:
@@ -320,7 +266,7 @@ def main():
     code = cli.wait()
     driver.tree(("end", None))
     try:
-        write_patches(driver.trees, driver.recorded, os.path.join(folder, "steps.jsonl"))
+        driver.trees.write_patches(os.path.join(folder, "steps.jsonl"))
     except OSError as exc:
         sys.stderr.write("hangar: the steps' patches were not written: %s\n" % exc)
     code = 128 - code if code < 0 else code

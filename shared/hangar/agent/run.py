@@ -1,4 +1,5 @@
-"""Supervise one detached run inside a sandbox. Standard library only; run as hangar's user
+"""Supervise one detached run inside a sandbox. Standard library only (a one-shot turn's trees
+import hangar's standard-library tree modules, beside this one); run as hangar's user
 (uid 0 of the sandbox) as ``run RUN_DIR`` (:func:`hangar.agent.command`), or as ``run RUN_DIR -``
 to have the three files below written from a JSON request on standard input first
 (``{"spec": ..., "env": ..., "stdin": BASE64 or null}``: one exec starts a run; refused when
@@ -13,7 +14,10 @@ RUN_DIR (hangar's, out of the agent's reach) holds, written by the control plane
                 (a live turn's driver, :mod:`hangar.agent.driver`, which starts the agent's
                 CLI as the agent itself); "control": true makes the run's control folder
                 ``ctl/`` (its ``tmp/`` and ``in/``, mode 0700: :mod:`hangar.agent.commands`)
-                before the command starts, so a command can land as soon as the run is seen
+                before the command starts, so a command can land as soon as the run is seen;
+                "trees": {"repo": DIR, "slow_ms": MS} (a one-shot turn) records the repo's
+                working tree's git tree as the command starts and once it has ended, and
+                writes ``steps.jsonl`` (:mod:`hangar.agent.turntrees`) before ``exit``
     env.json    its variables and secrets (mode 0600); read and removed before it starts
     stdin       what the command reads on its standard input (mode 0600; a turn's message),
                 opened and removed before it starts; without it the input is /dev/null
@@ -355,6 +359,16 @@ class Pump:
         return status
 
 
+def open_turn_trees(run, options):
+    """A one-shot turn's :class:`~hangar.agent.turntrees.TurnTrees` when the spec asks for
+    them (the git modules imported only then), else None."""
+    if options is None:
+        return None
+    from hangar.agent.turntrees import TurnTrees, open_trees
+
+    return TurnTrees(open_trees(options, os.path.join(run, "trees")))
+
+
 def supervise(run, started_w):
     spec = read_json(os.path.join(run, "spec.json"))
     env = read_json(os.path.join(run, "env.json"), remove=True) or {}
@@ -404,6 +418,9 @@ def supervise(run, started_w):
         kill_run(child)
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    trees = open_turn_trees(run, spec.get("trees"))
+    if trees is not None:
+        trees.record("start")
     child = start_child(run, spec, env, identity, out, errors, stdin, tty)
     os.close(stdin)
     if tty is not None:
@@ -427,6 +444,12 @@ def supervise(run, started_w):
     code = 128 - code if code < 0 else code
     if stopped:
         code = 130
+    if trees is not None:
+        trees.record("end")
+        try:
+            trees.write_patches(os.path.join(run, "steps.jsonl"))
+        except OSError as exc:
+            sys.stderr.write("the steps' patches were not written: %s\n" % exc)
     os.write(exit_fd, b"%d\n" % code)
     os.close(exit_fd)
     os.replace(exit_tmp, os.path.join(run, "exit"))

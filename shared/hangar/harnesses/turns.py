@@ -37,26 +37,28 @@ def start_turn(
     :mod:`hangar.agent.commands`) the turn is live: hangar's driver (:mod:`hangar.agent.driver`)
     runs the harness's live command and takes steers and interrupts signed with the key from
     the run's control folder; the caller has checked :meth:`Harness.live` has one; with
-    ``tree_slow_ms`` too, the driver records the working tree's git tree at the turn's start and
-    end and after each edit or shell step (:mod:`hangar.agent.trees`; a hash slower than that
-    stops it for the turn). Returns at
+    ``tree_slow_ms`` the working tree's git tree is recorded at the turn's start and end (a
+    one-shot turn's by its run's supervisor) and, in a live turn, by the driver after each edit
+    or shell step too (:mod:`hangar.agent.turntrees`; a hash slower than that stops it for the
+    turn). Returns at
     once, with the merge's warnings (see :func:`write_home_files`); HarnessError if the harness
     cannot honour ``spec``."""
     live = harness.live(spec) if key is not None else None
     invocation = harness.command(spec) if live is None else None
     warnings = write_home_files(sandboxes, sandbox_id, harness, spec)
+    trees = {"repo": spec.cwd, "slow_ms": tree_slow_ms} if tree_slow_ms > 0 else None
     if live is None:
         assert invocation is not None
         env = {**spec.env, **invocation.env}
         start_run(sandboxes, sandbox_id, run_id, invocation.argv, cwd=spec.cwd, env=env,
-                  stdin=invocation.stdin)  # fmt: skip
+                  stdin=invocation.stdin, trees=trees)  # fmt: skip
         return warnings
     assert key is not None
     request = {"harness": harness.name, "argv": live.argv, "message": spec.prompt,
                "run_id": run_id, "key": base64.b64encode(key).decode(),
                "options": live.options}  # fmt: skip
-    if tree_slow_ms > 0:
-        request["trees"] = {"repo": spec.cwd, "slow_ms": tree_slow_ms}
+    if trees is not None:
+        request["trees"] = trees
     start_run(sandboxes, sandbox_id, run_id, agent.command("driver", run_dir(run_id)),
               cwd=spec.cwd, env={**spec.env, **live.env}, stdin=json.dumps(request).encode(),
               control=True)  # fmt: skip

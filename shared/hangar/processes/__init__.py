@@ -168,7 +168,7 @@ class Processes:
     def start(
         self, process_id: str, argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
         stdin: bytes | None = None, keep_stdin: bool = False, terminal: Terminal | None = None,
-        control: bool = False,
+        control: bool = False, trees: Mapping[str, Any] | None = None,
     ) -> None:  # fmt: skip
         """Start ``argv`` detached in ``cwd``, as the agent, with ``env`` in its environment
         (never on a command line) and ``stdin`` as its first input. Without ``keep_stdin`` or
@@ -177,8 +177,11 @@ class Processes:
         terminal, its output (standard error included) the output read here. Returns once it
         runs; one exec. With ``control`` it runs as hangar's user instead (with the agent's
         environment) and gets a control folder, ``ctl/`` (a live turn's driver,
-        :mod:`hangar.agent.driver`, which starts the agent's CLI as the agent). InvalidInput
-        for a bad id, variable name or TERM; SandboxError if it cannot start or the id was
+        :mod:`hangar.agent.driver`, which starts the agent's CLI as the agent). With
+        ``trees`` (``{"repo": DIR, "slow_ms": MS}``, a one-shot turn) the run's supervisor
+        records the repo's working tree's git tree as it starts and ends, and the steps'
+        patches (:mod:`hangar.agent.turntrees`). InvalidInput for a bad id, variable name or
+        TERM; SandboxError if it cannot start or the id was
         used already."""
         folder = run_dir(process_id)
         bad = [k for k in env if not _ENV_NAME.match(k)]
@@ -189,6 +192,8 @@ class Processes:
             spec["stdin"] = "pipe"
         if control:
             spec.update({"as": "hangar", "control": True})
+        if trees is not None:
+            spec["trees"] = dict(trees)
         if terminal is not None:
             if not _TERM.match(terminal.term):
                 raise InvalidInput(f"term {terminal.term!r} is not a terminal type", field="term")

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hangar import processes
 from hangar.errors import SandboxError
@@ -75,15 +76,17 @@ def start_run(
     env: Mapping[str, str],
     stdin: bytes | None = None,
     control: bool = False,
+    trees: Mapping[str, Any] | None = None,
 ) -> None:
     """Start ``argv`` detached in the sandbox, as the agent, with ``env`` (variables and
     secrets) for this run only and ``stdin`` as its standard input (else /dev/null); with
-    ``control``, as hangar's user with a control folder (a live turn's driver). Returns
+    ``control``, as hangar's user with a control folder (a live turn's driver); with
+    ``trees``, its start and end trees recorded (a one-shot turn). Returns
     once it runs; one exec (:meth:`hangar.processes.Processes.start`). SandboxError if it
     cannot be started (its files are removed, so it can be asked for again)."""
     try:
         Processes(sandboxes, sandbox_id).start(run_id, argv, cwd=cwd, env=env, stdin=stdin,
-                                               control=control)  # fmt: skip
+                                               control=control, trees=trees)  # fmt: skip
     except SandboxError:
         sandboxes.exec(sandbox_id, ["rm", "-f", *(f"{run_dir(run_id)}/{name}" for name in
                                                   ("env.json", "stdin", "spec.json"))],

@@ -1,10 +1,12 @@
-"""A turn's steps (spec 002 "Trees"): the git tree of the working tree after each step of a live
-turn, and each step's patch against the turn's first tree, kept with the session so that any
-step can be shown days later with no git in the control plane.
+"""A turn's steps (spec 002 "Trees"): the git tree of the working tree at the turn's start, after
+each edit or shell step of a live turn, and at its end, and each step's patch against the turn's
+first tree, kept with the session so that any step can be shown days later with no git in the
+control plane.
 
-The driver (:mod:`hangar.agent.driver`) writes ``steps.jsonl`` into the run's folder as the
-turn ends (hangar's folder: the agent can neither write nor replace it), one line a step with
-its patch. :meth:`Steps.keep`, at the turn's finish, reads it (bounded), seals it whole into
+As the turn ends, a live turn's driver (:mod:`hangar.agent.driver`), or a one-shot turn's run
+supervisor (:mod:`hangar.agent.run`: its start and end only), writes ``steps.jsonl`` into the
+run's folder (hangar's folder: the agent can neither write nor replace it), one line a step
+with its patch. :meth:`Steps.keep`, at the turn's finish, reads it (bounded), seals it whole into
 blobs at ``sessions/<session>/turns/<n>/steps`` under a fresh data key and answers the steps
 for the turn's record (without their patches); :meth:`Steps.show` reads one step's patch back.
 """

@@ -125,7 +125,7 @@ class Turns:
         self.transitions = transitions
         self.schedule = schedule
         self.steps = Steps(sandboxes, blobs, keys)
-        """Each live turn's steps' trees and patches (:mod:`.steps`)."""
+        """Each turn's steps' trees and patches (:mod:`.steps`)."""
         self.followers = followers or RunFollowers(sandboxes)
         """Who follows the running turns' runs for this process: the watch, the waits and the
         turn watch read what they saw instead of calling into the sandbox."""
@@ -564,7 +564,7 @@ class Turns:
             "error_code": error.code if error else None, "log_key": log_key,
             "log_cursor": len(log),
         })  # fmt: skip
-        if turn.command_key is not None and not turn.steps:  # a live turn's trees, kept
+        if self.settings.tree_slow_ms > 0 and not turn.steps:  # the turn's trees, kept
             try:
                 steps, key = self.steps.keep(session, turn)
                 finished = finished.model_copy(update={"steps": steps, "steps_key": key})
