@@ -4,7 +4,11 @@ serve``. A missing browser fails with what to install, never skips.
 
 Every page records what the browser logged; a test ends by checking that no request failed a
 Content-Security-Policy check and no script threw. ``HANGAR_SCREENSHOTS=DIR`` makes the tests
-that picture a page save it there (how docs/img is made)."""
+that picture a page save it there (how docs/img is made).
+
+Modules whose tests each make their own sessions and environments by name share one server
+(``module_server``, with environment ``app`` on ``module_remote``): starting ``hangar serve``
+once a module, not once a test, keeps the suite fast."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from tests.conftest import git
 from tests.e2e.conftest import STANDIN_SETTINGS, Server, _server, standin_harnesses
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
@@ -78,6 +83,32 @@ def page(browser: Browser) -> Iterator[Page]:
 def standin_server(tmp_path: Path) -> Iterator[Server]:
     """hangar serve (embedded backends) whose only agent is the Antigravity stand-in."""
     yield from _server(tmp_path / "data", standin_harnesses(tmp_path), **STANDIN_SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def module_remote(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bare repo with one commit on ``main``, for a module's tests."""
+    root = tmp_path_factory.mktemp("remote")
+    bare, seed = root / "app.git", root / "seed"
+    git(root, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(root, "init", "-q", "-b", "main", str(seed))
+    (seed / "README.md").write_text("# app\n")
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "-m", "seed")
+    git(seed, "push", "-q", str(bare), "main")
+    return bare
+
+
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory: pytest.TempPathFactory, module_remote: Path) -> Iterator[Server]:
+    """One hangar serve (embedded backends, the Antigravity stand-in) for a whole module, with
+    the environment ``app`` on ``module_remote``. Tests use names of their own."""
+    from tests.e2e.test_acceptance import IDENTITY
+
+    root = tmp_path_factory.mktemp("serve")
+    for server in _server(root / "data", standin_harnesses(root), **STANDIN_SETTINGS):
+        server.ok("env", "add", "app", "--repo", str(module_remote), *IDENTITY)
+        yield server
 
 
 def admin_token(server: Server) -> str:
