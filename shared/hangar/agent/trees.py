@@ -21,9 +21,10 @@ hangar's scratch folder, never the agent's ``.git``:
 
 The lines are the run log's ``{"type": "hangar.tree", ...}`` lines; ``step`` is the 0-based
 ordinal of the lines :meth:`Trees.record` returned. One hash slower than ``slow_ms`` stops
-hashing for the turn (one ``"skipped": "slow"`` line); git failing twice in a row (an
-unreadable file, a broken object store) stops it the same way (``"skipped": "failed"``, with
-git's message). Not thread-safe: one driver thread records.
+hashing for the turn (one ``"skipped": "slow"`` line); git failing twice in a row (a broken
+object store) stops it the same way (``"skipped": "failed"``, with git's message). A file git
+cannot read (the agent made it mode 000) does not: it keeps its last entry in the tree, the
+rest is hashed as it is. Not thread-safe: one driver thread records.
 
 Standard library only (Python >= 3.9): shipped into sandboxes with the driver. Git is run with
 ``posix_spawn`` (``subprocess`` costs more to import than a hash) and ``-C`` (the process's
@@ -44,6 +45,18 @@ ERROR_CHARS = 300
 MAX_PATHS = 64
 """An edit naming more paths than this is hashed whole (a command line stays short)."""
 _HEX = frozenset("0123456789abcdef")
+
+
+_UNREADABLE = ("error: open(", "error: unable to index file ")
+
+
+def _only_unreadable(err: bytes) -> bool:
+    """Whether ``git add --ignore-errors`` failed only on files it could not read (the agent
+    may ``chmod 000`` a file, or make a FIFO of one): the index was written with the rest, and
+    those keep their last entries, so the tree is the working tree but for them."""
+    errors = [line for line in err.decode(errors="replace").splitlines()
+              if not line.startswith("warning:")]  # fmt: skip
+    return bool(errors) and all(line.startswith(_UNREADABLE) for line in errors)
 
 
 def _is_object_id(text: str) -> bool:
@@ -126,11 +139,11 @@ class Trees:
                 code, _, _ = self._git("add", "-A", "--", *relative)
                 added = code == 0
         if not added:
-            code, _, err = self._git("add", "-A")
-            if code != 0:  # an index git cannot read: start again from HEAD's tree
-                self._fresh_index()
-                code, _, err = self._git("add", "-A")
-            if code != 0:
+            code, _, err = self._git("add", "-A", "--ignore-errors")
+            if code != 0 and not _only_unreadable(err):  # an index git cannot read: start
+                self._fresh_index()  # again from HEAD's tree
+                code, _, err = self._git("add", "-A", "--ignore-errors")
+            if code != 0 and not _only_unreadable(err):
                 raise GitError("add", err.decode(errors="replace").strip() or "failed")
         seen = self._index_stat()
         if seen is not None and seen == self._seen and self.last is not None:

@@ -4,9 +4,11 @@ hash stops hashing, and the patches between steps apply."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from hangar.agent.trees import Trees
@@ -214,3 +216,23 @@ def test_an_index_git_cannot_read_or_hidden_changes_still_give_the_working_tree(
     assert line is not None and "tree" in line, line
     rebuild(repo, tmp_path / "again", str(line["tree"]), tmp_path / "rebuilt")
     assert files_of(tmp_path / "rebuilt") == files_of(repo)
+
+
+def test_a_file_the_agent_made_unreadable_keeps_its_last_entry_and_hashing_goes_on(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path)
+    (repo / "d1" / "f1.txt").write_text("edited\n")
+    (repo / "d0" / "f0.txt").write_text("changed, then hidden\n")
+    (repo / "d0" / "f0.txt").chmod(0o000)
+    record = ("import json, sys; from hangar.agent.trees import Trees; "
+              "print(json.dumps(Trees(sys.argv[1], sys.argv[2]).record('start')))")  # fmt: skip
+    # as hangar's user in a sandbox: root without the capabilities that pass file modes
+    out = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search",
+                          sys.executable, "-c", record, str(repo), str(tmp_path / "scratch")],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    line = json.loads(out.stdout)
+    assert "tree" in line and "skipped" not in line, line
+    rebuild(repo, tmp_path / "scratch", str(line["tree"]), tmp_path / "rebuilt")
+    assert (tmp_path / "rebuilt" / "d1" / "f1.txt").read_text() == "edited\n"
+    assert (tmp_path / "rebuilt" / "d0" / "f0.txt").read_text() == "file 0\n" * 5  # as it was
