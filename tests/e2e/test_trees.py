@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from emulators.model import ModelStub
@@ -41,6 +42,7 @@ def test_each_steps_patch_is_shown_days_later_without_the_sandbox(
     assert [s["tool"] for s in turn["steps"]] == ["start", "Bash", "Bash"]
     assert "hangar session tree steps 1 1" in server.ok("session", "get", "steps")
     server.ok("session", "suspend", "steps")  # the sandbox goes: the steps stay
+    transcript_of_a_real_turn(server)
     first = server.ok("session", "tree", "steps", "1", "1")
     assert "a.txt" in first and "+one" in first and "b.txt" not in first
     both = json.loads(server.ok("session", "tree", "steps", "1", "2", "--json"))
@@ -54,3 +56,24 @@ def test_each_steps_patch_is_shown_days_later_without_the_sandbox(
     assert sealed, "the steps were not kept in the blobs"
     server.ok("session", "delete", "steps")
     assert not [p for p in server.data_dir.rglob("steps") if p.is_file()]  # gone with it
+
+
+def transcript_of_a_real_turn(server: Server) -> None:
+    """REST's transcript of the turn, its sandbox gone: the person's message, Claude Code's two
+    Bash calls with their results, its answer, then usage and the outcome."""
+    token = (server.data_dir / "admin-token").read_text().strip()
+    page = httpx.get(f"{server.url}/api/sessions/steps/log", params={"format": "events"},
+                     headers={"Authorization": f"Bearer {token}"}, timeout=30).json()  # fmt: skip
+    assert (page["harness"], page["finished"], page["more"]) == ("claude", True, False), page
+    events = page["events"]
+    assert events[0] == {"kind": "message", "role": "user", "text": "two steps: go", "context": []}
+    calls = [e for e in events if e["kind"] == "tool_call"]
+    results = {e["id"]: e for e in events if e["kind"] == "tool_result"}
+    assert [(c["name"], c["input"]["command"]) for c in calls] == [
+        ("Bash", "echo one > a.txt"), ("Bash", "echo two > b.txt")]  # fmt: skip
+    assert all(not results[c["id"]]["error"] for c in calls)
+    assert {"kind": "message", "role": "assistant", "text": "Two steps done.",
+            "context": []} in events  # fmt: skip
+    assert [e["kind"] for e in events[-2:]] == ["usage", "outcome"]
+    assert events[-1]["outcome"] == "exited" and events[-1]["reason"] is None
+    assert events[-2]["input_tokens"] > 0 and "<hangar-exchange>" not in json.dumps(page)

@@ -35,6 +35,7 @@ CALLS: dict[str, tuple[dict[str, str], str | None]] = {
     "steer_session": ({"ref": "nope", "message": "hi"}, "session_not_found"),
     "approve": ({"ref": "nope", "approval": "a"}, "session_not_found"),
     "get_tree": ({"ref": "nope", "turn": "1", "step": "0"}, "session_not_found"),
+    "get_transcript": ({"ref": "nope"}, "session_not_found"),
     "deny": ({"ref": "nope", "approval": "a", "message": "no"}, "session_not_found"),
     "archive_session": ({"ref": "nope"}, "session_not_found"),
     "delete_session": ({"ref": "nope"}, "session_not_found"),

@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 TOOLS = {"new_session", "list_sessions", "get_session", "open_session", "send_to_session",
          "keep_session", "suspend_session", "fork_session", "wait_for_turn", "get_artifact",
          "get_session_patch", "list_environments", "interrupt_session", "archive_session",
-         "delete_session", "steer_session", "approve", "deny", "get_tree"}  # fmt: skip
+         "delete_session", "steer_session", "approve", "deny", "get_tree",
+         "get_transcript"}  # fmt: skip
 SCHEMA = {"type": "object", "properties": {"tests_added": {"type": "integer"}},
           "required": ["tests_added"]}  # fmt: skip
 FIRST = "\n".join([
@@ -190,6 +191,15 @@ def every_tool(mcp: Mcp, ok: Callable[..., str], remote: Path) -> None:
     assert (asked["outcome"], asked["question"]) == ("needs_input", "Keep the old names?")
     assert asked["question_options"] == ["Keep them", "Rename them"]
     assert (asked["result"], asked["result_error"]) == (None, None)  # no repair for a question
+    transcript = mcp.ok("get_transcript", ref="ex", turn=2)  # the same page as REST's
+    assert transcript["events"][0] == {"kind": "message", "role": "user", "text": ASK,
+                                       "context": []}  # fmt: skip
+    assert transcript["events"][-1]["reason"] == "the agent asks: Keep the old names?"
+    assert transcript["finished"] and not transcript["more"]
+    printed = ok("session", "log", "ex", "--turn", "2", "--format", "events").splitlines()
+    assert [json.loads(line) for line in printed] == transcript["events"]
+    bad = mcp.call("get_transcript", ref="ex", cursor="nope")
+    assert bad.is_error and bad.body["error"]["field"] == "cursor"
     waiting = mcp.ok("get_session", ref="ex")
     assert (waiting["state"], waiting["needs_input"]) == ("idle", "Keep the old names?")
     assert waiting["question_options"] == ["Keep them", "Rename them"]

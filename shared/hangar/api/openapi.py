@@ -44,7 +44,9 @@ def document(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
             schema: dict[str, Any] = ref(e.response)
             if e.many:
                 schema = {"type": "array", "items": schema}
-            ok["content"] = {e.media: {"schema": schema}}
+            ok["content"] = {JSON: {"schema": schema}}
+            if e.media != JSON:  # text by default, the model as JSON when a query asks for it
+                ok["content"] = {e.media: {"schema": {"type": "string"}}, **ok["content"]}
         elif e.status != 204:
             ok["content"] = {e.media: {"schema": {"type": "string"}}}
         op["responses"] = {str(e.status): ok, "default": errors}

@@ -23,7 +23,7 @@ from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from hangar.operations import sessions as ops, wire as s
+from hangar.operations import sessions as ops, transcripts, wire as s
 from hangar.api.routes import NDJSON, Endpoint, Query, flag, param, parse, reply, run_waiting
 from hangar.api.streams import ClientGone, Emitter, in_thread
 from hangar.errors import HangarError, InvalidInput
@@ -213,7 +213,7 @@ def _turn_query(request: Request) -> int | None:
     return _int_query(request, "turn", 1, s.MAX_TURN, 1)
 
 
-LOG_FORMATS = ("raw", "lines")
+LOG_FORMATS = ("raw", "lines", "events")
 
 
 async def log(runtime: Runtime, request: Request) -> Response:
@@ -222,6 +222,10 @@ async def log(runtime: Runtime, request: Request) -> Response:
     form = request.query_params.get("format") or "raw"
     if form not in LOG_FORMATS:
         raise InvalidInput(f"format must be one of {', '.join(LOG_FORMATS)}", field="format")
+    if form == "events":  # a page of the transcript: read on with its cursor, never a stream
+        limit = _int_query(request, "limit", 1, transcripts.MAX_LIMIT, transcripts.DEFAULT_LIMIT)
+        cursor = request.query_params.get("cursor") or None
+        return reply(await run_in_threadpool(transcripts.page, runtime, ref, n, cursor, limit))
     lines = EventLines() if form == "lines" else None
     if not follow:
         data = await run_in_threadpool(runtime.sessions.log, ref, n)
@@ -378,12 +382,20 @@ ENDPOINTS = [
              response=s.ProgressView,
              query=[Query("cursor", "integer", "the previous answer's cursor (default 0: from "
                           "the turn's first line)")]),
-    Endpoint("GET", S + "/log", "A turn's run log, also after its sandbox is gone", log,
+    Endpoint("GET", S + "/log", "A turn's run log, also after its sandbox is gone: as text, or "
+             "with format=events one page of its transcript as JSON (TranscriptPage: the same "
+             "events for every harness)", log, response=transcripts.TranscriptPage,
              media=TEXT, query=[
                  Query("turn", "integer", "the turn (default: the latest)"),
-                 Query("follow", "boolean", "stream the log as it grows until the turn ends"),
-                 Query("format", "string", "raw (default: the harness's JSON lines as they are) "
-                       "or lines (each event said in one line for people: tool calls, the "
-                       "assistant's text, model API retries)"),
+                 Query("follow", "boolean", "stream the log as it grows until the turn ends "
+                       "(raw and lines)"),
+                 Query("format", "string", "raw (default: the harness's JSON lines as they are), "
+                       "lines (each event said in one line for people: tool calls, the "
+                       "assistant's text, model API retries) or events (a JSON page of the "
+                       "transcript: message, tool_call, tool_result, usage, notice, outcome)"),
+                 Query("cursor", "string", "events: the previous page's next_cursor (default: "
+                       "the turn's first event)"),
+                 Query("limit", "integer", f"events: events a page (1-{transcripts.MAX_LIMIT}, "
+                       f"default {transcripts.DEFAULT_LIMIT})"),
              ]),
 ]  # fmt: skip

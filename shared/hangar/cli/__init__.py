@@ -327,6 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_argument("turn", nargs="?", type=_count(1, 1_000_000, "a turn number"))
     log.add_argument("--raw", action="store_true", help="the harness's JSON lines as they are "
                      "(to a terminal, control characters shown escaped)")  # fmt: skip
+    log.add_argument("--turn", type=_count(1, 1_000_000, "a turn number"), dest="turn_option",
+                     metavar="N", help="the turn (as TURN)")  # fmt: skip
+    log.add_argument("--format", choices=("lines", "raw", "events"), help="lines (the "
+                     "default), raw (as --raw) or events: the transcript, one JSON event a line "
+                     "(message, tool_call, tool_result, usage, notice, outcome), the same for "
+                     "every harness")  # fmt: skip
     wait = cmd.add_parser("wait", help="follow the latest turn (again) until it ends, then "
                           "print its summary")  # fmt: skip
     wait.add_argument("name")

@@ -259,10 +259,14 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     if a == "pull":
         return pull(api, args)
     if a == "log":
-        data = api.call("GET", f"{path}/log", params={"turn": args.turn} if args.turn else None)
-        if args.raw:
+        turn = args.turn_option or args.turn
+        if args.format == "events":
+            return _transcript(api, path, turn)
+        data = api.call("GET", f"{path}/log", params={"turn": turn} if turn else None)
+        if args.raw or args.format == "raw":
             show_bytes(data)
-        for line in [] if args.raw else data.splitlines():
+            return 0
+        for line in data.splitlines():
             text = describe_event(line)
             if text:
                 say(text)
@@ -283,6 +287,20 @@ def _session(api: Client, args: argparse.Namespace) -> int:
     from hangar.cli.terminal import terminal
 
     return terminal(api, args.name, mode="agent" if agent else "shell")
+
+
+def _transcript(api: Client, path: str, turn: int | None) -> int:
+    """The turn's transcript as it is now, one JSON event a line, page after page."""
+    params: dict[str, Any] = {"format": "events", "limit": 1000}
+    if turn:
+        params["turn"] = turn
+    while True:
+        page = api.call("GET", f"{path}/log", params=params)
+        for event in page["events"]:
+            say(json.dumps(event, ensure_ascii=True))
+        if not page["more"]:
+            return 0
+        params["cursor"] = page["next_cursor"]
 
 
 def confirmed(question: str) -> bool:

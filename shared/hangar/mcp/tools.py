@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from hangar.operations import environments, sessions as ops, wire as s
+from hangar.operations import environments, sessions as ops, transcripts, wire as s
 from hangar.errors import ArtifactTooLarge, HangarError
 from hangar.exchange import is_text
 from hangar.exchange.artifacts import artifact_uri
@@ -78,6 +78,15 @@ class TreeIn(Ref):
     turn: int = Field(ge=1, le=s.MAX_TURN, description="the turn's number")
     step: int = Field(ge=0, le=1 << 20, description="the step: 0-based, as get_session lists "
                       "a turn's steps")
+
+
+class TranscriptIn(Ref):
+    turn: int | None = Field(None, ge=1, le=s.MAX_TURN, description="the turn (default: the "
+                             "latest)")
+    cursor: str | None = Field(None, description="the previous page's next_cursor (default: "
+                               "the turn's first event)")
+    limit: int = Field(transcripts.DEFAULT_LIMIT, ge=1, le=transcripts.MAX_LIMIT,
+                       description="events a page")  # fmt: skip
 
 
 class KeepIn(Ref, s.Keep):
@@ -216,6 +225,10 @@ async def get_tree(runtime: Runtime, a: TreeIn, report: Report) -> BaseModel:
     return await _thread(lambda: ops.tree(runtime, a.ref, a.turn, a.step))
 
 
+async def get_transcript(runtime: Runtime, a: TranscriptIn, report: Report) -> BaseModel:
+    return await _thread(lambda: transcripts.page(runtime, a.ref, a.turn, a.cursor, a.limit))
+
+
 async def keep_session(runtime: Runtime, a: KeepIn, report: Report) -> BaseModel:
     return await _thread(lambda: ops.keep(runtime, a.ref, a))
 
@@ -312,6 +325,10 @@ TOOLS = [
          "message, on Claude Code) and goes on without it.", DenyIn, s.Decided, deny),
     Tool("get_tree", "One step of a live turn: the working tree's git tree after it and its "
          "patch against the turn's first tree.", TreeIn, s.TreeView, get_tree),
+    Tool("get_transcript", "One page of a turn's transcript, the same events for every "
+         "harness: message, tool_call, tool_result, usage, notice, outcome (last, once the "
+         "turn is over). more: call again now with next_cursor; finished false: the turn "
+         "runs, call again later.", TranscriptIn, transcripts.TranscriptPage, get_transcript),
     Tool("steer_session", "Tell the running turn's agent something in the same turn "
          "(delivered: steer); expected_turn refuses (turn_ended) when that turn is over.",
          SteerIn, s.StartedView, steer_session),
