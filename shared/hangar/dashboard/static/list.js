@@ -18,7 +18,7 @@ const CLASSES = ["name", "title", "harness", "repo", "state-cell", "change", "ac
 function stateCell(s) {
   const parts = [];
   if (s.state === "active") parts.push(h("span", { class: "live", role: "img", "aria-label": "a turn is running", title: "a turn is running" }), " ");
-  parts.push(stateBadge(s));
+  parts.push(...stateBadge(s));
   const approvals = s.pending_approvals || [];
   if (approvals.length) {
     parts.push(" ", h("span", { class: "state needs-approval", title: approvals.map((a) => a.summary).join("\n") },
@@ -72,7 +72,7 @@ export function renderList(main, ctx) {
       s.harness,
       repoCell(s.repo, s.branch),
       stateCell(s),
-      changeSize(s.change),
+      s.change && s.change.files === 0 ? h("span", { class: "muted" }, "no change") : changeSize(s.change),
       when(s.last_active_at),
       s.summary || "",
     ];
