@@ -267,6 +267,20 @@ class Conversation(BaseModel):
     last_turn: int = Field(0, ge=0)
 
 
+class ChangeSize(BaseModel):
+    """The size of a session's whole change, base commit to working tree, as its session
+    patch counts it (untracked files included, what the patch leaves out left out): the files
+    it touches and the lines it adds and removes (a binary file counts as a file, no lines).
+    Counted in the sandbox when a checkpoint is taken, so it is the agent's word: bounded, not
+    trusted for anything but showing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    files: int = Field(ge=0, le=1 << 40)
+    added: int = Field(ge=0, le=1 << 40)
+    removed: int = Field(ge=0, le=1 << 40)
+
+
 class Session(Record):
     """A stream of work you can come back to (spec 000 §5.1). ``harness_session`` is the
     current harness's conversation; ``conversations`` keeps every harness's it has used."""
@@ -326,6 +340,12 @@ class Session(Record):
     turn_count: int | None = Field(default=None, description="how many turns it has (None: a "
                                    "record from before it was kept here)")
     last_summary: str | None = Field(default=None, description="the last finished turn's summary")
+    change: ChangeSize | None = Field(
+        default=None, description="the size of the whole change as of the newest checkpoint "
+        "(None: none counted yet)")
+    progress: str | None = Field(
+        default=None, description="the running turn's latest progress line (redacted), kept "
+        "by the turn's watch; None when no turn runs")
     checkpoint_error: str | None = Field(
         default=None,
         description="the last checkpoint's failure, until one succeeds; a sandbox whose "
@@ -545,6 +565,9 @@ class Checkpoint(Record):
         default_factory=list, description="format 2: the sessions owning those packs"
     )
     written: int = Field(default=0, description="format 2: the bytes of the packs it wrote")
+    change: ChangeSize | None = Field(
+        default=None, description="the size of the session's change it holds (None: not "
+        "counted: no session patch, or an older hangar's)")
 
     def part(self, name: str) -> CheckpointPart | None:
         return next((p for p in self.parts if p.name == name), None)

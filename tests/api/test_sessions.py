@@ -128,10 +128,14 @@ def test_a_second_send_during_a_turn_is_refused_and_the_log_can_be_followed(
     api: TestClient, runtime: Runtime, remote: Path
 ) -> None:
     add_env(api, remote)
-    new_session(api, "demo", "run: echo working\nwait-for: /tmp/go")
+    new_session(api, "demo", "run: echo working | tee notes.txt\nwait-for: /tmp/go")
     busy = api.post("/api/sessions/demo/send", json={"message": "and this"})  # while it starts
     assert (busy.status_code, busy.json()["error"]["code"]) == (409, "session_busy")
     session = settle(api, "demo")
+    deadline = time.monotonic() + 60  # the turn's watch keeps its latest line on the record
+    while (listed := api.get("/api/sessions").json()["sessions"][0])["progress"] != "working":
+        assert time.monotonic() < deadline, listed
+        time.sleep(0.1)
     busy = api.post("/api/sessions/demo/send", json={"message": "and this"})  # while it runs
     assert (busy.status_code, busy.json()["error"]["code"]) == (409, "session_busy")
     assert api.post("/api/sessions/demo/wait", json={"timeout": 0}).json()["finished_at"] is None
@@ -147,6 +151,8 @@ def test_a_second_send_during_a_turn_is_refused_and_the_log_can_be_followed(
     assert b'"type": "init"' in followed.content and b"working\n" in followed.content
     assert followed.content == api.get("/api/sessions/demo/log", params={"turn": 1}).content
     assert wait_turn(api, "demo", 1)["outcome"] == "exited"
+    ended = api.get("/api/sessions", params={"order": "activity"}).json()["sessions"][0]
+    assert (ended["progress"], ended["change"]) == (None, {"files": 1, "added": 1, "removed": 0})
     assert api.post("/api/sessions/demo/send", json={"message": "and this"}).status_code == 202
 
 

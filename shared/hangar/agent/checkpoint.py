@@ -40,7 +40,8 @@ follow the manifest, in that order. A file whose stat did not move since the las
 in this sandbox is not read again (the stat cache in hangar's private folder), unless the
 control plane lacks one of its chunks. With an unchanged fingerprint, the manifest says
 ``"unchanged": true`` and lists no parts. On failure the exit status is non-zero and stderr says
-why. Nothing is left behind in the repo: HEAD is pinned to ``refs/hangar/checkpoint`` in
+why. The manifest's ``change`` counts the session patch (files, lines added and removed) when
+one was made. Nothing is left behind in the repo: HEAD is pinned to ``refs/hangar/checkpoint`` in
 hangar's private git folder, not the repo's.
 """
 
@@ -680,6 +681,49 @@ def make_session_patch(r, staging, base, untracked, limit, exclude=()):
     return (None, "session.patch skipped: " + why) if why else (path, None)
 
 
+def patch_stat(path):
+    """The size of the change the patch at ``path`` (git's unified diff) makes: files touched
+    (one ``diff --git`` each), lines added and removed, counted by each hunk's header (so a
+    line whose text starts with ``+++`` or ``---`` counts as what it is; a binary patch's
+    data counts no line)."""
+    files = added = removed = 0
+    old = new = 0  # the lines left in the current hunk, by its header
+    with open(path, "rb") as patch:
+        for line in patch:
+            if old > 0 or new > 0:
+                mark = line[:1]
+                if mark == b"+":
+                    added, new = added + 1, new - 1
+                    continue
+                if mark == b"-":
+                    removed, old = removed + 1, old - 1
+                    continue
+                if mark == b" ":
+                    old, new = old - 1, new - 1
+                    continue
+                if mark == b"\\":  # no newline at the end of the line before
+                    continue
+                old = new = 0  # not a hunk line: the hunk's header said too much
+            if line.startswith(b"diff --git "):
+                files += 1
+            elif line.startswith(b"@@ -"):
+                old, new = hunk_counts(line)
+    return {"files": files, "added": added, "removed": removed}
+
+
+def hunk_counts(header):
+    """The old and new line counts of a hunk header ``@@ -A[,B] +C[,D] @@`` (0, 0 if it is not
+    one)."""
+    fields = header.split(b" ", 3)
+    if len(fields) < 4 or not fields[1].startswith(b"-") or not fields[2].startswith(b"+"):
+        return 0, 0
+    counts = []
+    for field in fields[1:3]:
+        _, comma, count = field[1:].partition(b",")
+        counts.append(int(count) if comma and count.isdigit() else 0 if comma else 1)
+    return counts[0], counts[1]
+
+
 def clean_stale(tmp, keep):
     """Remove staging folders of checkpoints that died (older than STALE_SECONDS)."""
     import time
@@ -795,6 +839,8 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=F
 
         return job
 
+    counted = {}  # the session patch's size of change, once it is made
+
     def patch_job(untracked_packed):
         if not base:
             warnings.append("session.patch skipped: no base commit is known")
@@ -812,6 +858,8 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=F
                                            excluded)  # fmt: skip
         if warning:
             warnings.append(warning)
+        else:
+            counted.update(patch_stat(path))
         return path
 
     produced = run_all(
@@ -863,6 +911,8 @@ def pack(cfg, r, staging, head, branch, records, fp, head_warnings=(), own_tmp=F
                         % (sum(written), cap))  # fmt: skip
     manifest.update(base=base, compression=compression, warnings=manifest_warnings(warnings),
                     parts=parts, meta=meta)  # fmt: skip
+    if counted:
+        manifest["change"] = counted
     if chunked:
         manifest.update(format=2, new=sink.sent, chunks=sink.path)
     return manifest, parts

@@ -30,9 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from datetime import timedelta
-from typing import BinaryIO, NoReturn, cast
+from typing import Any, BinaryIO, NoReturn, cast
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidatorFunctionWrapHandler
+from pydantic import field_validator
 
 from hangar import agent
 from hangar.blobs import Blobs
@@ -51,7 +52,7 @@ from hangar.checkpoints.parts import CheckpointParts, part_key
 from hangar.checkpoints.sweep import PackSweeper
 from hangar.keys import Keys
 from hangar.keys.envelope import CHUNK
-from hangar.models import Checkpoint, CheckpointPart, CheckpointReason, Compression
+from hangar.models import ChangeSize, Checkpoint, CheckpointPart, CheckpointReason, Compression
 from hangar.models import new_checkpoint_id
 from hangar.sandboxes import HANGAR_TMP, HOME, Sandboxes, SandboxUser
 
@@ -147,6 +148,17 @@ class _Manifest(BaseModel):
     warnings: list[str] = []
     parts: list[_PackedPart] = []
     format: int = 1
+    change: ChangeSize | None = None
+
+    @field_validator("change", mode="wrap")
+    @classmethod
+    def _counted(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> ChangeSize | None:
+        """A count that does not parse is no count: it is for showing, never worth failing
+        the checkpoint over."""
+        try:
+            return cast(ChangeSize | None, handler(value))
+        except ValidationError:
+            return None
 
 
 def _unchanged(target: CheckpointTarget, manifest: _Manifest, previous: str | None) -> bool:
@@ -468,6 +480,7 @@ class Checkpointer:
             fingerprint=manifest.fingerprint,
             verified=manifest.checked,
             wrapped_key=wrapped,
+            change=manifest.change,
         )
         stored: list[str] = []
         try:

@@ -18,6 +18,7 @@ from hangar.models import SessionState
 from hangar.operations import wire as w
 
 if TYPE_CHECKING:
+    from hangar.db import SessionOrder
     from hangar.runtime import Runtime
     from hangar.sessions.service import Started
 
@@ -39,9 +40,12 @@ def new(runtime: Runtime, a: w.NewSession) -> w.StartedView:
 
 
 def page(runtime: Runtime, limit: int, cursor: str | None = None, *,
-         state: SessionState | None = None, prefix: str | None = None) -> w.SessionPage:  # fmt: skip
-    """One page of sessions, newest first, only those ``state`` and ``prefix`` keep."""
-    return w.SessionPage.of(*runtime.sessions.page(limit, cursor, state=state, prefix=prefix))
+         state: SessionState | None = None, prefix: str | None = None,
+         order: SessionOrder = "created") -> w.SessionPage:  # fmt: skip
+    """One page of sessions, newest first by creation or (``order`` ``"activity"``) by last
+    activity, only those ``state`` and ``prefix`` keep."""
+    return w.SessionPage.of(*runtime.sessions.page(limit, cursor, state=state, prefix=prefix,
+                                                   order=order))  # fmt: skip
 
 
 def get(runtime: Runtime, ref: str) -> w.SessionView:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchem
 from hangar.exchange.context import ContextItem
 from hangar.exchange.uploads import Upload
 from hangar.harnesses import get_harness
-from hangar.models import Checkpoint, ContextKind, ContextRef, Environment, Session
+from hangar.models import ChangeSize, Checkpoint, ContextKind, ContextRef, Environment, Session
 from hangar.models import PendingApproval, PermissionMode, SessionDetail, TreeStep, Turn
 from hangar.models import last_good_checkpoint
 from hangar.redact import redact
@@ -452,6 +452,11 @@ class SessionSummary(BaseModel):
                                  "ask or deny-risky")
     pending_approvals: list[ApprovalView] = Field(description="what the running turn's agent "
                                                   "waits to be allowed (approve or deny each)")
+    change: ChangeSize | None = Field(description="the size of the whole change as of the "
+                                      "newest checkpoint: {files, added, removed} (null: not "
+                                      "counted yet)")
+    progress: str | None = Field(description="while a turn runs: its latest progress line "
+                                 "(a tool call, the agent's words); null otherwise")
 
     @classmethod
     def fields_of(cls, s: Session, summary: str | None) -> dict[str, object]:
@@ -472,6 +477,7 @@ class SessionSummary(BaseModel):
             restore_warnings=s.restore_warnings,
             resume_hint=hint, summary=summary, permission_mode=s.permission_mode.value,
             pending_approvals=[ApprovalView.of(a) for a in s.pending_approvals],
+            change=s.change, progress=s.progress,
         )  # fmt: skip
 
     @classmethod

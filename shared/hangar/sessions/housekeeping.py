@@ -39,10 +39,12 @@ from hangar.errors import (
     HangarError,
     NotFound,
     InvalidState,
+    SandboxError,
+    SandboxNotFound,
     SessionBusy,
     SessionNotFound,
 )
-from hangar.models import CheckpointReason, ClaimKind, Session, SessionState as S, TickDue
+from hangar.models import CheckpointReason, ClaimKind, Session, SessionState as S, TickDue, Turn
 from hangar.models import utcnow
 from hangar.sandboxes.policy import SandboxPolicy
 from hangar.checkpoints.checkpointer import Checkpointer
@@ -59,6 +61,7 @@ from hangar.sessions.startup import Startup
 from hangar.sessions.suspends import Suspends
 from hangar.sessions.transitions import Transitions
 from hangar.sessions.turns import Turns
+from hangar.sessions.watching import latest_progress
 
 logger = logging.getLogger(__name__)
 
@@ -181,19 +184,35 @@ class Housekeeping:
             self.schedule.watch(session.id)
             return
         session = self.turns.watch(session)
-        if session.state is S.ACTIVE and self.approvals is not None:
+        turn = self.turns.turn(session.id, None) if session.state is S.ACTIVE else None
+        if turn is not None and self.approvals is not None:
             try:  # what the running turn's agent waits to be allowed
-                self.approvals.scan(session, self.turns.turn(session.id, None))
+                self.approvals.scan(session, turn)
             except HangarError as exc:
                 logger.warning("could not read the approvals of %s: %s", session.id, exc.message)
             session = self.db.get_session(session.id)
         if session.state is S.ACTIVE and session.claim is None:
             ttl = timedelta(minutes=self.settings.sandbox_ttl_minutes)
+            changes: dict[str, object] = {"sandbox_expires_at": utcnow() + ttl}
+            said = self._progress(session, turn)
+            if said is not None and said != session.progress:  # in the write made anyway
+                changes["progress"] = said
             try:
-                self.transitions.extend(session, sandbox_expires_at=utcnow() + ttl)
+                self.transitions.extend(session, **changes)
             except SessionBusy:
                 pass  # it moved on meanwhile; the next watch extends it
             self.schedule.watch(session.id)
+
+    def _progress(self, session: Session, turn: Turn | None) -> str | None:
+        """The running turn's latest progress line (:func:`.watching.latest_progress`), or
+        None when there is none to say (no turn running, nothing described, no word from its
+        sandbox)."""
+        if turn is None or turn.finished_at is not None or session.sandbox_id is None:
+            return None
+        try:
+            return latest_progress(self.turns.followers, session, turn)
+        except (SandboxError, SandboxNotFound):
+            return None  # the next watch sees what became of it
 
     def _idle_check(self, session: Session) -> None:
         if session.state is not S.IDLE or not session.sandbox_id or session.idle_minutes == 0:

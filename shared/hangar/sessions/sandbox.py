@@ -105,7 +105,8 @@ def take_checkpoint(
     skip_if_unchanged: bool = False,
 ) -> Checkpoint | None:
     """Checkpoint the session's sandbox and keep the outcome on the session: a failure is its
-    ``checkpoint_error`` (and is re-raised), a success clears it."""
+    ``checkpoint_error`` (and is re-raised), a success clears it and sets the session's
+    ``change`` to the size the checkpoint counted (one write, only when something changed)."""
     try:
         taken = checkpointer.take(checkpoint_target(session), reason,
                                   skip_if_unchanged=skip_if_unchanged)  # fmt: skip
@@ -113,8 +114,13 @@ def take_checkpoint(
         records.update(session.id, checkpoint_error=f"{reason.value} checkpoint failed: "
                        f"{exc.message}")  # fmt: skip
         raise
+    changes: dict[str, object] = {}
     if session.checkpoint_error:
-        records.update(session.id, checkpoint_error=None)
+        changes["checkpoint_error"] = None
+    if taken is not None and taken.change != session.change:
+        changes["change"] = taken.change
+    if changes:
+        records.update(session.id, **changes)
     return taken
 
 

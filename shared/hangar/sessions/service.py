@@ -33,7 +33,7 @@ from typing import Any, BinaryIO, Literal
 from hangar import agent
 from hangar.blobs import Blobs
 from hangar.config import Settings
-from hangar.db import Db
+from hangar.db import Db, SessionOrder
 from hangar.errors import (
     HangarError,
     InvalidInput,
@@ -220,22 +220,26 @@ class SessionService:
 
     def page(
         self, limit: int, cursor: str | None = None, *, state: S | None = None,
-        prefix: str | None = None,
+        prefix: str | None = None, order: SessionOrder = "created",
     ) -> tuple[list[Session], str | None]:
-        """One page of sessions, newest first, and the cursor of the next (None: the last);
-        only those in ``state``, and only those whose name starts with ``prefix``
-        (case-sensitive; empty: every name), when given. A cursor goes on after the session it
-        names, and holds the filters it was made with: paging sees each matching session once.
-        InvalidInput (naming the field) for a cursor this service did not make or made for
-        other filters, or a prefix with a NUL byte or longer than a name can be."""
+        """One page of sessions, newest first by creation or, with ``order`` ``"activity"``,
+        by last activity, and the cursor of the next (None: the last); only those in
+        ``state``, and only those whose name starts with ``prefix`` (case-sensitive; empty:
+        every name), when given. A cursor goes on after the session it names, and holds the
+        order and filters it was made with: paging never shows a session twice (see
+        :meth:`~hangar.db.Db.page_sessions`). InvalidInput (naming the field) for a cursor
+        this service did not make or made for another order or other filters, or a prefix
+        with a NUL byte or longer than a name can be."""
         if prefix:
             _check_prefix(prefix)
         filters = (None if state is None else S(state).value, prefix or None)
-        after = _decode_cursor(cursor, filters) if cursor else None
-        sessions = self.db.page_sessions(limit + 1, after, state=state, prefix=prefix or None)
+        after = _decode_cursor(cursor, filters, order) if cursor else None
+        sessions = self.db.page_sessions(limit + 1, after, state=state, prefix=prefix or None,
+                                         order=order)  # fmt: skip
         more = len(sessions) > limit
         sessions = sessions[:limit]
-        return sessions, (_encode_cursor(sessions[-1], filters) if more and sessions else None)
+        last = _encode_cursor(sessions[-1], filters, order) if more and sessions else None
+        return sessions, last
 
     # -- starting work ----------------------------------------------------------------------
 
@@ -767,8 +771,9 @@ _Filters = tuple[str | None, str | None]
 """A list's state (its value) and name prefix, None where not given."""
 
 
-def _encode_cursor(last: Session, filters: _Filters) -> str:
-    raw = json.dumps([last.created_at.isoformat(), last.id, *filters]).encode()
+def _encode_cursor(last: Session, filters: _Filters, order: SessionOrder) -> str:
+    at = last.last_active_at if order == "activity" else last.created_at
+    raw = json.dumps([at.isoformat(), last.id, *filters, order]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -781,17 +786,23 @@ def _check_prefix(prefix: str) -> None:
                            field="prefix", limit=NAME_MAX)  # fmt: skip
 
 
-def _decode_cursor(cursor: str, filters: _Filters) -> tuple[datetime, str]:
+def _decode_cursor(cursor: str, filters: _Filters, order: SessionOrder) -> tuple[datetime, str]:
     """Where ``cursor`` goes on from; InvalidInput if this service did not make it, or made it
-    for a list with other filters (it would go on from a place that list never showed)."""
+    for a list in another order or with other filters (it would go on from a place that list
+    never showed). A cursor without an order (an older hangar's) is one by creation."""
     try:
         at, session_id, *made_for = json.loads(
             base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         after = datetime.fromisoformat(at), str(session_id)
-        was = dict(zip(("state", "prefix"), made_for or (None, None), strict=True))
+        state, prefix, made_in = (*(made_for or (None, None)), "created")[:3]
+        was = dict(zip(("state", "prefix"), (state, prefix), strict=True))
     except (ValueError, TypeError, binascii.Error):
         raise InvalidInput(f"cursor {cursor[:40]!r} is not one this server made",
                            field="cursor") from None  # fmt: skip
+    if made_in != order:
+        raise InvalidInput(f"cursor was made for a list in order {made_in!r}, not {order!r}; "
+                           "ask in the same order, or start again without a cursor",
+                           field="cursor", made_for={**was, "order": made_in})  # fmt: skip
     if (was["state"], was["prefix"]) != filters:
         raise InvalidInput(
             "cursor was made for a list with other filters (" +

@@ -260,7 +260,7 @@ class Transitions:
     def activate(self, session: Session, token: str, **changes: Any) -> Session:
         """STARTING to ACTIVE: the turn's harness runs."""
         return self._move(session, "activate", token=token, phase=None, start=None,
-                          needs_input=None, error=None, **changes)  # fmt: skip
+                          needs_input=None, error=None, progress=None, **changes)  # fmt: skip
 
     def ready(self, session: Session, token: str, **changes: Any) -> Session:
         """STARTING to IDLE: the sandbox is made and restored (open, fork)."""
@@ -294,9 +294,10 @@ class Transitions:
         return self._move(session, "claim_finish", claim=fresh)
 
     def finish_turn(self, session: Session, token: str, **changes: Any) -> Session:
-        """ACTIVE to IDLE, by the holder of the finish claim; the turn's pending approvals go
-        with it."""
-        return self._move(session, "finish_turn", token=token, pending_approvals=[], **changes)
+        """ACTIVE to IDLE, by the holder of the finish claim; the turn's pending approvals and
+        progress line go with it."""
+        return self._move(session, "finish_turn", token=token, pending_approvals=[],
+                          progress=None, **changes)  # fmt: skip
 
     def await_repair(self, session: Session, token: str) -> Session:
         """ACTIVE stays, the finish claim let go: the turn's repair run goes on, and the finish
@@ -332,7 +333,8 @@ class Transitions:
         """IDLE or ACTIVE to SUSPENDED: the sandbox is gone (its turn, if any, interrupted by
         the caller); the session resumes from its last checkpoint."""
         return self._move(session, "lose_sandbox", sandbox_id=None, sandbox_expires_at=None,
-                          phase=None, start=None, pending_approvals=[])  # fmt: skip
+                          phase=None, start=None, pending_approvals=[],
+                          progress=None)  # fmt: skip
 
     def extend(self, session: Session, **changes: Any) -> Session:
         """IDLE or ACTIVE, state unchanged: the sandbox's TTL, activity."""

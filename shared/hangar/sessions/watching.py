@@ -20,10 +20,13 @@ from hangar.errors import SandboxError, SandboxNotFound
 from hangar.exchange.progress import ProgressLine, progress_file, read_progress
 from hangar.harnesses.events import describe_event
 from hangar.models import Session, SessionState as S, Turn
+from hangar.processes.following import RunFollowers
+from hangar.redact import redact
 from hangar.sandboxes import Sandboxes
 from hangar.sessions.turns import Turns
 
 QUIET_SECONDS = 5.0
+_PAST_THE_END = 1 << 62  # a cursor past any log: asks a follower for its cursor alone
 _UNSEEN = object()  # the progress file's stamp before the first look
 MAX_LOG_READ = 256 << 10
 
@@ -109,3 +112,24 @@ class TurnWatch:
             return []
         said = [e for e in map(describe_event, status.data[-MAX_LOG_READ:].splitlines()) if e]
         return [Note(said[-1])] if said else []
+
+
+def latest_progress(followers: RunFollowers, session: Session, turn: Turn) -> str | None:
+    """What the running ``turn``'s newest described run-log line says
+    (:func:`~hangar.harnesses.events.describe_event`), redacted: the session's ``progress``
+    while the turn runs. None when no line of its last :data:`MAX_LOG_READ` bytes says
+    anything. Reads this process's follower of the run (no call into the sandbox when it is
+    fresh); only whole lines count (the last one may be half written). Raises what the
+    follower raises (SandboxNotFound, SandboxError)."""
+    assert session.sandbox_id is not None
+    run = turn.active_run_id
+    end = followers.since(session.sandbox_id, run, _PAST_THE_END).cursor
+    start = max(0, end - MAX_LOG_READ)
+    data = followers.since(session.sandbox_id, run, start).data
+    lines = data[: data.rfind(b"\n") + 1].splitlines()
+    if start > 0 and lines:
+        lines = lines[1:]  # begun before the bytes read
+    for line in reversed(lines):
+        if said := describe_event(line):
+            return redact(said)
+    return None

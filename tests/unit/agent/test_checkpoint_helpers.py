@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hangar.agent.checkpoint import MAX_WARNINGS, manifest_warnings, new_files_index
+from hangar.agent.checkpoint import MAX_WARNINGS, manifest_warnings, new_files_index, patch_stat
 from hangar.agent.gitsafe import linked_shared_index
 from hangar.agent.paths import readable
 from tests.conftest import git
@@ -28,6 +28,30 @@ def test_a_name_that_is_not_utf8_is_shown_escaped_and_the_manifest_stays_json() 
     assert readable(name) == "d\\xfe/f\\xff é"
     [warning] = manifest_warnings([f"special files left out: {name} is a FIFO"])
     assert json.loads(json.dumps(warning).encode().decode("utf-8")) == warning
+
+
+def test_the_change_size_counts_as_git_numstat_does_lines_that_look_like_headers_too(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    run_git(repo, "init", "-q")
+    (repo / "f").write_text("a\n-- b\nc\n")
+    (repo / "blob").write_bytes(b"\x00\x01")
+    run_git(repo, "add", ".")
+    run_git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "base")
+    (repo / "f").write_text("a\n++ plus\nc\nd")  # a line read as "+++", no newline at the end
+    (repo / "blob").write_bytes(b"\x00\x02")
+    (repo / "new").write_text("1\n2\n")
+    run_git(repo, "add", "-N", "new")
+    patch = tmp_path / "session.patch"
+    patch.write_bytes(run_git(repo, "diff", "--binary"))
+    numstat = [line.split("\t") for line in run_git(repo, "diff", "--numstat").decode().splitlines()]
+    assert patch_stat(str(patch)) == {
+        "files": len(numstat),
+        "added": sum(int(a) for a, _, _ in numstat if a != "-"),
+        "removed": sum(int(r) for _, r, _ in numstat if r != "-"),
+    } == {"files": 3, "added": 4, "removed": 1}
 
 
 def test_warnings_are_bounded_in_number_and_length() -> None:
