@@ -39,6 +39,7 @@ def test_a_turns_events_come_live_then_whole_page_by_page_and_bad_input_is_refus
     assert running["more"] is False
     again = events(api, "talk", cursor=running["next_cursor"])  # nothing new yet: same place
     assert (again["events"], again["next_cursor"]) == ([], running["next_cursor"])
+    assert events(api, "talk", cursor="e.0")["events"] == []  # no outcome before the end
 
     ran = api.post("/api/sessions/talk/exec", json={"argv": ["touch", "/tmp/go"]})
     assert ran.status_code == 200, ran.text

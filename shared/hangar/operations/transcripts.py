@@ -150,6 +150,9 @@ class _Walk:
             if not self.finished:
                 return
             at = _At("e")
+        if not self.finished:  # a cursor past the log of a turn that runs: nothing yet
+            self.stopped = at
+            return
         tail = self._tail()
         for k in range(at.skip, len(tail)):
             yield tail[k], _At("e", 0, k + 1)
