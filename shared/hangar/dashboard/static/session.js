@@ -1,16 +1,42 @@
-// A session's page: its state and start-up phase, actions, the message box, the running
-// turn's events, turns, checkpoints, patch, artifacts and a terminal. It re-reads the session
-// by itself (every 2 s while it starts, runs a turn or suspends; every 10 s otherwise).
+// A session's page: its state and start-up phase, what needs a person (the agent's question
+// with its answers, pending approvals, Steer and Stop while a turn runs), actions, the message
+// box, the running turn's events, turns, the conversation turn by turn (transcript.js),
+// checkpoints, patch, artifacts and a terminal. It re-reads the session by itself (every 2 s
+// while it starts, runs a turn or suspends; every 10 s otherwise). An unknown session is a
+// not-found page with no controls.
 
 import { call, sessionPath } from "./api.js";
 import { openTerminal } from "./terminal.js";
-import { busy, bytes, clearError, duration, h, repoCell, saveAs, showError, stateBadge, when } from "./ui.js";
+import { createTranscript, outcomeWords, usageWords } from "./transcript.js";
+import { busy, bytes, clearError, duration, h, repoCell, saveAs, showError, when } from "./ui.js";
 
 const BUSY = new Set(["starting", "active", "suspending"]);
 const UP = new Set(["idle", "active"]);
 
-function usageText(usage) {
-  return Object.entries(usage || {}).map(([k, v]) => `${k.replace(/_tokens$/, "")} ${v}`).join(", ");
+const UNHAPPY = new Set(["failed", "timed_out", "interrupted"]);
+
+// The page's own styles, next to app.css (loaded once).
+function styles() {
+  if (document.querySelector("link[data-session-css]")) return;
+  const link = h("link", { rel: "stylesheet", href: "/static/session.css", "data-session-css": "" });
+  document.head.append(link);
+}
+
+// The state as the badge says it: after a turn that failed, timed out or was stopped, the
+// turn's outcome, not "idle" (the session is idle in words beside it).
+function stateBadge(s) {
+  const last = s.turns[s.turns.length - 1];
+  const badges = [];
+  if (s.state === "idle" && last && last.finished_at && UNHAPPY.has(last.outcome)) {
+    const kind = last.outcome === "interrupted" ? "interrupted" : "failed";
+    badges.push(h("span", { class: `state ${kind}`, id: "state-badge" }, `turn ${last.n} ${outcomeWords(last.outcome)}`),
+      " ", h("span", { class: "muted" }, "the session is idle: a message starts the next turn"));
+  } else {
+    badges.push(h("span", { class: `state ${s.state}`, id: "state-badge" }, s.state));
+  }
+  if (s.needs_input) badges.push(" ", h("span", { class: "state needs-input" }, "needs input"));
+  if ((s.pending_approvals || []).length) badges.push(" ", h("span", { class: "state needs-input" }, "needs approval"));
+  return badges;
 }
 
 function diffView(text) {
@@ -27,12 +53,14 @@ function diffView(text) {
 }
 
 export function renderSession(main, name, ctx) {
+  styles();
   let stopped = false;
   let timer = null;
   let session = null;
   let events = null; // {turn, controller}
   let artifactsFor = null;
   let terminal = null;
+  let liveTurn = null; // the running turn Steer is meant for
 
   const fail = (err) => ctx.fail(err);
   const heading = h("h1", {}, name);
@@ -54,14 +82,24 @@ export function renderSession(main, name, ctx) {
 
   const message = h("textarea", { id: "message", rows: 3 });
   const send = h("button", { type: "submit", class: "primary" }, "Send");
-  const question = h("div");
-  const messageForm = h("form", {}, h("label", { for: "message" }, "Message"), question, message,
+  const messageForm = h("form", {}, h("label", { for: "message" }, "Message"), message,
     h("div", { class: "actions" }, send));
+
+  // What needs a person: pending approvals, and Steer and Stop while a turn runs.
+  const approvals = h("div", { id: "approvals" });
+  const steerText = h("textarea", { id: "steer", rows: 2 });
+  const steer = h("button", { type: "submit", class: "primary" }, "Steer");
+  const stop = h("button", { type: "button", class: "danger" }, "Stop");
+  const steerForm = h("form", { id: "live-turn", hidden: true },
+    h("label", { for: "steer" }, "Steer"),
+    h("p", { class: "muted", id: "live-turn-note" }), steerText,
+    h("div", { class: "actions" }, steer, stop));
 
   const eventsTitle = h("h2", {}, "Events");
   const eventsLog = h("pre", { class: "events", id: "events", "aria-live": "polite" });
   const eventsBox = h("section", { hidden: true }, eventsTitle, eventsLog);
 
+  const transcript = createTranscript(name, { fail, download: (a) => downloadArtifact(a) });
   const turns = h("tbody");
   const checkpoints = h("tbody");
   const restoreNote = h("div");
@@ -76,18 +114,20 @@ export function renderSession(main, name, ctx) {
   const terminalStatus = h("span", { class: "muted", id: "terminal-status", "aria-live": "polite" });
   const terminalBox = h("div", { class: "terminal-box", id: "terminal", hidden: true });
 
+  main.classList.add("session-page");
   main.append(
-    heading, subtitle, status, facts,
+    heading, subtitle, status, approvals, steerForm, facts,
     h("div", { class: "actions" }, resume, suspend, fork, archive), forked,
     idleForm,
     h("h2", {}, "Message the agent"), messageForm,
     eventsBox,
     h("h2", {}, "Turns"),
-    h("table", { id: "turns" }, h("thead", {}, h("tr", {},
+    h("table", { id: "turns", class: "cards" }, h("thead", {}, h("tr", {},
       ["#", "Message", "Outcome", "Summary", "Started", "Took", "Usage"].map((t) => h("th", { scope: "col" }, t)))), turns),
+    h("h2", {}, "Conversation"), transcript.element,
     h("h2", {}, "Checkpoints"), restoreNote,
-    h("table", { id: "checkpoints" }, h("thead", {}, h("tr", {},
-      ["When", "Reason", "Size", "Warnings", ""].map((t) => h("th", { scope: "col" }, t)))), checkpoints),
+    h("table", { id: "checkpoints", class: "cards" }, h("thead", {}, h("tr", {},
+      ["When", "Reason", "Size", "Restore", "Warnings"].map((t) => h("th", { scope: "col" }, t)))), checkpoints),
     h("h2", {}, "Patch"), h("div", { class: "actions" }, viewPatch, downloadPatch), patchBox,
     h("h2", {}, "Artifacts"), artifacts,
     h("h2", {}, "Terminal"),
@@ -106,7 +146,13 @@ export function renderSession(main, name, ctx) {
       parts.push(h("p", { class: "notice", id: "phase" },
         `Starting: ${s.phase.step.replaceAll("_", " ")}${s.phase.detail ? ` (${s.phase.detail})` : ""}, since `, when(s.phase.since)));
     }
-    if (s.needs_input) parts.push(h("p", { class: "notice" }, `The agent asks: ${s.needs_input}`));
+    if (s.needs_input) {
+      // Each answer it offered is a button that sends it as the next message.
+      const options = s.question_options || [];
+      parts.push(h("div", { class: "notice", id: "question" }, h("p", {}, `The agent asks: ${s.needs_input}`),
+        options.length ? h("div", { class: "actions" }, options.map((o) => h("button", {
+          type: "button", class: "answer", onclick: (event) => answer(event.currentTarget, o) }, o))) : ""));
+    }
     if (s.start_error) {
       parts.push(h("p", { class: "notice bad", id: "start-error" },
         `It failed to start (${s.start_error.step}): ${s.start_error.message} (${s.start_error.code}). Resume tries again.`));
@@ -116,6 +162,10 @@ export function renderSession(main, name, ctx) {
     const last = s.turns[s.turns.length - 1];
     if (last && last.outcome === "timed_out") {  // hangar stopped it: its summary says which limit
       parts.push(h("p", { class: "notice bad", id: "timed-out" }, `Turn ${last.n} was stopped: ${last.summary}`));
+    } else if (last && last.outcome === "failed") {
+      parts.push(h("p", { class: "notice bad", id: "turn-failed" },
+        `Turn ${last.n} failed: ${last.summary || "no reason given"}`, last.error_code ? ` (${last.error_code})` : "",
+        ". A message starts the next turn."));
     }
     if (s.checkpoint_error) parts.push(h("p", { class: "notice bad" }, `The last checkpoint failed: ${s.checkpoint_error}`));
     status.replaceChildren(...parts);
@@ -138,32 +188,76 @@ export function renderSession(main, name, ctx) {
 
   function renderTurns(s) {
     turns.replaceChildren(...s.turns.map((t) => h("tr", { "data-turn": String(t.n) },
-      h("td", {}, String(t.n)),
-      h("td", {}, t.message),
-      h("td", {}, t.outcome ? t.outcome.replaceAll("_", " ") : (t.started_at ? "running" : "starting"), t.error_code ? ` (${t.error_code})` : ""),
-      h("td", { class: "summary" }, t.summary || "", t.question ? h("div", {}, `Asks: ${t.question}`) : ""),
-      h("td", {}, when(t.started_at || t.requested_at)),
-      h("td", {}, duration(t.started_at, t.finished_at)),
-      h("td", {}, usageText(t.usage)))));
+      h("td", { "data-label": "Turn" }, String(t.n)),
+      h("td", { "data-label": "Message", class: "message" }, t.message),
+      h("td", { "data-label": "Outcome" }, t.outcome ? outcomeWords(t.outcome) : (t.started_at ? "running" : "starting"), t.error_code ? ` (${t.error_code})` : ""),
+      h("td", { "data-label": "Summary", class: "summary" }, t.summary || "", t.question ? h("div", {}, `Asks: ${t.question}`) : ""),
+      h("td", { "data-label": "Started" }, when(t.started_at || t.requested_at)),
+      h("td", { "data-label": "Took" }, duration(t.started_at, t.finished_at)),
+      h("td", { "data-label": "Usage" }, usageWords(t.usage)))));
   }
 
+  // What restore did with a checkpoint is a property of that checkpoint: the one the sandbox
+  // came from, and the newer ones it skipped (with why).
   function renderCheckpoints(s) {
     const used = s.restored_from;
+    const skipped = new Map((s.restore_skipped || []).map((k) => [k.checkpoint_id, k]));
+    const restore = (c) => {
+      if (c.id === used) return h("span", { class: "tag good" }, "its sandbox was restored from this one");
+      const k = skipped.get(c.id);
+      return k ? h("span", { class: "tag bad" }, `skipped by restore: ${k.message} (${k.code})`) : "";
+    };
     checkpoints.replaceChildren(...[...s.checkpoints].reverse().map((c) => h("tr", { "data-checkpoint": c.id },
-      h("td", {}, when(c.ts)),
-      h("td", {}, c.reason),
-      h("td", {}, bytes(c.size)),
-      h("td", {}, c.warnings.join("; ")),
-      h("td", {}, c.id === used ? "its sandbox was restored from this one" : ""))));
-    const skipped = s.restore_skipped || [];
-    restoreNote.replaceChildren(...skipped.map((k) => h("p", { class: "notice" },
-      `Restore skipped ${k.checkpoint_id}: ${k.message} (${k.code})`)));
+      h("td", { "data-label": "When" }, when(c.ts)),
+      h("td", { "data-label": "Reason" }, c.reason),
+      h("td", { "data-label": "Size" }, bytes(c.size)),
+      h("td", { "data-label": "Restore" }, restore(c)),
+      h("td", { "data-label": "Warnings" }, c.warnings.join("; ")))));
+    const known = new Set(s.checkpoints.map((c) => c.id));
+    restoreNote.replaceChildren(...(s.restore_skipped || []).filter((k) => !known.has(k.checkpoint_id)).map((k) =>
+      h("p", { class: "notice" }, `Restore skipped ${k.checkpoint_id}: ${k.message} (${k.code})`)));
   }
 
-  function renderQuestion(s) {
-    const options = s.needs_input ? s.question_options || [] : [];
-    question.replaceChildren(...(options.length ? [h("div", { class: "actions" }, h("span", { class: "muted" }, "Answers it offered:"),
-      options.map((o) => h("button", { type: "button", onclick: () => { message.value = o; message.focus(); } }, o)))] : []));
+  // Each approval the running turn waits for: its summary, Approve and Deny.
+  function renderApprovals(s) {
+    const pending = s.pending_approvals || [];
+    approvals.replaceChildren(...pending.map((a) => {
+      const approve = h("button", { type: "button", class: "primary" }, "Approve");
+      const deny = h("button", { type: "button" }, "Deny");
+      approve.addEventListener("click", () => decide(approve, a, "approve"));
+      deny.addEventListener("click", () => decide(deny, a, "deny"));
+      return h("div", { class: "notice approval", "data-approval": a.id },
+        h("p", {}, h("strong", {}, `Turn ${a.turn} asks to use ${a.tool}: `), h("code", {}, a.summary)),
+        h("div", { class: "actions" }, approve, deny, h("span", { class: "muted" }, "asked ", when(a.asked_at))));
+    }));
+  }
+
+  // Steer and Stop while a turn runs (a one-shot turn answers them as busy: shown as said).
+  function renderLive(s) {
+    const turn = running(s);
+    steerForm.hidden = !(turn && turn.started_at);
+    if (!steerForm.hidden) {
+      liveTurn = turn.n;
+      steerForm.querySelector("#live-turn-note").textContent =
+        `Turn ${turn.n} is running: tell the agent something in the same turn, or stop it.`;
+    }
+  }
+
+  function decide(button, approval, decision) {
+    act(button, () => call("POST", sessionPath(name, `approvals/${encodeURIComponent(approval.id)}`), { decision }));
+  }
+
+  function answer(button, text) {
+    act(button, () => call("POST", sessionPath(name, "send"), { message: text }));
+  }
+
+  function notFound(err) {
+    stopped = true;
+    clearTimeout(timer);
+    main.replaceChildren(
+      h("h1", {}, "Session not found"),
+      h("p", { id: "not-found" }, `There is no session called ${name}: ${err.message} `, h("code", {}, `(${err.code})`)),
+      h("p", {}, h("a", { href: "/" }, "Back to the sessions")));
   }
 
   function renderButtons(s) {
@@ -258,8 +352,10 @@ export function renderSession(main, name, ctx) {
       renderStatus(s);
       renderFacts(s);
       renderButtons(s);
-      renderQuestion(s);
+      renderApprovals(s);
+      renderLive(s);
       renderTurns(s);
+      transcript.update(s);
       renderCheckpoints(s);
       const turn = running(s);
       if (turn && turn.started_at) follow(turn);
@@ -267,8 +363,12 @@ export function renderSession(main, name, ctx) {
       schedule(s);
     } catch (err) {
       if (stopped) return;
+      if (err.status === 404 && err.code !== "unauthorized") {
+        notFound(err);
+        return;
+      }
       fail(err);
-      if (err.status !== 404) schedule(session);
+      schedule(session);
     }
   }
 
@@ -309,6 +409,15 @@ export function renderSession(main, name, ctx) {
       message.value = "";
     });
   });
+  steerForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (!steerText.value.trim()) return;
+    act(steer, async () => {
+      await call("POST", sessionPath(name, "steer"), { message: steerText.value, expected_turn: liveTurn });
+      steerText.value = "";
+    });
+  });
+  stop.addEventListener("click", () => act(stop, () => call("POST", sessionPath(name, "interrupt"))));
   viewPatch.addEventListener("click", () => busy(viewPatch, async () => {
     const text = await (await call("GET", sessionPath(name, "patch"), undefined, { raw: true })).text();
     patchBox.replaceChildren(text ? diffView(text) : h("p", { class: "muted" }, "No changes against its base."));
@@ -342,6 +451,7 @@ export function renderSession(main, name, ctx) {
       refresh();
       terminalBox.hidden = false;
       terminalBox.replaceChildren();
+      terminalBox.scrollIntoView({ block: "nearest" });  // xterm.js draws only what is on screen
       terminalStatus.textContent = mode === "agent" ? "talking to the agent" : "shell in the repo";
       terminal = await openTerminal(terminalBox, name, mode, (why, bad) => {
         terminalStatus.textContent = why;
@@ -372,6 +482,8 @@ export function renderSession(main, name, ctx) {
       clearTimeout(timer);
       if (events) events.controller.abort();
       if (terminal) terminal.close();
+      transcript.stop();
+      main.classList.remove("session-page");
     },
   };
 }

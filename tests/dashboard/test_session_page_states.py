@@ -1,0 +1,118 @@
+"""A session's page says honestly what happened, in headless Chromium against a real hangar
+serve whose agent is the Antigravity stand-in: a failed turn shows as failed with its reason
+(never hangar's own prompt text), the agent's question offers its answers as buttons that send
+them, usage is in words, "restored from" is a property of its checkpoint, an unknown session
+is a not-found page without controls, and the page fits a 360 px screen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.dashboard.conftest import admin_token, sign_in
+from tests.e2e.conftest import Server
+from tests.e2e.test_acceptance import IDENTITY, until
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def server(module_server: Server, module_remote: Path) -> Server:
+    """The module's server, with an environment whose agent fails every turn too (the stand-in
+    exits 3 with a message on standard error)."""
+    module_server.ok("env", "add", "failing", "--repo", str(module_remote), *IDENTITY, "--var",
+                     "AGY_STANDIN_EXIT=3")  # fmt: skip
+    return module_server
+
+
+def new(server: Server, name: str, message: str, env: str = "app") -> None:
+    server.cli("session", "new", name, message, "--env", env, "--harness", "antigravity", "-w")
+
+
+def api(server: Server, method: str, path: str, **kwargs: object) -> dict[str, object]:
+    headers = {"Authorization": f"Bearer {admin_token(server)}"}
+    answer = httpx.request(method, server.url + path, headers=headers, timeout=60, **kwargs)  # type: ignore[arg-type]
+    assert answer.status_code < 300, answer.text
+    return answer.json()  # type: ignore[no-any-return]
+
+
+def test_a_failed_turn_shows_as_failed_with_its_reason_and_never_hangars_prompt_text(
+    server: Server, page: Page
+) -> None:
+    new(server, "broken", "fix the build", env="failing")
+    sign_in(page, server)
+    page.goto(server.url + "/sessions/broken")
+    badge = page.locator("#state-badge")
+    expect(badge).to_have_text("turn 1 failed")
+    expect(page.locator("#turn-failed")).to_contain_text(
+        "Turn 1 failed: antigravity exited with status 3: agy: the model service refused the request")
+    expect(page.locator("[data-turn='1']")).to_contain_text("failed")
+    assert "hangar-exchange" not in page.content()
+    assert "hangar-agent" not in page.locator("main").inner_text()
+
+
+def test_the_agents_question_offers_its_answers_as_buttons_that_send_the_answer(
+    server: Server, page: Page
+) -> None:
+    new(server, "asks", "run: hangar-agent question --option 'ship it' --option 'hold' 'Ship it?'")
+    sign_in(page, server)
+    page.goto(server.url + "/sessions/asks")
+    question = page.locator("#question")
+    expect(question).to_contain_text("The agent asks: Ship it?")
+    expect(question.get_by_role("button")).to_have_count(2)
+    question.get_by_role("button", name="ship it").click()
+    turn = page.locator("[data-turn='2']")
+    expect(turn).to_contain_text("ship it")
+    expect(turn).to_contain_text("exited")
+    expect(page.locator("#question")).to_have_count(0)
+    # Usage in words, from the stand-in's 10 tokens in and 5 out.
+    expect(turn).to_contain_text("10 tokens in, 5 out")
+
+
+def test_an_unknown_session_is_a_not_found_page_without_controls(
+    server: Server, page: Page
+) -> None:
+    sign_in(page, server)
+    expect(page.locator("#sessions")).to_be_visible()
+    page.goto(server.url + "/sessions/no-such-session")
+    expect(page.get_by_role("heading", name="Session not found")).to_be_visible()
+    expect(page.locator("#not-found")).to_contain_text("session_not_found")
+    expect(page.locator("main button, main input, main textarea")).to_have_count(0)
+    page.get_by_role("link", name="Back to the sessions").click()
+    expect(page.locator("#sessions")).to_be_visible()
+
+
+def overflow(page: Page) -> int:
+    """How far the page runs off the right of the screen, in pixels."""
+    return int(page.evaluate("document.documentElement.scrollWidth - window.innerWidth"))
+
+
+def test_at_360_px_the_page_fits_the_screen_restored_from_is_on_its_checkpoint_and_the_terminal_is_full_width(
+    server: Server, page: Page
+) -> None:
+    new(server, "narrow", "run: echo kept > kept.txt && git add kept.txt && git commit -qm "
+        "'a commit message long enough to need wrapping on a narrow phone screen'")
+    server.ok("session", "suspend", "narrow")
+    server.ok("session", "open", "narrow")
+    until(lambda: api(server, "GET", "/api/sessions/narrow")["state"] == "idle")
+    restored = api(server, "GET", "/api/sessions/narrow")
+    used = restored["restored_from"]
+    assert used
+    page.set_viewport_size({"width": 360, "height": 780})
+    sign_in(page, server)
+    page.goto(server.url + "/sessions/narrow")
+    checkpoint = page.locator(f"[data-checkpoint='{used}']")
+    expect(checkpoint.locator("[data-label='Restore']")).to_have_text(
+        "its sandbox was restored from this one")
+    expect(checkpoint.locator("[data-label='Warnings']")).not_to_contain_text("restored")
+    expect(page.locator("[data-turn='1']")).to_contain_text("exited")
+    assert overflow(page) <= 0
+
+    page.get_by_role("button", name="Shell").click()
+    expect(page.locator("#terminal .xterm-rows")).to_contain_text("$", timeout=60_000)
+    box = page.locator("#terminal").bounding_box()
+    assert box is not None and box["width"] >= 350, box
+    assert overflow(page) <= 0
