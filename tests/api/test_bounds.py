@@ -17,7 +17,7 @@ from hangar.operations.limits import BodyLimit
 from hangar.config import Settings
 from hangar.models import SessionState
 from hangar.runtime import Runtime
-from hangar.testing.db import make_session
+from hangar.testing.db import at, make_session
 from tests.api.conftest import add_env, new_session, signed_in, standin_harnesses, wait_turn
 
 
@@ -78,7 +78,7 @@ def test_sessions_filtered_by_state_and_prefix_come_in_pages_with_no_duplicates_
     assert len(default["sessions"]) == 50  # an empty state is no filter; the default page
     spec = api.get("/api/openapi.json").json()
     listed = {p["name"]: p for p in spec["paths"]["/api/sessions"]["get"]["parameters"]}
-    assert {"limit", "cursor", "state", "prefix"} <= set(listed)
+    assert {"limit", "cursor", "state", "prefix", "order"} <= set(listed)
     assert "suspended" in listed["state"]["description"]
 
 
@@ -121,6 +121,26 @@ def test_a_cursor_asked_with_other_filters_than_it_was_made_with_is_invalid_inpu
     unfiltered = api.get("/api/sessions", params={"limit": 2}).json()["next_cursor"]
     error = refused(api.get("/api/sessions", params={"state": "idle", "cursor": unfiltered}))
     assert error["made_for"] == {"state": None, "prefix": None}
+
+
+def test_sessions_by_last_activity_come_most_recent_first_and_a_cursor_keeps_its_order(
+    api: TestClient, runtime: Runtime
+) -> None:
+    for i in range(5):  # made oldest first, last active newest first
+        runtime.db.create_session(make_session(f"act-{i}", minute=i, last_active_at=at(9 - i)))
+    first = api.get("/api/sessions", params={"order": "activity", "limit": 2}).json()
+    assert [s["name"] for s in first["sessions"]] == ["act-0", "act-1"]
+    assert first["sessions"][0]["change"] is None and first["sessions"][0]["progress"] is None
+    rest = api.get("/api/sessions", params={"order": "activity", "limit": 5,
+                                            "cursor": first["next_cursor"]}).json()  # fmt: skip
+    assert [s["name"] for s in rest["sessions"]] == ["act-2", "act-3", "act-4"]
+    created = api.get("/api/sessions", params={"limit": 2}).json()
+    assert [s["name"] for s in created["sessions"]] == ["act-4", "act-3"]  # the default
+    for order, cursor in (("created", first["next_cursor"]), ("activity", created["next_cursor"])):
+        error = refused(api.get("/api/sessions", params={"order": order, "cursor": cursor}))
+        assert error["field"] == "cursor" and order in error["message"], error
+    error = refused(api.get("/api/sessions", params={"order": "recent"}))
+    assert error["field"] == "order" and error["allowed"] == ["created", "activity"]
 
 
 @pytest.mark.sandbox

@@ -15,7 +15,7 @@ from hangar.checkpoints.parts import stored_at
 from hangar.cli import STATES
 from hangar.db.sqlite import SqliteDb
 from hangar.models import SessionState
-from hangar.testing.db import make_session
+from hangar.testing.db import at, make_session
 from tests.cli.conftest import Cli, Server
 from tests.conftest import GIT_IDENTITY
 from tests.legacy_sandbox import make_legacy_sandbox
@@ -332,7 +332,8 @@ def test_session_list_keeps_only_the_state_and_the_name_prefix_asked_for_on_ever
     try:
         for i in range(9):
             state = SessionState.IDLE if i % 3 else SessionState.FAILED
-            db.create_session(make_session(f"{'web' if i < 6 else 'api'}-{i}", i, state=state))
+            db.create_session(make_session(f"{'web' if i < 6 else 'api'}-{i}", i, state=state,
+                                           last_active_at=at(20 - i)))  # fmt: skip
     finally:
         db.close()
 
@@ -347,6 +348,9 @@ def test_session_list_keeps_only_the_state_and_the_name_prefix_asked_for_on_ever
     assert names("--prefix", "web", "--state", "idle", "--all") == idle_web
     assert names("--prefix", "api-", "--state", "failed") == ["api-6"]
     assert names("--prefix", "Web") == []
+    assert names("--order", "activity", "--prefix", "web", "--state", "idle") == idle_web[::-1]
+    code, out, _ = cli("session", "list", "--json", "--order", "activity", "--limit", "1")
+    assert code == 0 and json.loads(out)["sessions"][0]["change"] is None
     code, _, err = cli("session", "list", "--state", "sleeping")
     assert code == 2 and "idle" in one_error_line(err, "usage")
     code, _, err = cli("session", "list", "--prefix", "x" * 65)

@@ -174,6 +174,8 @@ def every_tool(mcp: Mcp, ok: Callable[..., str], remote: Path) -> None:
 
     page = mcp.ok("list_sessions", limit=1)
     assert [s["name"] for s in page["sessions"]] == ["ex"] and page["next_cursor"] is None
+    [recent] = mcp.ok("list_sessions", order="activity")["sessions"]  # its change counted
+    assert (recent["name"], recent["change"]) == ("ex", {"files": 2, "added": 1, "removed": 0})
     assert [s["name"] for s in mcp.ok("list_sessions", state="idle", prefix="e")["sessions"]] == ["ex"]
     assert mcp.ok("list_sessions", prefix="x")["sessions"] == []
     assert mcp.call("list_sessions", state="sleeping").is_error

@@ -16,7 +16,7 @@ import base64
 import json
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, BinaryIO, cast
+from typing import TYPE_CHECKING, BinaryIO, cast, get_args
 from urllib.parse import quote
 
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
@@ -26,6 +26,7 @@ from starlette.responses import Response, StreamingResponse
 from hangar.operations import sessions as ops, transcripts, wire as s
 from hangar.api.routes import NDJSON, Endpoint, Query, flag, param, parse, reply, run_waiting
 from hangar.api.streams import ClientGone, Emitter, in_thread
+from hangar.db import SessionOrder
 from hangar.errors import HangarError, InvalidInput
 from hangar.harnesses.events import EventLines
 from hangar.models import NAME_MAX, SessionState
@@ -54,12 +55,25 @@ async def list_all(runtime: Runtime, request: Request) -> Response:
     cursor = request.query_params.get("cursor") or None
     state = _state_query(request)
     prefix = request.query_params.get("prefix") or None  # checked by the service
+    order = _order_query(request)
 
     return reply(await run_in_threadpool(
-        lambda: ops.page(runtime, limit, cursor, state=state, prefix=prefix)))
+        lambda: ops.page(runtime, limit, cursor, state=state, prefix=prefix, order=order)))
 
 
 STATES = tuple(state.value for state in SessionState)
+ORDERS: tuple[SessionOrder, ...] = get_args(SessionOrder)
+
+
+def _order_query(request: Request) -> SessionOrder:
+    """The ``order`` query parameter (absent or empty: ``created``); InvalidInput naming the
+    field and listing the orders otherwise."""
+    raw = request.query_params.get("order") or "created"
+    for order in ORDERS:
+        if raw == order:
+            return order
+    raise InvalidInput(f"order must be one of {', '.join(ORDERS)}, not {raw[:30]!r}",
+                       field="order", allowed=list(ORDERS))  # fmt: skip
 
 
 def _state_query(request: Request) -> SessionState | None:
@@ -315,9 +329,10 @@ ENDPOINTS = [
     Endpoint("POST", "/api/sessions", "Create a session and ask for its first turn; answers at "
              "once, the session STARTING (its phase says where) and the turn's number", create,
              s.NewSession, s.StartedView, status=202),
-    Endpoint("GET", "/api/sessions", "One page of sessions, newest first (no turns or "
-             "checkpoints), only those state and prefix keep when given; next_cursor asks for "
-             "the next page (give it the same filters)", list_all,
+    Endpoint("GET", "/api/sessions", "One page of sessions, newest first by creation or by "
+             "last activity (no turns or checkpoints), only those state and prefix keep when "
+             "given; next_cursor asks for the next page (give it the same order and filters)",
+             list_all,
              response=s.SessionPage, query=[
                  Query("limit", "integer", f"sessions a page (1-{MAX_PAGE}, default "
                        f"{DEFAULT_PAGE})"),
@@ -325,6 +340,8 @@ ENDPOINTS = [
                  Query("state", "string", f"only sessions in this state: {', '.join(STATES)}"),
                  Query("prefix", "string", "only sessions whose name starts with this "
                        f"(case-sensitive; at most {NAME_MAX} characters, no NUL)"),
+                 Query("order", "string", "created (the default: by creation) or activity "
+                       "(by last activity: a turn's start and end, a shell); both newest first"),
              ]),
     Endpoint("GET", S, "A session with its turns and checkpoints", get,
              response=s.SessionView),

@@ -225,13 +225,16 @@ def build_parser() -> argparse.ArgumentParser:
     _permissions(new, "auto")
     _wait(new)
     _json(new)
-    listing = cmd.add_parser("list", help="list sessions, newest first")
+    listing = cmd.add_parser("list", help="list sessions, newest first (by creation, or "
+                             "with --order activity by last activity)")
     listing.add_argument("--limit", type=_count(1, 500), default=50, metavar="N",
                          help="at most N (1-500, default 50)")  # fmt: skip
     listing.add_argument("--all", action="store_true", help="every session, page by page")
     listing.add_argument("--state", choices=STATES, help="only sessions in this state")
     listing.add_argument("--prefix", help="only sessions whose name starts with PREFIX "
                          "(case-sensitive)")  # fmt: skip
+    listing.add_argument("--order", choices=("created", "activity"), default="created",
+                         help="newest first by creation (the default) or by last activity")
     _json(listing)
     get = cmd.add_parser("get", help="show a session with its turns and checkpoints")
     get.add_argument("name")

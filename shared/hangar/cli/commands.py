@@ -418,11 +418,13 @@ def _interrupt(api: Client, args: argparse.Namespace) -> int:
 
 
 def _list_sessions(api: Client, args: argparse.Namespace) -> int:
-    """One page (``--limit``), or every page (``--all``), newest first; only ``--state`` and
-    names starting with ``--prefix`` when given (the server filters, every page alike)."""
+    """One page (``--limit``), or every page (``--all``), newest first in ``--order``; only
+    ``--state`` and names starting with ``--prefix`` when given (the server filters, every
+    page alike)."""
     sessions: list[dict[str, Any]] = []
     cursor: str | None = None
-    filters = {k: v for k, v in (("state", args.state), ("prefix", args.prefix)) if v}
+    filters = {k: v for k, v in (("state", args.state), ("prefix", args.prefix),
+                                 ("order", args.order)) if v}  # fmt: skip
     while True:
         limit = 500 if args.all else args.limit
         page = api.call("GET", "/api/sessions",

@@ -52,6 +52,8 @@ class ListIn(s.Body):
     cursor: str | None = Field(None, description="the previous page's next_cursor")
     state: SessionState | None = Field(None, description="only sessions in this state")
     prefix: str | None = Field(None, description="only sessions whose name starts with this")
+    order: Literal["created", "activity"] = Field(
+        "created", description="newest first by creation, or by last activity")
 
 
 class OpenIn(Ref, s.Open):
@@ -192,7 +194,7 @@ async def new_session(runtime: Runtime, a: NewSessionIn, report: Report) -> Base
 
 async def list_sessions(runtime: Runtime, a: ListIn, report: Report) -> BaseModel:
     return await _thread(lambda: ops.page(runtime, a.limit, a.cursor, state=a.state,
-                                          prefix=a.prefix))  # fmt: skip
+                                          prefix=a.prefix, order=a.order))  # fmt: skip
 
 
 async def get_session(runtime: Runtime, a: Ref, report: Report) -> BaseModel:
@@ -308,8 +310,9 @@ TOOLS = [
     Tool("new_session", "Create a session and start its first turn; answers at once "
          "(STARTING). context: files, links, a patch of local changes, a bundle of local "
          "commits. Follow it with wait_for_turn.", NewSessionIn, s.StartedView, new_session),
-    Tool("list_sessions", "One page of sessions, newest first, optionally only one state or "
-         "names starting with a prefix; next_cursor asks for the next (with the same filters).",
+    Tool("list_sessions", "One page of sessions, newest first (by creation, or order "
+         "'activity': by last activity), optionally only one state or names starting with a "
+         "prefix; next_cursor asks for the next (with the same order and filters).",
          ListIn, s.SessionPage, list_sessions),
     Tool("get_session", "A session with its turns and checkpoints.", Ref, s.SessionView,
          get_session),
