@@ -16,6 +16,14 @@ export function field(id, label, control, hint) {
   }
   control.setAttribute("aria-describedby", described.join(" "));
   parts.push(error);
+  // An error is about the value it was given: changing the value takes it away.
+  const clear = () => {
+    error.hidden = true;
+    error.replaceChildren();
+    control.removeAttribute("aria-invalid");
+  };
+  control.addEventListener("input", clear);
+  control.addEventListener("change", clear);
   return { row: h("div", { class: "field" }, ...parts), control, error };
 }
 
