@@ -96,10 +96,13 @@ def test_the_list_puts_the_most_recently_active_first_and_says_what_runs_and_nee
 
 
 def narrow(browser: Browser, server: Server) -> Page:
-    """A phone-sized page, signed in, showing the list."""
+    """A phone-sized page, signed in (its sign-in form checked to fit), showing the list."""
     context = browser.new_context(viewport={"width": 360, "height": 740})
     context.set_default_timeout(WAIT_MS)
     page = context.new_page()
+    page.goto(server.url + "/")
+    expect(page.get_by_label("Token")).to_be_visible()
+    assert fits(page), "the sign-in form runs off the screen"
     sign_in(page, server)
     expect(page.locator("#sessions tbody tr")).to_have_count(3)
     return page
