@@ -15,14 +15,26 @@ const PAGE = 200;
 
 const count = (n) => Number(n || 0).toLocaleString("en-US");
 
-// Token usage in words ("1,234 tokens in, 56 out, 1,000 cached"), whatever the harness called
-// its fields (Claude Code, Codex, pi, and the events contract's own).
+// Token usage in words ("1,234 tokens in, 56 out, 1,000 cached"; cached ones are among those
+// in), from a usage event or a turn record's usage in its harness's own keys (as the server's
+// transcript reads them: Codex counts cached input among its input, the others apart).
 export function usageWords(usage) {
   const u = usage || {};
-  const inTokens = (u.input_tokens ?? u.input ?? 0) + (u.cache_creation_input_tokens ?? 0) + (u.cacheWrite ?? 0);
+  let inTokens;
+  let cached;
+  if ("cached_tokens" in u) {  // a usage event
+    [inTokens, cached] = [u.input_tokens || 0, u.cached_tokens || 0];
+  } else if ("cached_input_tokens" in u) {  // Codex
+    [inTokens, cached] = [u.input_tokens || 0, u.cached_input_tokens || 0];
+  } else if ("input" in u || "output" in u) {  // pi
+    cached = u.cacheRead || 0;
+    inTokens = (u.input || 0) + cached + (u.cacheWrite || 0);
+  } else {  // Claude Code, Antigravity
+    cached = u.cache_read_input_tokens || 0;
+    inTokens = (u.input_tokens || 0) + cached + (u.cache_creation_input_tokens || 0);
+  }
   const outTokens = u.output_tokens ?? u.output ?? 0;
-  const cached = (u.cached_tokens ?? 0) + (u.cache_read_input_tokens ?? 0) + (u.cached_input_tokens ?? 0) + (u.cacheRead ?? 0);
-  if (!inTokens && !outTokens && !cached) return "";
+  if (!inTokens && !outTokens) return "";
   return `${count(inTokens)} tokens in, ${count(outTokens)} out${cached ? `, ${count(cached)} cached` : ""}`;
 }
 
@@ -174,14 +186,7 @@ export function createTranscript(name, { fail, download }) {
   let latest = 0;
 
   function footer(turn) {
-    const parts = [];
-    const facts = [];
-    const words = usageWords(turn.usage);
-    if (words) facts.push(words);
-    if (turn.started_at && turn.finished_at) {
-      facts.push(`took ${seconds((Date.parse(turn.finished_at) - Date.parse(turn.started_at)) / 1000)}`);
-    }
-    if (facts.length) parts.push(h("div", { class: "muted" }, facts.join(" · ")));
+    const parts = [];  // its usage, outcome and duration are the transcript's last events
     if (turn.result !== null && turn.result !== undefined) {
       parts.push(h("div", { class: "who" }, "Result"), h("pre", { class: "result" }, JSON.stringify(turn.result, null, 2)));
     } else if (turn.result_error) {

@@ -1,0 +1,145 @@
+"""A session's page with the real Claude Code against the model stub, in headless Chromium
+against a real hangar serve: the conversation of a real turn with a tool call (also once its
+sandbox is gone), and Approve, Deny, Steer and Stop acting on a live turn."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from emulators.model import ModelStub
+from tests.dashboard.conftest import admin_token, screenshot, sign_in
+from tests.e2e.conftest import Server, _server
+from tests.e2e.test_acceptance import MODELS, add_env, until
+from tests.harness.test_live_turns import GO, HOLD, STARTED, STEER
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.e2e, pytest.mark.harness]
+
+SCENARIO = {
+    "rules": [
+        {"when": "start the notes", "steps": [
+            {"shell": "echo one > notes.txt && git add notes.txt && git commit -qm 'start notes' "
+                      "&& echo NOTES-COMMITTED"},
+            {"text": "Notes started."}]},
+        {"when": "steer-words", "steps": [{"text": "Steered and done."}]},
+        {"when": "held turn", "steps": [{"shell": HOLD}, {"text": "Held turn done."}]},
+    ],
+    "models": [MODELS["claude"]],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[ModelStub]:
+    with ModelStub(SCENARIO) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, module_remote: Path,
+           stub: ModelStub) -> Iterator[Server]:  # fmt: skip
+    """One hangar serve with the real harness CLIs for the module, the environment ``app``
+    pointing them at the model stub."""
+    from tests.harness.conftest import harness_dir
+
+    root = tmp_path_factory.mktemp("live")
+    for running in _server(root / "data", harness_dir()):
+        add_env(running, module_remote, stub)
+        yield running
+
+
+def api(server: Server, method: str, path: str, **kwargs: Any) -> Any:
+    headers = {"Authorization": f"Bearer {admin_token(server)}"}
+    answer = httpx.request(method, server.url + path, headers=headers, timeout=60, **kwargs)
+    assert answer.status_code < 300, answer.text
+    return answer.json()
+
+
+def test_the_conversation_of_a_real_claude_code_turn_shows_its_tool_call_and_outlives_the_sandbox(
+    server: Server, page: Page
+) -> None:
+    server.ok("session", "new", "notes", "start the notes", "--env", "app", "--harness",
+              "claude", "--model", MODELS["claude"], "-w")  # fmt: skip
+    sign_in(page, server)
+    page.goto(server.url + "/sessions/notes")
+    turn = page.locator("#transcript [data-transcript='1']")
+    expect(turn).to_have_attribute("open", "")  # the latest turn is open by itself
+    expect(turn.locator(".msg.user")).to_contain_text("start the notes")
+    tool = turn.locator(".tool[data-tool='Bash']")
+    expect(tool.locator(".tool-input")).to_contain_text("echo one > notes.txt")
+    result = tool.locator("details.tool-result")
+    expect(result).not_to_have_attribute("open", "")  # collapsed until asked
+    expect(result.locator("summary")).to_have_text("Result")
+    result.locator("summary").click()
+    expect(result.locator(".tool-output")).to_contain_text("NOTES-COMMITTED")
+    expect(turn.locator(".msg.assistant").last).to_contain_text("Notes started.")
+    expect(turn.locator(".outcome")).to_contain_text("exited")
+    expect(turn.locator(".outcome")).to_contain_text("took")
+    expect(turn.locator(".usage")).to_contain_text("tokens in")
+    expect(page.locator("[data-turn='1']")).to_contain_text("tokens in")
+    assert "hangar-exchange" not in page.content()
+    screenshot(page, "session.png")
+
+    # Readable after its sandbox is gone: from the stored log.
+    server.ok("session", "suspend", "notes")
+    page.reload()
+    expect(page.locator("#state-badge")).to_have_text("suspended")
+    expect(turn.locator(".tool[data-tool='Bash'] .tool-input")).to_contain_text("echo one")
+    expect(turn.locator(".msg.assistant").last).to_contain_text("Notes started.")
+
+
+def sandbox_has(server: Server, path: str) -> bool:
+    box = server.sandboxes()
+    return any(box.exec(s.id, ["test", "-e", path]).ok for s in box.list())
+
+
+def test_approve_deny_steer_and_stop_act_on_a_live_claude_code_turn(
+    server: Server, page: Page
+) -> None:
+    server.ok("session", "new", "live", "held turn: run the long job", "--env", "app",
+              "--harness", "claude", "--model", MODELS["claude"], "--permission-mode", "ask")  # fmt: skip
+    sign_in(page, server)
+    page.goto(server.url + "/sessions/live")
+
+    # The command waits for a person: its summary, Approve and Deny.
+    approval = page.locator("[data-approval]")
+    expect(approval).to_contain_text("Turn 1 asks to use Bash", timeout=240_000)
+    expect(approval).to_contain_text(STARTED)
+    expect(approval.get_by_role("button", name="Deny")).to_be_enabled()
+    expect(page.locator("#status")).to_contain_text("needs approval")
+    approval.get_by_role("button", name="Approve").click()
+    until(lambda: sandbox_has(server, STARTED), 120)
+    expect(approval).to_have_count(0)
+
+    # While the turn runs: Steer tells the agent in the same turn.
+    live = page.locator("#live-turn")
+    expect(live).to_contain_text("Turn 1 is running")
+    page.get_by_label("Steer").fill(STEER)
+    live.get_by_role("button", name="Steer").click()
+    expect(page.get_by_role("alert")).to_be_hidden()
+    [sandbox] = server.sandboxes().list()
+    server.sandboxes().exec(sandbox.id, ["touch", GO])
+    expect(page.locator("[data-turn='1']")).to_contain_text("Steered and done.", timeout=120_000)
+    expect(live).to_be_hidden()
+
+    # Deny: the command never runs, the agent is told and ends its turn.
+    server.sandboxes().exec(sandbox.id, ["rm", "-f", STARTED, GO])
+    page.get_by_label("Message").fill("held turn: again")
+    page.get_by_role("button", name="Send").click()
+    expect(approval).to_contain_text("Turn 2 asks to use Bash", timeout=120_000)
+    approval.get_by_role("button", name="Deny").click()
+    expect(page.locator("[data-turn='2']")).to_contain_text("Held turn done.", timeout=120_000)
+    assert not sandbox_has(server, STARTED)
+
+    # Stop: a running turn ends interrupted, and the badge says so.
+    api(server, "POST", "/api/sessions/live/send",
+        json={"message": "held turn: once more", "permission_mode": "auto"})
+    until(lambda: sandbox_has(server, STARTED), 120)
+    expect(live).to_contain_text("Turn 3 is running", timeout=30_000)  # read again within 10 s
+    live.get_by_role("button", name="Stop").click()
+    expect(page.locator("[data-turn='3']")).to_contain_text("interrupted", timeout=120_000)
+    expect(page.locator("#state-badge")).to_have_text("turn 3 interrupted")
