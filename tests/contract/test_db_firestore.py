@@ -22,6 +22,7 @@ import hangar.db.firestore as firestore_module
 from hangar.config import Settings
 from hangar.db import Db, open_db
 from hangar.db.firestore import MAX_RECORD_BYTES, FirestoreDb
+from hangar.db.migrations import migrate
 from hangar.db.sqlite import SqliteDb
 from hangar.errors import (
     AlreadyExists,
@@ -473,6 +474,20 @@ def test_a_stored_record_that_does_not_parse_is_a_backend_error(
     ref.update({"doc": 7})
     with pytest.raises(BackendError):
         fdb.list_sessions()
+
+
+def test_a_session_stored_before_last_activity_was_indexed_is_listed_by_it_after_migrate(
+    fdb: FirestoreDb, prefix: str, raw: Any
+) -> None:
+    from google.cloud.firestore import DELETE_FIELD
+
+    old = fdb.create_session(make_session("old"))
+    ref = raw.collection("spaces").document(prefix).collection("sessions").document(old.id)
+    ref.update({"last_active_at": DELETE_FIELD})  # as an older hangar wrote it
+    assert fdb.page_sessions(10, order="activity") == []
+    assert migrate(fdb) == 1
+    assert [s.id for s in fdb.page_sessions(10, order="activity")] == [old.id]
+    assert migrate(fdb) == 0
 
 
 def test_a_closed_db_raises_backend_error(prefix: str) -> None:

@@ -423,7 +423,8 @@ class FirestoreDb:
         order, by (``last_active_at``, id), strictly after ``after``; only ``state`` and names
         starting with ``prefix`` when given. One query, or with a prefix up to three (see
         :meth:`_page_named`). A session written by a hangar from before ``last_active_at`` was
-        a field has none, and is in no page by activity until it is written again."""
+        a field has none, and is in no page by activity until it is written again (as
+        :func:`hangar.db.migrations.migrate` does)."""
         if limit <= 0:
             return []
         field = _ORDER_FIELDS[order]

@@ -19,6 +19,8 @@ from hangar.models import MAX_IDLE_MINUTES, Conversation, Session
 
 logger = logging.getLogger(__name__)
 
+_PAGE = 500
+
 
 def migrate(db: Db) -> int:
     """Bring every session record up to this version; returns how many changed:
@@ -29,20 +31,40 @@ def migrate(db: Db) -> int:
     - the conversation of the session's harness kept per harness too (what a switch of
       harness and back relies on), for records from before there could be several;
     - an idle timeout outside 0 to a week (which an older hangar stored, and which then broke
-      every sandbox lease computed from it) set to a week.
+      every sandbox lease computed from it) set to a week;
+    - a session the order by activity does not find (a Firestore document written before
+      ``last_active_at`` was a field of it) written again as it is, which gives it the field.
     """
     changed = 0
-    for session in db.list_sessions():
-        if not _upgrade(db, session):
+    every = db.list_sessions()
+    unlisted = {s.id for s in every} - _by_activity(db)
+    for session in every:
+        stale = session.id in unlisted
+        if not stale and not _upgrade(db, session):
             continue
+
+        def upgrade(current: Session, stale: bool = stale) -> Mapping[str, Any] | None:
+            again = {"last_active_at": current.last_active_at} if stale else None
+            return _upgrade(db, current) or again
+
         try:
-            modify_session(db, session.id, lambda current: _upgrade(db, current))
+            modify_session(db, session.id, upgrade)
         except SessionNotFound:  # deleted meanwhile
             continue
         changed += 1
     if changed:
         logger.info("brought %d session record(s) up to date", changed)
     return changed
+
+
+def _by_activity(db: Db) -> set[str]:
+    """The ids of every session paging by activity finds."""
+    found: set[str] = set()
+    after = None
+    while page := db.page_sessions(_PAGE, after, order="activity"):
+        found.update(s.id for s in page)
+        after = (page[-1].last_active_at, page[-1].id)
+    return found
 
 
 def _upgrade(db: Db, session: Session) -> Mapping[str, Any] | None:
