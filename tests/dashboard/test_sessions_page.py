@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 
 from emulators.model import ModelStub
 from hangar.dashboard import POLICY
-from tests.dashboard.conftest import admin_token, screenshot, sign_in
+from tests.dashboard.conftest import admin_token, sign_in
 from tests.e2e.conftest import STANDIN_SETTINGS, Server, _server, standin_harnesses
 from tests.e2e.test_acceptance import IDENTITY, add_env, until
 
@@ -220,7 +220,6 @@ def test_a_session_page_sends_a_message_and_shows_the_new_turns_summary_when_it_
         with page.expect_download() as download:
             page.get_by_role("button", name="Download patch").click()
         assert "+two" in Path(download.value.path()).read_text()
-        screenshot(page, "session.png")
 
         # "Talk to the agent here": Claude Code's own interactive resume of this conversation.
         page.get_by_role("button", name="Talk to the agent here").click()
