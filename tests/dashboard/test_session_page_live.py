@@ -115,6 +115,11 @@ def test_approve_deny_steer_and_stop_act_on_a_live_claude_code_turn(
     until(lambda: sandbox_has(server, STARTED), 120)
     expect(approval).to_have_count(0)
 
+    # The conversation follows the running turn: its tool call shows while it runs.
+    running = page.locator("#transcript [data-transcript='1']")
+    expect(running.locator(".tool[data-tool='Bash'] .tool-input")).to_contain_text(STARTED)
+    expect(running.locator(".transcript-status")).to_have_text("the turn is running…")
+
     # While the turn runs: Steer tells the agent in the same turn.
     live = page.locator("#live-turn")
     expect(live).to_contain_text("Turn 1 is running")
@@ -125,6 +130,8 @@ def test_approve_deny_steer_and_stop_act_on_a_live_claude_code_turn(
     server.sandboxes().exec(sandbox.id, ["touch", GO])
     expect(page.locator("[data-turn='1']")).to_contain_text("Steered and done.", timeout=120_000)
     expect(live).to_be_hidden()
+    expect(running.locator(".outcome")).to_contain_text("exited")
+    expect(running.locator(".transcript-status")).to_have_text("")
 
     # Deny: the command never runs, the agent is told and ends its turn.
     server.sandboxes().exec(sandbox.id, ["rm", "-f", STARTED, GO])

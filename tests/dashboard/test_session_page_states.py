@@ -71,6 +71,22 @@ def test_the_agents_question_offers_its_answers_as_buttons_that_send_the_answer(
     # Usage in words, from the stand-in's 10 tokens in and 5 out.
     expect(turn).to_contain_text("10 tokens in, 5 out")
 
+    # The conversation: the latest turn open; an earlier one read only once it is opened.
+    latest = page.locator("#transcript [data-transcript='2']")
+    expect(latest).to_have_attribute("open", "")
+    expect(latest.locator(".msg.user .text")).to_have_text("ship it")
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "format=events" in r.url else None)
+    page.reload()
+    earlier = page.locator("#transcript [data-transcript='1']")
+    expect(latest.locator(".outcome")).to_contain_text("exited")
+    expect(earlier).not_to_have_attribute("open", "")
+    assert not [url for url in asked if "turn=1&" in url]
+    earlier.locator("summary").click()
+    expect(earlier.locator(".msg.user")).to_contain_text("hangar-agent question")
+    expect(earlier.locator(".outcome")).to_contain_text("needs input: the agent asks: Ship it?")
+    assert [url for url in asked if "turn=1&" in url]
+
 
 def test_an_unknown_session_is_a_not_found_page_without_controls(
     server: Server, page: Page

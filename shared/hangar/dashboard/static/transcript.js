@@ -68,13 +68,18 @@ class TurnView {
     this.loading = false;
     this.timer = null;
     this.stopped = false;
+    this.touched = false; // opened or closed by the person (the page then leaves it so)
+    this.state = "";
+    this.seen = ""; // the turn's state at the last read (a change reads it again)
     this.calls = new Map(); // tool call id -> its result's <details>
     this.title = h("span", {}, `Turn ${n}`);
     this.events = h("div", { class: "events-list" });
     this.status = h("div", { class: "muted transcript-status", "aria-live": "polite" });
     this.footer = h("div", { class: "turn-footer" });
+    const summary = h("summary", {}, this.title);
+    summary.addEventListener("click", () => { this.touched = true; });
     this.element = h("details", { class: "turn", "data-transcript": String(n) },
-      h("summary", {}, this.title), this.events, this.status, this.footer);
+      summary, this.events, this.status, this.footer);
     this.element.addEventListener("toggle", () => {
       if (this.element.open) this.load();
       else clearTimeout(this.timer);
@@ -87,8 +92,10 @@ class TurnView {
     const outcome = turn.finished_at ? outcomeWords(turn.outcome) : (turn.started_at ? "running" : "starting");
     this.title.replaceChildren(h("strong", {}, `Turn ${turn.n}`), ` · ${outcome} · `, h("span", { class: "muted" }, first));
     this.footer.replaceChildren(...this.renderFooter(turn));
-    // A turn that finished after its events were read to the end is read once more.
-    if (turn.finished_at && !this.finished && this.element.open && !this.loading && !this.timer) this.load();
+    // Read again when the turn started or ended since (a read that failed is not repeated
+    // until then): an open turn's events that are not all in yet.
+    this.state = `${turn.started_at || ""}|${turn.finished_at || ""}`;
+    if (this.state !== this.seen && !this.finished && this.element.open && !this.loading && !this.timer) this.load();
   }
 
   async load() {
@@ -96,6 +103,7 @@ class TurnView {
     clearTimeout(this.timer);
     this.timer = null;
     this.loading = true;
+    this.seen = this.state;
     try {
       for (;;) {
         const q = new URLSearchParams({ turn: String(this.n), format: "events", limit: String(PAGE) });
@@ -214,8 +222,12 @@ export function createTranscript(name, { fail, download }) {
       }
       const last = session.turns.length ? session.turns[session.turns.length - 1].n : 0;
       if (last > latest) {
+        // The latest turn opens by itself (its toggle loads it); the one opened so before
+        // closes, unless the person opened or closed it.
+        const before = views.get(latest);
+        if (before && !before.touched) before.element.open = false;
         latest = last;
-        views.get(last).element.open = true;  // the latest turn opens by itself (toggle loads it)
+        views.get(last).element.open = true;
       }
       empty.hidden = session.turns.length > 0;
     },
