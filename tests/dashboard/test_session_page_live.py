@@ -146,7 +146,8 @@ def test_approve_deny_steer_and_stop_act_on_a_live_claude_code_turn(
     api(server, "POST", "/api/sessions/live/send",
         json={"message": "held turn: once more", "permission_mode": "auto"})
     until(lambda: sandbox_has(server, STARTED), 120)
-    expect(live).to_contain_text("Turn 3 is running", timeout=30_000)  # read again within 10 s
+    page.reload()  # an idle page reads the session every 10 s: sooner
+    expect(live).to_contain_text("Turn 3 is running")
     live.get_by_role("button", name="Stop").click()
     expect(page.locator("[data-turn='3']")).to_contain_text("interrupted", timeout=120_000)
     expect(page.locator("#state-badge")).to_have_text("turn 3 interrupted")

@@ -7,10 +7,11 @@ is a not-found page without controls, and the page fits a 360 px screen."""
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.dashboard.conftest import admin_token, sign_in
 from tests.e2e.conftest import Server
@@ -86,6 +87,36 @@ def test_the_agents_question_offers_its_answers_as_buttons_that_send_the_answer(
     expect(earlier.locator(".msg.user")).to_contain_text("hangar-agent question")
     expect(earlier.locator(".outcome")).to_contain_text("needs input: the agent asks: Ship it?")
     assert [url for url in asked if "turn=1&" in url]
+
+
+def test_a_long_conversation_is_read_page_after_page(server: Server, page: Page) -> None:
+    """The page reads on while the answer says ``more`` (the server's pages stood in for, so
+    that a few events make several pages)."""
+    new(server, "long", "write a note")
+    pages = {
+        "": ([{"kind": "message", "role": "user", "text": "write a note", "context": ["spec.md"]}], "p1", True),
+        "p1": ([{"kind": "tool_call", "id": "t1", "name": "Bash", "input": {"command": "ls"}}], "p2", True),
+        "p2": ([{"kind": "tool_result", "id": "t1", "output": "README.md", "error": False, "cut": True},
+                {"kind": "message", "role": "assistant", "text": "Written.", "context": []}], "p3", False),
+    }  # fmt: skip
+    cursors: list[str] = []
+
+    def answer(route: Route) -> None:
+        cursor = parse_qs(urlparse(route.request.url).query).get("cursor", [""])[0]
+        cursors.append(cursor)
+        events, after, more = pages[cursor]
+        route.fulfill(json={"turn": 1, "harness": "antigravity", "finished": True,
+                            "events": events, "next_cursor": after, "more": more})  # fmt: skip
+
+    page.route("**/api/sessions/long/log?*", answer)
+    sign_in(page, server)
+    page.goto(server.url + "/sessions/long")
+    turn = page.locator("#transcript [data-transcript='1']")
+    expect(turn.locator(".msg.assistant")).to_contain_text("Written.")
+    expect(turn.locator(".msg.user .context")).to_have_text("With: spec.md")
+    result = turn.locator(".tool[data-tool='Bash'] details.tool-result")
+    expect(result.locator("summary")).to_have_text("Result (cut)")
+    assert cursors == ["", "p1", "p2"]
 
 
 def test_an_unknown_session_is_a_not_found_page_without_controls(
