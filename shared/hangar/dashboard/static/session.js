@@ -52,6 +52,16 @@ function diffView(text) {
   return pre;
 }
 
+// Fill `box` with render()'s nodes when `key` (null: empty) differs from the last one it was
+// filled for; otherwise leave it (and the focus in it) as it is.
+const keys = new WeakMap();
+function keyed(box, key, render) {
+  const said = key === null ? "" : JSON.stringify(key);
+  if (keys.get(box) === said) return;
+  keys.set(box, said);
+  box.replaceChildren(...(key === null ? [] : render()));
+}
+
 export function renderSession(main, name, ctx) {
   styles();
   let stopped = false;
@@ -65,7 +75,9 @@ export function renderSession(main, name, ctx) {
   const fail = (err) => ctx.fail(err);
   const heading = h("h1", {}, name);
   const subtitle = h("p", { class: "muted" });
-  const status = h("div", { id: "status", "aria-live": "polite" });
+  const statusLines = h("div", { "aria-live": "polite" });
+  const questionBox = h("div");
+  const status = h("div", { id: "status" }, statusLines, questionBox);
   const facts = h("dl", { class: "facts" });
 
   const resume = h("button", { type: "button" }, "Resume");
@@ -146,13 +158,6 @@ export function renderSession(main, name, ctx) {
       parts.push(h("p", { class: "notice", id: "phase" },
         `Starting: ${s.phase.step.replaceAll("_", " ")}${s.phase.detail ? ` (${s.phase.detail})` : ""}, since `, when(s.phase.since)));
     }
-    if (s.needs_input) {
-      // Each answer it offered is a button that sends it as the next message.
-      const options = s.question_options || [];
-      parts.push(h("div", { class: "notice", id: "question" }, h("p", {}, `The agent asks: ${s.needs_input}`),
-        options.length ? h("div", { class: "actions" }, options.map((o) => h("button", {
-          type: "button", class: "answer", onclick: (event) => answer(event.currentTarget, o) }, o))) : ""));
-    }
     if (s.start_error) {
       parts.push(h("p", { class: "notice bad", id: "start-error" },
         `It failed to start (${s.start_error.step}): ${s.start_error.message} (${s.start_error.code}). Resume tries again.`));
@@ -168,7 +173,14 @@ export function renderSession(main, name, ctx) {
         ". A message starts the next turn."));
     }
     if (s.checkpoint_error) parts.push(h("p", { class: "notice bad" }, `The last checkpoint failed: ${s.checkpoint_error}`));
-    status.replaceChildren(...parts);
+    statusLines.replaceChildren(...parts);
+    // The question, each answer it offered a button that sends it as the next message; made
+    // again only when it changes, so a button keeps its focus across the page's re-reads.
+    const options = s.question_options || [];
+    keyed(questionBox, s.needs_input ? [s.needs_input, options] : null, () => [h("div", { class: "notice", id: "question", role: "group", "aria-label": "The agent's question" },
+      h("p", { "aria-live": "polite" }, `The agent asks: ${s.needs_input}`),
+      options.length ? h("div", { class: "actions" }, options.map((o) => h("button", {
+        type: "button", class: "answer", onclick: (event) => answer(event.currentTarget, o) }, o))) : "")]);
   }
 
   function renderFacts(s) {
@@ -221,14 +233,14 @@ export function renderSession(main, name, ctx) {
   // Each approval the running turn waits for: its summary, Approve and Deny.
   function renderApprovals(s) {
     const pending = s.pending_approvals || [];
-    approvals.replaceChildren(...pending.map((a) => {
+    keyed(approvals, pending.map((a) => a.id), () => pending.map((a) => {
       const approve = h("button", { type: "button", class: "primary" }, "Approve");
       const deny = h("button", { type: "button" }, "Deny");
       approve.addEventListener("click", () => decide(approve, a, "approve"));
       deny.addEventListener("click", () => decide(deny, a, "deny"));
       return h("div", { class: "notice approval", "data-approval": a.id },
         h("p", {}, h("strong", {}, `Turn ${a.turn} asks to use ${a.tool}: `), h("code", {}, a.summary)),
-        h("div", { class: "actions" }, approve, deny, h("span", { class: "muted" }, "asked ", when(a.asked_at))));
+        h("div", { class: "actions" }, approve, deny, h("span", { class: "muted" }, `asked at ${new Date(a.asked_at).toLocaleTimeString()}`)));
     }));
   }
 
