@@ -27,7 +27,7 @@ def describe_event(line: bytes) -> str | None:
     if not isinstance(event, dict):
         return None
     kind = event.get("type")
-    retry = _retry(event)
+    retry = model_api_trouble(event)
     if retry:
         return retry
     if kind == "assistant":  # Claude Code
@@ -53,7 +53,7 @@ def describe_event(line: bytes) -> str | None:
     return None
 
 
-def _retry(event: dict[str, Any]) -> str | None:
+def model_api_trouble(event: dict[str, Any]) -> str | None:
     """A model API retry or error event, said as ``model API ...`` with its cause (None for
     other events)."""
     kind = event.get("type")

@@ -15,12 +15,12 @@ the CLIs' echoes of the prompt (which carries hangar's note) are never shown.
 from __future__ import annotations
 
 import json
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from hangar.harnesses.events import _retry, one_line
+from hangar.exchange.note import without_note
+from hangar.harnesses.events import model_api_trouble, one_line
 
 OUTPUT_MAX = 8 << 10
 """A tool result's output is cut to this many bytes of UTF-8 (``cut`` says so)."""
@@ -74,15 +74,6 @@ Event = Annotated[
     Field(discriminator="kind"),
 ]
 
-_EXCHANGE = re.compile(r"\s*<hangar-exchange>.*?(?:</hangar-exchange>|\Z)", re.S)
-
-
-def without_note(text: str) -> str:
-    """``text`` without hangar's note to the agent (``<hangar-exchange>...``, to its end when
-    it was cut off)."""
-    return _EXCHANGE.sub("", text)
-
-
 def result_of(id_: object, output: str, error: bool) -> ToolResultEvent:
     """A tool result, its output cut to :data:`OUTPUT_MAX` bytes."""
     data = output.encode("utf-8", "replace")
@@ -102,7 +93,7 @@ def line_events(line: bytes) -> list[Event]:
         return [NoticeEvent(text=text)] if text else []
     if not isinstance(event, dict) or not isinstance(event.get("type"), str):
         return []
-    retry = _retry(event)  # the model API's retries and errors, as `session log` says them
+    retry = model_api_trouble(event)  # retries and errors, as `session log` says them
     if retry:
         return [NoticeEvent(text=retry)]
     kind: str = event["type"]

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from hangar.errors import InvalidInput
+from hangar.exchange.note import without_note
 from hangar.harnesses.transcript import (
     Event,
     MessageEvent,
     OutcomeEvent,
     line_events,
     usage_event,
-    without_note,
 )
 from hangar.models import Turn, TurnOutcome
 
