@@ -12,6 +12,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, Route, expect
 
+from hangar.dashboard import POLICY
 from tests.dashboard.conftest import WAIT_MS, admin_token, screenshot, sign_in
 from tests.e2e.conftest import Server
 from tests.e2e.test_acceptance import until
@@ -135,9 +136,14 @@ def test_at_360_px_the_list_is_cards_and_no_page_runs_off_the_screen(
     page.context.close()
 
 
-def test_the_favicon_is_served_and_linked(module_server: Server) -> None:
+def test_the_new_pages_and_the_favicon_are_served_under_the_policy_and_the_icon_is_linked(
+    module_server: Server,
+) -> None:
+    for path in ("/new", "/environments", "/favicon.ico", "/static/newsession.js"):
+        answer = httpx.get(module_server.url + path)
+        assert answer.status_code == 200, path
+        assert answer.headers["content-security-policy"] == POLICY, path
     icon = httpx.get(module_server.url + "/favicon.ico")
-    assert icon.status_code == 200
     assert icon.headers["content-type"] == "image/x-icon"
     assert icon.content[:4] == b"\x00\x00\x01\x00"  # an ICO header
     html = httpx.get(module_server.url + "/").text
