@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from hangar import dashboard
 from hangar.api.app import ENDPOINTS
 from hangar.operations.auth import secret_hash
 from hangar.models import Token
@@ -48,7 +49,7 @@ def test_the_openapi_document_lists_every_route(api: TestClient) -> None:
     spec = api.get("/api/openapi.json").json()
     assert spec["openapi"] == "3.1.0"
     routes = {(documented(e.path), e.method.lower()) for e in ENDPOINTS}
-    pages = {"/", "/sessions/{name}", "/static"}  # the dashboard's: a page, not the API
+    pages = {*dashboard.PAGES, "/favicon.ico", "/static"}  # the dashboard's, not the API
     served = {route.path for route in api.app.routes}  # type: ignore[attr-defined]
     assert pages <= served
     for route in api.app.routes:  # type: ignore[attr-defined]
