@@ -4,6 +4,7 @@ sandbox is gone), and Approve, Deny, Steer and Stop acting on a live turn."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,11 @@ def test_approve_deny_steer_and_stop_act_on_a_live_claude_code_turn(
     expect(approval).to_contain_text(STARTED)
     expect(approval.get_by_role("button", name="Deny")).to_be_enabled()
     expect(page.locator("#status")).to_contain_text("needs approval")
+    page.goto(server.url + "/")  # the list says so too, with the approval's summary
+    badge = page.locator("[data-session=live] .needs-approval")
+    expect(badge).to_have_text("needs approval")
+    expect(badge).to_have_attribute("title", re.compile("Bash"))
+    page.goto(server.url + "/sessions/live")
     approval.get_by_role("button", name="Approve").click()
     until(lambda: sandbox_has(server, STARTED), 120)
     expect(approval).to_have_count(0)

@@ -4,13 +4,11 @@ line, what needs the person and the change's size; usable at 360 px; a favicon."
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Route, expect
+from playwright.sync_api import Browser, Page, expect
 
 from hangar.dashboard import POLICY
 from tests.dashboard.conftest import WAIT_MS, admin_token, screenshot, sign_in
@@ -20,8 +18,6 @@ from tests.e2e.test_acceptance import until
 pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 
 HOLD = "hold-the-turn-here"
-APPROVAL = {"id": "apr-1", "turn": 1, "tool": "Bash", "summary": "git push --force origin main",
-            "asked_at": "2026-01-01T00:00:00Z"}  # fmt: skip
 
 
 def api(server: Server, method: str, path: str, **kwargs: Any) -> Any:
@@ -51,22 +47,10 @@ def sessions(module_server: Server) -> Server:
     return server
 
 
-def with_approval(route: Route) -> None:
-    """The list as the API answers it, late-job waiting for an approval (the real ones need a
-    live Claude Code or Codex turn: tests/e2e/test_approvals.py)."""
-    answer = route.fetch()
-    page = answer.json()
-    for s in page["sessions"]:
-        if s["name"] == "late-job":
-            s["pending_approvals"] = [APPROVAL]
-    route.fulfill(response=answer, body=json.dumps(page))
-
-
 def test_the_list_puts_the_most_recently_active_first_and_says_what_runs_and_needs_you(
     sessions: Server, page: Page
 ) -> None:
     server = sessions
-    page.route(re.compile(r"/api/sessions\?"), with_approval)
     sign_in(page, server)
     rows = page.locator("#sessions tbody tr")
     expect(rows).to_have_count(3)
@@ -88,10 +72,8 @@ def test_the_list_puts_the_most_recently_active_first_and_says_what_runs_and_nee
     asking = page.locator("[data-session=asking-job]")
     expect(asking.locator(".needs-input")).to_have_text("needs input")
     expect(asking.locator(".live")).to_have_count(0)
-    late = page.locator("[data-session=late-job]")
-    expect(late.locator(".needs-approval")).to_have_text("needs approval")
-    expect(late.locator(".needs-approval")).to_have_attribute("title", APPROVAL["summary"])
-    expect(page.locator(".needs-approval")).to_have_count(1)
+    # "needs approval" with a real live turn: tests/dashboard/test_session_page_live.py
+    expect(page.locator(".needs-approval")).to_have_count(0)
     expect(page.locator(".progress-line")).to_have_count(1)
     screenshot(page, "sessions.png")
 
