@@ -76,7 +76,7 @@ def only_reads(port: str, name: str, args: tuple[Any, ...]) -> bool:
             or (argv[0].endswith("/launch") and argv[1:2] == ["attach"]
                 and argv[3:4] == ["stream"])  # following a run
             or (argv[:2] == ["git", "-C"] and argv[3] == "rev-parse")
-            or argv[0] == "find")  # fmt: skip
+            or argv[0] in ("find", "head"))  # fmt: skip (head: a turn's steps read)
 
 
 def call_site() -> tuple[tuple[str, int], ...]:
