@@ -162,7 +162,8 @@ def test_a_message_sent_while_a_turn_runs_shows_the_busy_answer_and_the_page_fol
     turn = page.locator("[data-turn='2']")
     expect(turn).to_contain_text("running")
     expect(page.locator("#status")).to_contain_text("active")
-    expect(page.locator("#events")).to_contain_text("progress 40%: halfway there")
+    # The agent's progress line, under the state while the turn runs.
+    expect(page.locator("#progress")).to_contain_text("Progress of turn 2: 40% halfway there")
     page.get_by_label("Message").fill("and another thing")
     page.get_by_role("button", name="Send").click()
     expect(page.get_by_role("alert")).to_contain_text("session_busy")
@@ -176,6 +177,7 @@ def test_a_message_sent_while_a_turn_runs_shows_the_busy_answer_and_the_page_fol
     expect(turn).to_contain_text("exited")
     expect(turn).to_contain_text("Seen 2 earlier messages")
     expect(page.locator("#status")).to_contain_text("idle")
+    expect(page.locator("#progress")).to_contain_text("Turn 2's last progress: 40% halfway there")
 
 
 CLAUDE_SCENARIO = {
@@ -211,8 +213,8 @@ def test_a_session_page_sends_a_message_and_shows_the_new_turns_summary_when_it_
         expect(turn).to_contain_text("add a line to the notes")
         expect(turn).to_contain_text("Added a second line to notes.txt.", timeout=180_000)
         expect(turn).to_contain_text("exited")
-        # The live view showed the turn's events, one line each (its tool call among them).
-        expect(page.locator("#events")).to_contain_text("tool Bash")
+        # The conversation shows the turn's tool call.
+        expect(page.locator("#transcript [data-transcript='2'] .tool[data-tool='Bash']")).to_be_visible()
         expect(page.locator("#status")).to_contain_text("idle")
 
         page.get_by_role("button", name="View patch").click()

@@ -1,7 +1,7 @@
-// A session's page: its state and start-up phase, what needs a person (the agent's question
-// with its answers, pending approvals, Steer and Stop while a turn runs), actions, the message
-// box, the running turn's events, turns, the conversation turn by turn (transcript.js),
-// checkpoints, patch, artifacts and a terminal. It re-reads the session by itself (every 2 s
+// A session's page: its state and start-up phase, the running turn's progress lines (what
+// `hangar-agent progress` wrote), what needs a person (the agent's question with its answers,
+// pending approvals, Steer and Stop while a turn runs), actions, the conversation turn by turn
+// (transcript.js), the message box, turns, checkpoints, patch, artifacts and a terminal. It re-reads the session by itself (every 2 s
 // while it starts, runs a turn or suspends; every 10 s otherwise). An unknown session is a
 // not-found page with no controls.
 
@@ -67,7 +67,7 @@ export function renderSession(main, name, ctx) {
   let stopped = false;
   let timer = null;
   let session = null;
-  let events = null; // {turn, controller}
+  let events = null; // the turn whose progress lines are read: {turn, controller}
   let artifactsFor = null;
   let terminal = null;
   let liveTurn = null; // the running turn Steer is meant for
@@ -107,9 +107,14 @@ export function renderSession(main, name, ctx) {
     h("p", { class: "muted", id: "live-turn-note" }), steerText,
     h("div", { class: "actions" }, steer, stop));
 
-  const eventsTitle = h("h2", {}, "Events");
-  const eventsLog = h("pre", { class: "events", id: "events", "aria-live": "polite" });
-  const eventsBox = h("section", { hidden: true }, eventsTitle, eventsLog);
+  // The progress lines the agent wrote (`hangar-agent progress`): the latest in words, all of
+  // them folded under it. They stay after the turn ends, until the next turn's come.
+  const progressLatest = h("p", { "aria-live": "polite" });
+  const progressAll = h("ol", { class: "progress-lines" });
+  const progressSummary = h("summary", {});
+  const progressMore = h("details", { hidden: true }, progressSummary, progressAll);
+  const progressBox = h("section", { class: "notice progress-box", id: "progress", hidden: true },
+    progressLatest, progressMore);
 
   const transcript = createTranscript(name, { fail, download: (a) => downloadArtifact(a) });
   const turns = h("tbody");
@@ -128,12 +133,11 @@ export function renderSession(main, name, ctx) {
 
   main.classList.add("session-page");
   main.append(
-    heading, subtitle, status, approvals, steerForm, facts,
+    heading, subtitle, status, progressBox, approvals, steerForm, facts,
     h("div", { class: "actions" }, resume, suspend, fork, archive), forked,
     idleForm,
     h("h2", {}, "Conversation"), transcript.element,
     h("h2", {}, "Message the agent"), messageForm,
-    eventsBox,
     h("h2", {}, "Turns"),
     h("table", { id: "turns", class: "cards" }, h("thead", {}, h("tr", {},
       ["#", "Message", "Outcome", "Summary", "Started", "Took", "Usage"].map((t) => h("th", { scope: "col" }, t)))), turns),
@@ -235,12 +239,19 @@ export function renderSession(main, name, ctx) {
     const pending = s.pending_approvals || [];
     keyed(approvals, pending.map((a) => a.id), () => pending.map((a) => {
       const approve = h("button", { type: "button", class: "primary" }, "Approve");
-      const deny = h("button", { type: "button" }, "Deny");
+      const deny = h("button", { type: "submit" }, "Deny");
+      // Deny is one click; a reason typed first goes with it (Enter in it denies too).
+      const reason = h("input", { type: "text", class: "deny-reason", autocomplete: "off",
+        placeholder: "why, if you deny (optional)", "aria-label": `Reason to deny ${a.tool} (optional; the agent reads it)` });
       approve.addEventListener("click", () => decide(approve, a, "approve"));
-      deny.addEventListener("click", () => decide(deny, a, "deny"));
+      const denyForm = h("form", { class: "inline deny" }, reason, deny);
+      denyForm.addEventListener("submit", (event) => {
+        event.preventDefault();
+        decide(deny, a, "deny", reason.value.trim());
+      });
       return h("div", { class: "notice approval", "data-approval": a.id },
         h("p", {}, h("strong", {}, `Turn ${a.turn} asks to use ${a.tool}: `), h("code", {}, a.summary)),
-        h("div", { class: "actions" }, approve, deny, h("span", { class: "muted" }, `asked at ${new Date(a.asked_at).toLocaleTimeString()}`)));
+        h("div", { class: "actions" }, approve, denyForm, h("span", { class: "muted" }, `asked at ${new Date(a.asked_at).toLocaleTimeString()}`)));
     }));
   }
 
@@ -255,8 +266,9 @@ export function renderSession(main, name, ctx) {
     }
   }
 
-  function decide(button, approval, decision) {
-    act(button, () => call("POST", sessionPath(name, `approvals/${encodeURIComponent(approval.id)}`), { decision }));
+  function decide(button, approval, decision, message = "") {
+    const body = message ? { decision, message } : { decision };
+    act(button, () => call("POST", sessionPath(name, `approvals/${encodeURIComponent(approval.id)}`), body));
   }
 
   function answer(button, text) {
@@ -304,46 +316,46 @@ export function renderSession(main, name, ctx) {
     }
   }
 
-  // The running turn's events, one line each, streamed until the turn ends.
+  function showProgress(followed) {
+    const { lines } = followed;
+    if (!lines.length) return;
+    const last = lines[lines.length - 1];
+    progressLatest.replaceChildren(
+      h("strong", {}, followed.ending ? `Turn ${followed.turn}'s last progress: ` : `Progress of turn ${followed.turn}: `),
+      last.pct === null ? "" : h("span", { class: "pct" }, `${Math.round(last.pct)}% `), last.message);
+    progressSummary.textContent = `All ${lines.length} progress lines of turn ${followed.turn}`;
+    progressMore.hidden = lines.length < 2;
+    progressBox.hidden = false;
+  }
+
+  // The running turn's progress lines, read every 2 s and once more after it ends; they stay
+  // shown until the next turn's come.
   function follow(turn) {
     if (events && events.turn === turn.n) return;
     if (events) events.controller.abort();
     const controller = new AbortController();
-    events = { turn: turn.n, controller };
-    eventsTitle.textContent = `Events of turn ${turn.n}`;
-    eventsLog.textContent = "";
-    eventsBox.hidden = false;
-    (async () => {
-      try {
-        const q = new URLSearchParams({ turn: String(turn.n), follow: "1", format: "lines" });
-        const response = await call("GET", `${sessionPath(name, "log")}?${q}`, undefined, { raw: true, signal: controller.signal });
-        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) break;
-          eventsLog.append(value);
-          eventsLog.scrollTop = eventsLog.scrollHeight;
-        }
-        if (!stopped) refresh();
-      } catch (err) {
-        if (err.name !== "AbortError" && !stopped) fail(err);
-      } finally {
-        controller.abort(); // the progress lines stop with the log
-      }
-    })();
+    const followed = { turn: turn.n, controller, lines: [], ending: false };
+    events = followed;
+    progressBox.hidden = true;
+    progressAll.replaceChildren();
     (async () => {
       let cursor = 0;
-      while (!controller.signal.aborted && !stopped) {
+      for (;;) {
+        const last = followed.ending;
         try {
           const said = await call("GET", `${sessionPath(name, "progress")}?cursor=${cursor}`, undefined, { signal: controller.signal });
           cursor = said.cursor;
           for (const line of said.lines) {
-            eventsLog.append(`progress${line.pct === null ? "" : ` ${Math.round(line.pct)}%`}: ${line.message}\n`);
+            followed.lines.push(line);
+            progressAll.append(h("li", {}, line.pct === null ? "" : `${Math.round(line.pct)}% `, line.message));
           }
+          if (said.lines.length || last) showProgress(followed);
         } catch (err) {
           if (err.name === "AbortError") return;
         }
+        if (last) return;
         await new Promise((done) => setTimeout(done, 2000));
+        if (controller.signal.aborted || stopped) return;
       }
     })();
   }
@@ -371,6 +383,7 @@ export function renderSession(main, name, ctx) {
       renderCheckpoints(s);
       const turn = running(s);
       if (turn && turn.started_at) follow(turn);
+      else if (!turn && events) events.ending = true;  // one more read, then its lines stay
       loadArtifacts(s);
       schedule(s);
     } catch (err) {
