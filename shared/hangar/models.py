@@ -386,6 +386,19 @@ class QueuedMessage(BaseModel):
     message_ref: MessageRef | None = None
 
 
+class SteerRecord(BaseModel):
+    """A steer a live turn's agent was given (its driver answered ``delivered``): as a record
+    holds a message (all of it, or its opening with where the whole is sealed:
+    :mod:`hangar.sessions.messages`), when it was delivered, and how long the turn's run log
+    was then (a byte offset: the transcript shows it before the first line starting at or
+    after it)."""
+
+    message: str
+    message_ref: MessageRef | None = None
+    at: datetime = Field(default_factory=utcnow)
+    offset: int = Field(default=0, ge=0, description="the run log's size when it was delivered")
+
+
 class Turn(Record):
     """One agent turn of a session; ``n`` counts from 1."""
 
@@ -457,6 +470,9 @@ class Turn(Record):
     queued: list[QueuedMessage] = Field(
         default_factory=list, description="messages sent for it while its session was starting "
         "(before its run began): they follow its message, in order, in its prompt")
+    steers: list[SteerRecord] = Field(
+        default_factory=list, description="the steers delivered to it while it ran, in the "
+        "order they were delivered (at most hangar.sessions.steering.MAX_STEERS)")
     context_base: str | None = Field(
         default=None, description="the session's new base, when a bundle started it fresh"
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from hangar.exchange.note import without_note
 from hangar.harnesses.events import model_api_trouble, one_line
@@ -32,6 +32,17 @@ class MessageEvent(BaseModel):
     text: str
     context: list[str] = Field(default_factory=list, description="the names of the context "
                                "items that came with a user's message")  # fmt: skip
+    steer: bool = Field(default=False, description="a person's message that steered the "
+                        "turn while it ran (left out when false)")  # fmt: skip
+
+    @model_serializer(mode="wrap")
+    def _without_false_steer(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        """Every other message keeps the shape it had before steers were shown. (Unannotated:
+        pydantic then keeps the model's own schema for its output.)"""
+        out = handler(self)
+        if not self.steer and isinstance(out, dict):
+            out.pop("steer", None)
+        return out
 
 
 class ToolCallEvent(BaseModel):

@@ -3,20 +3,26 @@
 
 A turn's events, in order: the person's message (with its context items' names) and any
 message that joined the turn before it started, from the turn's record; then what each line of
-its run log says (:func:`hangar.harnesses.transcript.line_events`); then, once the turn is over,
-its usage and its outcome, from the record. While the turn runs only whole lines are read (the
-last one may still be written), so an event once given never changes.
+its run log says (:func:`hangar.harnesses.transcript.line_events`), each steer the turn's
+record keeps (``steer: true``) just before the first line starting at or after the log offset
+it was delivered at; then, once the turn is over, its usage and its outcome, from the record.
+While the turn runs only whole lines are read (the last one may still be written), so an event
+once given never changes; a steer delivered while the log ends in a line still being written
+waits for that line's end.
 
 The cursor says where the next page starts: ``h.K`` (the K-th of the record's first events),
-``lOFFSET.K`` (the K-th event of the run-log line that starts at byte OFFSET) or ``e.K`` (the
-K-th of the record's last events). It stays valid for the turn's whole life and after: the
-stored log is the live one's bytes.
+``lOFFSET.K`` (the K-th event of the place at byte OFFSET: the steers placed there, then the
+events of the run-log line that starts there) or ``e.K`` (the K-th of the record's last
+events). It stays valid for the turn's whole life and after: the stored log is the live one's
+bytes. A steer is recorded just after it was delivered, with the log's size then: a reader
+that paged past that point in between sees it only when it reads the turn afresh.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,7 +37,7 @@ from hangar.harnesses.transcript import (
     line_events,
     usage_event,
 )
-from hangar.models import Turn, TurnOutcome
+from hangar.models import SteerRecord, Turn, TurnOutcome
 
 if TYPE_CHECKING:
     from hangar.runtime import Runtime
@@ -96,17 +102,25 @@ def page(runtime: Runtime, ref: str, n: int | None, cursor: str | None = None,
         raise InvalidInput("cursor is not one this endpoint gave: not at a line's start",
                            field="cursor")  # fmt: skip
     harness = turn.harness or session.harness
-    walk = _Walk(turn, harness, log, head=_head(runtime, turn), finished=turn.finished_at is not None)
+    walk = _Walk(turn, harness, log, head=_head(runtime, turn), finished=turn.finished_at is not None,
+                 text=lambda steer: runtime.sessions.messages.text(steer.message,
+                                                                   steer.message_ref))  # fmt: skip
+    events, next_cursor, more = read(walk, at, limit)
+    return TranscriptPage(turn=turn.n, harness=harness, finished=walk.finished, events=events,
+                          next_cursor=next_cursor, more=more)  # fmt: skip
+
+
+def read(walk: _Walk, at: _At, limit: int) -> tuple[list[Event], str, bool]:
+    """Up to ``limit`` of ``walk``'s events from ``at``, the cursor after them, and whether
+    more are there already."""
     events: list[Event] = []
     after = at
     for event, place in walk.events(at):
         if len(events) == limit:
-            return TranscriptPage(turn=turn.n, harness=harness, finished=walk.finished,
-                                  events=events, next_cursor=str(after), more=True)  # fmt: skip
+            return events, str(after), True
         events.append(event)
         after = place
-    return TranscriptPage(turn=turn.n, harness=harness, finished=walk.finished, events=events,
-                          next_cursor=str(walk.stopped), more=False)  # fmt: skip
+    return events, str(walk.stopped), False
 
 
 def _head(runtime: Runtime, turn: Turn) -> list[Event]:
@@ -122,12 +136,15 @@ def _head(runtime: Runtime, turn: Turn) -> list[Event]:
 class _Walk:
     """The turn's events from a place on, each with the place after it; ``stopped`` is where
     a walk that ran out ended (past the lines that said nothing: the run log's last whole line,
-    while the turn runs)."""
+    while the turn runs). ``text`` reads a recorded steer's whole message (only for the steers
+    walked over)."""
 
     def __init__(self, turn: Turn, harness: str, log: bytes, *, head: list[Event],
-                 finished: bool) -> None:  # fmt: skip
+                 finished: bool, text: Callable[[SteerRecord], str]) -> None:  # fmt: skip
         self.turn, self.harness, self.log, self.head = turn, harness, log, head
-        self.finished = finished
+        self.finished, self.text = finished, text
+        self.steers = sorted(turn.steers, key=lambda s: s.offset)  # stable: delivery order
+        self.offsets = [s.offset for s in self.steers]
         self.stopped = _At("h")
 
     def events(self, at: _At) -> Iterator[tuple[Event, _At]]:
@@ -139,14 +156,18 @@ class _Walk:
             offset, skip = at.offset, at.skip
             while True:
                 end = self.log.find(b"\n", offset)
-                if end == -1 and not (self.finished and offset < len(self.log)):
-                    break  # a line still being written, or none
+                whole = end != -1 or (self.finished and offset < len(self.log))
+                steers = self._steers_at(offset, last=self.finished and not whole)
+                for k in range(skip, len(steers)):
+                    yield self._steer(steers[k]), _At("l", offset, k + 1)
+                if not whole:  # a line still being written, or none
+                    self.stopped = _At("l", offset, max(skip, len(steers)))
+                    break
                 end = len(self.log) if end == -1 else end
                 said = line_events(self.log[offset:end])
-                for k in range(skip, len(said)):
-                    yield said[k], _At("l", offset, k + 1)
+                for k in range(max(skip - len(steers), 0), len(said)):
+                    yield said[k], _At("l", offset, len(steers) + k + 1)
                 offset, skip = end + 1, 0
-            self.stopped = _At("l", offset)
             if not self.finished:
                 return
             at = _At("e")
@@ -157,6 +178,18 @@ class _Walk:
         for k in range(at.skip, len(tail)):
             yield tail[k], _At("e", 0, k + 1)
         self.stopped = _At("e", 0, max(at.skip, len(tail)))
+
+    def _steers_at(self, offset: int, *, last: bool) -> list[SteerRecord]:
+        """The steers placed just before the line starting at ``offset``: those delivered
+        after the line before it began and at most ``offset`` into the log (``last``, the
+        finished log's end: every one after the line before it began)."""
+        before = -1 if offset == 0 else self.log.rfind(b"\n", 0, offset - 1) + 1
+        start = bisect_right(self.offsets, before)
+        stop = len(self.steers) if last else bisect_right(self.offsets, offset)
+        return self.steers[start:stop]
+
+    def _steer(self, steer: SteerRecord) -> MessageEvent:
+        return MessageEvent(role="user", text=self.text(steer), steer=True)
 
     def _tail(self) -> list[Event]:
         """The finished turn's usage (its repair run's included) and outcome."""

@@ -59,19 +59,21 @@ class MessageStore:
         self.blobs = blobs
         self.keys = keys
 
-    def keep(self, session_id: str, n: int, message: str) -> Kept:
-        """``message`` as the records of turn ``n`` are to hold it: inline up to INLINE_BYTES,
-        else sealed into blobs first (the caller stores the records after, and calls
-        :meth:`release` if it cannot)."""
+    def keep(self, session_id: str, n: int, message: str, inline: int = INLINE_BYTES,
+             opening: int = OPENING_CHARS) -> Kept:  # fmt: skip
+        """``message`` as the records of turn ``n`` are to hold it: inline up to ``inline``
+        bytes, else sealed into blobs first, the records keeping its first ``opening``
+        characters (the caller stores the records after, and calls :meth:`release` if it
+        cannot)."""
         data = message.encode()  # the service refuses a message UTF-8 cannot carry
-        if len(data) <= INLINE_BYTES:
+        if len(data) <= inline:
             return Kept(message, None)
         key = message_key(session_id, n, secrets.token_hex(4))
         data_key = new_data_key()
         self.blobs.put(key, seal_bytes(data_key, key.encode(), data))
         ref = MessageRef(blob=key, key=base64.b64encode(self.keys.wrap(data_key)).decode(),
                          size=len(data), sha256=hashlib.sha256(data).hexdigest())  # fmt: skip
-        return Kept(message[:OPENING_CHARS], ref)
+        return Kept(message[:opening], ref)
 
     def text(self, message: str, ref: MessageRef | None) -> str:
         """The whole message a record holds as ``message`` and ``ref``. DecryptionFailed when

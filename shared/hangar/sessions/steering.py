@@ -13,6 +13,7 @@ agent's process ended before it could be passed on) likewise.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,19 +21,29 @@ from typing import Any
 from hangar.config import Settings
 from hangar.db import Db
 from hangar.harnesses import get_harness
-from hangar.errors import CommandRefused, InvalidState, NotFound, SandboxError
+from hangar.errors import CommandRefused, InvalidInput, InvalidState, NotFound, SandboxError
 from hangar.errors import SessionBusy, SessionNotFound, TurnEnded, VersionConflict
-from hangar.models import QueuedMessage, Session, SessionState as S, Turn, utcnow
-from hangar.processes import control
-from hangar.sandboxes import Sandboxes
+from hangar.models import QueuedMessage, Session, SessionState as S, SteerRecord, Turn, utcnow
+from hangar.processes import control, run_dir
+from hangar.sandboxes import Sandboxes, SandboxUser
 from hangar.sessions.messages import Kept, MessageStore
 from hangar.sessions.transitions import Transitions
 from hangar.sessions.turns import Turns
+
+logger = logging.getLogger(__name__)
 
 MAX_QUEUED = 8
 """Messages that may wait for a turn that is starting (each up to 64 KiB on its record)."""
 START_SECONDS = 120.0
 """How long a message for a turn whose run is being started waits for it to begin."""
+MAX_STEERS = 200
+"""Steers a turn's record keeps for its transcript; later ones are delivered, not recorded."""
+STEER_INLINE_BYTES = 512
+"""A recorded steer longer than this (UTF-8) is sealed in blobs, so that :data:`MAX_STEERS` of
+them keep a turn's record small."""
+_END = 1 << 62
+"""A steer's offset when the sandbox did not say its log's size: the transcript shows it at
+the turn's end."""
 ANSWER_SECONDS = 20.0
 """How long a steer or an interrupt waits for the driver's answer (it looks every twentieth of a
 second; a CLI busy writing its output may take longer to be read)."""
@@ -130,11 +141,50 @@ class Steering:
         return turn.command_key is not None and turn.finished_at is not None
 
     def steer(self, session: Session, turn: Turn, key: bytes, message: str) -> Delivered:
-        """``message`` to the running turn, which carries it on (:meth:`command`); the
-        session's activity noted."""
+        """``message`` to the running turn, which carries it on (:meth:`command`); once
+        delivered, recorded on the turn for its transcript (:meth:`record`) and the session's
+        activity noted. A steer that is refused or not answered is not recorded."""
         delivered = self.command(session, turn, key, "steer", {"message": message})
+        self.record(session, delivered.turn, message)
         self.touch(session)
         return delivered
+
+    def record(self, session: Session, n: int, message: str) -> None:
+        """Add the delivered ``message`` to turn ``n``'s ``steers`` (compare-and-set), with the
+        run log's size now. Past :data:`MAX_STEERS` it is only logged. Best effort: the steer
+        was delivered either way, so a sandbox that does not say its log's size places it at
+        the turn's end, and a turn gone or a record that would grow too large is left as it
+        is (logged)."""
+        assert session.sandbox_id is not None
+        kept: Kept | None = None
+        try:
+            turn = self.db.get_turn(session.id, n)
+            offset = _END
+            with contextlib.suppress(SandboxError, NotFound):
+                size = self.sandboxes.exec(session.sandbox_id, ["stat", "-c", "%s",
+                                           f"{run_dir(turn.run_id)}/log"], user=SandboxUser.HANGAR)
+                if size.ok and size.stdout.strip().isdigit():
+                    offset = int(size.stdout.strip())
+            while len(turn.steers) < MAX_STEERS:
+                kept = kept or self.messages.keep(session.id, n, message,
+                                                  inline=STEER_INLINE_BYTES, opening=0)  # fmt: skip
+                steer = SteerRecord(message=kept.message, message_ref=kept.ref, offset=offset)
+                try:
+                    self.db.update_turn(turn.model_copy(update={"steers": [*turn.steers, steer]}))
+                    kept = None  # the record names it now
+                    return
+                except VersionConflict:
+                    turn = self.db.get_turn(session.id, n)  # written meanwhile: look again
+            logger.info("turn %s of session %s: a steer delivered, not recorded (%d kept)",
+                        n, session.id, MAX_STEERS)  # fmt: skip
+        except NotFound:
+            pass  # the turn's record is gone (its session deleted)
+        except InvalidInput as exc:  # the record would outgrow the db's limit
+            logger.warning("turn %s of session %s: a steer delivered, not recorded: %s",
+                           n, session.id, exc)  # fmt: skip
+        finally:
+            if kept is not None:
+                self.messages.release(kept)
 
     def interrupt(self, session: Session, turn: Turn, key: bytes) -> Delivered:
         """Ask the running turn's agent to stop (:meth:`command`): the turn ends

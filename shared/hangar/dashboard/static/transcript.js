@@ -1,7 +1,8 @@
 // A session's conversation, turn by turn, from the log's events contract:
 //   GET /api/sessions/{ref}/log?turn=N&format=events[&cursor=C][&limit=L]
 //   -> {turn, harness, finished, events, next_cursor, more}
-// Events are told apart by "kind": message {role, text, context[]}, tool_call {id, name, input},
+// Events are told apart by "kind": message {role, text, context[], steer?} (steer: true, a
+// person's message that steered the running turn, in its place), tool_call {id, name, input},
 // tool_result {id, output, error, cut}, usage {input_tokens, output_tokens, cached_tokens},
 // notice {text}, outcome {outcome, reason, duration_seconds}.
 // A turn's events load when it is opened (the latest is open by default), on while `more`,
@@ -144,7 +145,9 @@ class TurnView {
         const who = e.role === "user" ? "You" : e.role === "assistant" ? "Agent" : e.role;
         const context = (e.context || []).length
           ? h("div", { class: "muted context" }, "With: ", (e.context || []).map(contextName).join(", ")) : null;
-        return h("div", { class: `msg ${e.role}` }, h("div", { class: "who" }, who), h("div", { class: "text" }, e.text || ""), context);
+        const label = e.steer ? h("span", { class: "steer-label", title: "sent while the turn ran" }, "steer") : null;
+        return h("div", { class: `msg ${e.role}${e.steer ? " steer" : ""}` },
+          h("div", { class: "who" }, who, label), h("div", { class: "text" }, e.text || ""), context);
       }
       case "tool_call": {
         const result = h("details", { class: "tool-result" }, h("summary", {}, "Result"), h("p", { class: "muted" }, "no result yet"));
