@@ -60,10 +60,16 @@ def test_the_agents_question_offers_its_answers_as_buttons_that_send_the_answer(
 ) -> None:
     new(server, "asks", "run: hangar-agent question --option 'ship it' --option 'hold' 'Ship it?'")
     sign_in(page, server)
+    page.clock.install()  # the page's own timers, run on when the test says
     page.goto(server.url + "/sessions/asks")
     question = page.locator("#question")
     expect(question).to_contain_text("The agent asks: Ship it?")
     expect(question.get_by_role("button")).to_have_count(2)
+    # A keyboard user's focus on an answer survives the page's re-read (every 10 s when idle).
+    question.get_by_role("button", name="hold").focus()
+    with page.expect_response(lambda r: r.url.endswith("/api/sessions/asks")):
+        page.clock.fast_forward(10_500)
+    expect(question.get_by_role("button", name="hold")).to_be_focused()
     question.get_by_role("button", name="ship it").click()
     turn = page.locator("[data-turn='2']")
     expect(turn).to_contain_text("ship it")
