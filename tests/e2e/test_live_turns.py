@@ -1,7 +1,8 @@
 """Live turns over the CLI and REST against a real ``hangar serve``, with the real Claude Code
 and the model stub: ``session steer`` reaches the running turn, ``send --if-idle`` refuses
 while it runs, ``steer --expected-turn`` refuses once the turn is over (REST 409
-``turn_ended``), and a steer on an idle session starts the next turn."""
+``turn_ended``), and a steer on an idle session starts the next turn; the steered turn's
+conversation shows the steer."""
 
 from __future__ import annotations
 
@@ -62,3 +63,13 @@ def test_steer_and_if_idle_over_the_cli_and_rest(real_server: Server, remote: Pa
                                            started.json()["delivered"]) == (2, "turn")  # fmt: skip
     assert server.ok("session", "wait", "live").strip() == "Resumed after the interrupt."
     assert any(STEER in json.dumps(r["body"]) for r in stub.requests("anthropic"))
+    # turn 1's conversation shows the steer it was given, before the answer to it; the late
+    # steer it refused is not there
+    log = server.ok("session", "log", "live", "--turn", "1", "--format", "events")
+    said = [e for e in map(json.loads, log.splitlines()) if e["kind"] == "message"]
+    assert said[0] == {"kind": "message", "role": "user", "text": "held turn: run the long job",
+                       "context": []}  # fmt: skip
+    steers = [i for i, e in enumerate(said) if e.get("steer")]
+    assert [said[i] for i in steers] == [{"kind": "message", "role": "user", "text": STEER,
+                                          "context": [], "steer": True}]  # fmt: skip
+    assert said[-1]["text"] == "Steered and done." and steers[0] < len(said) - 1
