@@ -144,7 +144,17 @@ def test_approve_deny_steer_and_stop_act_on_a_live_claude_code_turn(
     page.get_by_label("Message").fill("held turn: again")
     page.get_by_role("button", name="Send").click()
     expect(approval).to_contain_text("Turn 2 asks to use Bash", timeout=120_000)
-    approval.get_by_role("button", name="Deny").click()
+    # A reason typed beside Deny keeps its focus and text through the page's re-read (every
+    # 2 s while the turn runs), and goes with the denial as its message.
+    reason = approval.get_by_role("textbox", name=re.compile("Reason to deny"))
+    reason.fill("use the make target instead")
+    with page.expect_response(lambda r: r.url.endswith("/api/sessions/live")):
+        pass
+    expect(reason).to_be_focused()
+    expect(reason).to_have_value("use the make target instead")
+    with page.expect_request(lambda r: "/approvals/" in r.url) as decided:
+        approval.get_by_role("button", name="Deny").click()
+    assert decided.value.post_data_json == {"decision": "deny", "message": "use the make target instead"}
     expect(page.locator("[data-turn='2']")).to_contain_text("Held turn done.", timeout=120_000)
     assert not sandbox_has(server, STARTED)
 
