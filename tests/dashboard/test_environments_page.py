@@ -33,7 +33,7 @@ def test_an_environment_is_added_and_changed_with_the_apis_checks_and_its_secret
     sign_in(page, server)
     page.get_by_role("link", name="Environments").click()
     expect(page.get_by_role("heading", name="Environments")).to_be_visible()
-    expect(page.locator("[data-environment=app]")).to_contain_text("remote HEAD")
+    expect(page.locator("[data-environment=app]")).to_contain_text("default branch")
 
     page.get_by_role("button", name="Add environment").click()
     form = page.locator("#environment-form")
@@ -77,6 +77,9 @@ def test_an_environment_is_added_and_changed_with_the_apis_checks_and_its_secret
     expect(form.get_by_label("Secrets")).to_have_value("")
     expect(form).to_contain_text("API_TOKEN (values are never shown)")
     expect(form.get_by_label("Host ports")).to_have_value("5432")
+    # Its repo cannot change: shown by its last two folders, the whole path in the tooltip.
+    expect(form.get_by_label("Repo")).to_have_text(f"{module_remote.parent.name}/app")
+    expect(form.get_by_label("Repo")).to_have_attribute("title", str(module_remote))
     assert SECRET not in page.content()
     save = form.get_by_role("button", name="Save changes")
     save.click()

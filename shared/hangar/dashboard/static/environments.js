@@ -5,7 +5,7 @@
 
 import { call } from "./api.js";
 import { FieldError, clearFieldErrors, field, formError, pairs, showFieldError } from "./forms.js";
-import { h, repoCell } from "./ui.js";
+import { h, repoCell, repoText } from "./ui.js";
 
 const envPath = (name) => `/api/envs/${encodeURIComponent(name)}`;
 const words = (text) => text.split(/[\s,]+/).filter(Boolean);
@@ -44,7 +44,7 @@ export function renderEnvironments(main, ctx) {
       : h("span", { class: "muted" }, "none");
     return h("tr", { "data-environment": env.name },
       h("td", { "data-label": "Name" }, env.name),
-      h("td", { "data-label": "Repo" }, repoCell(env.repo, env.branch || "remote HEAD")),
+      h("td", { "data-label": "Repo" }, repoCell(env.repo, env.branch || "default branch")),
       h("td", { "data-label": "Variables" }, env.vars.join(", ") || h("span", { class: "muted" }, "none")),
       h("td", { "data-label": "Secrets" }, secrets),
       h("td", { "data-label": "Host ports" }, env.host_ports.join(", ")),
@@ -74,8 +74,10 @@ export function renderEnvironments(main, ctx) {
     const editing = Boolean(env);
     const c = {
       name: h("input", { type: "text", required: true, autocomplete: "off", spellcheck: "false", readonly: editing }),
-      repo: h("input", { type: "text", required: !editing, autocomplete: "off", spellcheck: "false", readonly: editing, placeholder: "https://github.com/you/app.git or /srv/git/app.git" }),
-      branch: h("input", { type: "text", autocomplete: "off", placeholder: "the remote's HEAD" }),
+      // A repo cannot be changed: editing shows it as text, the whole of it in the tooltip.
+      repo: editing ? h("output", { class: "readonly-value", title: env.repo }, repoText(env.repo))
+        : h("input", { type: "text", required: true, autocomplete: "off", spellcheck: "false", placeholder: "https://github.com/you/app.git or /srv/git/app.git" }),
+      branch: h("input", { type: "text", autocomplete: "off", placeholder: "the repo's default branch" }),
       setup: h("textarea", { rows: 3, spellcheck: "false", placeholder: "run with bash in every new sandbox" }),
       vars: h("textarea", { rows: 3, spellcheck: "false", placeholder: "NAME=VALUE, one a line" }),
       secrets: h("textarea", { rows: 2, spellcheck: "false", autocomplete: "off", class: "secret", placeholder: "NAME=VALUE, one a line" }),
@@ -93,7 +95,8 @@ export function renderEnvironments(main, ctx) {
     })) : null);
     const fields = {
       name: field("env-name", "Name", c.name, editing ? null : "Lowercase letters, digits and dashes."),
-      repo: field("env-repo", "Repo", c.repo, editing ? null : "A git URL, or an absolute path on the server; it must answer git ls-remote."),
+      repo: field("env-repo", "Repo", c.repo, editing ? "It cannot be changed: another repo is another environment."
+        : "A git URL, or an absolute path on the server; it must answer git ls-remote."),
       branch: field("env-branch", "Branch", c.branch),
       setup: field("env-setup", "Setup", c.setup),
       vars: field("env-vars", "Variables", c.vars, editing
@@ -110,7 +113,6 @@ export function renderEnvironments(main, ctx) {
     };
     if (editing) {
       c.name.value = env.name;
-      c.repo.value = env.repo;
       c.branch.value = env.branch || "";
       c.setup.value = env.setup || "";
       c.host_ports.value = env.host_ports.join(" ");

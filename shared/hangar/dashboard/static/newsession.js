@@ -5,7 +5,7 @@
 
 import { call } from "./api.js";
 import { FieldError, clearFieldErrors, field, formError, showFieldError } from "./forms.js";
-import { bytes, h } from "./ui.js";
+import { bytes, h, repoText } from "./ui.js";
 import { uploadFile } from "./uploads.js";
 
 const HARNESSES = [
@@ -107,7 +107,7 @@ export function renderNewSession(main, ctx) {
           h("a", { href: "/environments" }, "Environments"), "."));
         return;
       }
-      env.replaceChildren(...envs.map((e) => h("option", { value: e.name }, `${e.name} (${e.repo})`)));
+      env.replaceChildren(...envs.map((e) => h("option", { value: e.name, title: e.repo }, `${e.name} · ${repoText(e.repo)}${e.branch ? ` · ${e.branch}` : ""}`)));
       const wanted = new URLSearchParams(location.search).get("env");
       if (wanted && envs.some((e) => e.name === wanted)) env.value = wanted;
     } catch (err) {

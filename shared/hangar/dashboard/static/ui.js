@@ -88,13 +88,17 @@ export async function busy(button, fn, onError = showError) {
   }
 }
 
-// A repo as a list shows it: host and path without the scheme and ".git", a local path by
-// its last two folders; the whole of it in the tooltip.
+// A repo as a person reads it: host and path without the scheme and ".git", a local path by
+// its last two folders (the whole of it belongs in a tooltip).
+export function repoText(repo) {
+  const short = repo.replace(/^[a-z+]+:\/\//, "").replace(/\.git$/, "");
+  return repo.startsWith("/") ? short.split("/").slice(-2).join("/") : short;
+}
+
+// A repo and branch as a list shows them, the whole repo in the tooltip.
 export function repoCell(repo, branch) {
   if (!repo) return branch;
-  let short = repo.replace(/^[a-z+]+:\/\//, "").replace(/\.git$/, "");
-  if (repo.startsWith("/")) short = short.split("/").slice(-2).join("/");
-  return h("span", { title: repo }, `${short} · ${branch}`);
+  return h("span", { title: repo }, `${repoText(repo)} · ${branch}`);
 }
 
 // A change's size as "3 files +10 -2" ({files, added, removed}); "" when there is none known.
