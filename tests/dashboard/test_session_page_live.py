@@ -136,6 +136,13 @@ def test_approve_deny_steer_and_stop_act_on_a_live_claude_code_turn(
     server.sandboxes().exec(sandbox.id, ["touch", GO])
     expect(page.locator("[data-turn='1']")).to_contain_text("Steered and done.", timeout=120_000)
     expect(live).to_be_hidden()
+    # The conversation shows the steer as the person's message, labelled, in its place.
+    steered = running.locator(".msg.user.steer")
+    expect(steered.locator(".text")).to_have_text([STEER])
+    expect(steered.locator(".steer-label")).to_have_text("steer")
+    expect(running.locator(".events-list > .msg .text").last).to_have_text("Steered and done.")
+    assert running.locator(".events-list > .msg .text").all_text_contents()[-2:] == [
+        STEER, "Steered and done."]
     expect(running.locator(".outcome")).to_contain_text("exited")
     expect(running.locator(".transcript-status")).to_have_text("")
 
