@@ -40,7 +40,8 @@ MAX_STEERS = 200
 """Steers a turn's record keeps for its transcript; later ones are delivered, not recorded."""
 STEER_INLINE_BYTES = 512
 """A recorded steer longer than this (UTF-8) is sealed in blobs, so that :data:`MAX_STEERS` of
-them keep a turn's record small."""
+them keep a turn's record small; the record then keeps its first :data:`STEER_OPENING_CHARS`."""
+STEER_OPENING_CHARS = 120
 _END = 1 << 62
 """A steer's offset when the sandbox did not say its log's size: the transcript shows it at
 the turn's end."""
@@ -167,7 +168,8 @@ class Steering:
                     offset = int(size.stdout.strip())
             while len(turn.steers) < MAX_STEERS:
                 kept = kept or self.messages.keep(session.id, n, message,
-                                                  inline=STEER_INLINE_BYTES, opening=0)  # fmt: skip
+                                                  inline=STEER_INLINE_BYTES,
+                                                  opening=STEER_OPENING_CHARS)  # fmt: skip
                 steer = SteerRecord(message=kept.message, message_ref=kept.ref, offset=offset)
                 try:
                     self.db.update_turn(turn.model_copy(update={"steers": [*turn.steers, steer]}))
