@@ -66,6 +66,10 @@ def test_signing_in_lists_the_sessions_made_through_the_api_newest_first_with_th
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("second-job")
 
+    page.get_by_label("Name prefix").fill("zzz")  # none: words, not an empty table
+    expect(page.get_by_text("No session matches.")).to_be_visible()
+    expect(page.locator("#sessions")).to_be_hidden()
+
     # A row's name opens its page.
     page.get_by_label("Name prefix").fill("")
     expect(rows).to_have_count(3)
@@ -82,7 +86,7 @@ def test_a_wrong_token_shows_the_error_and_no_data(
     new(server, "secret-work", "write a note")
     sign_in(page, server, token="not-a-token")
     alert = page.get_by_role("alert")
-    expect(alert).to_contain_text("the bearer token is not valid")
+    expect(alert).to_contain_text("That token was refused: the bearer token is not valid")
     expect(alert).to_contain_text("unauthorized")
     expect(page.get_by_label("Token")).to_be_visible()
     assert "secret-work" not in page.content()
@@ -282,6 +286,9 @@ def test_fork_asks_how_many_and_links_the_forks_and_archive_asks_first(
     page.get_by_role("button", name="Archive").click()
     expect(page.locator("#status")).to_contain_text("archived")
     assert api(server, "GET", "/api/sessions/base")["state"] == "archived"
+    # Its checkpoints went with it: the page says so rather than showing an empty table.
+    expect(page.locator("#checkpoints")).to_be_hidden()
+    expect(page.get_by_text("None: archiving the session dropped them.")).to_be_visible()
 
     forks.first.click()
     expect(page.get_by_role("heading", name=names[0])).to_be_visible()

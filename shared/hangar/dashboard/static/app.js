@@ -40,14 +40,15 @@ function signIn(main) {
       route();
     } catch (err) {
       token.clear();
-      showError(err);
+      showError(err.status === 401 ? Object.assign(new Error(`That token was refused: ${err.message}`), { code: err.code }) : err);
     } finally {
       button.disabled = false;
     }
   });
   main.append(
     h("h1", {}, "Sign in"),
-    h("p", { class: "muted" }, "With a hangar token: the admin token of `hangar serve` is in its data folder (admin-token). It is kept for this browser tab only."),
+    h("p", { class: "muted" }, "With a hangar token: ", h("code", {}, "hangar serve"), "'s admin token is in its data folder (",
+      h("code", {}, "~/.hangar/admin-token"), " by default). It is kept for this browser tab only."),
     form,
   );
   input.focus();

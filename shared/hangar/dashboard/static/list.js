@@ -43,6 +43,9 @@ export function renderList(main, ctx) {
   const rows = h("tbody");
   const more = h("button", { type: "button", hidden: true }, "More");
   const status = h("p", { class: "muted", "aria-live": "polite" });
+  const table = h("table", { id: "sessions", class: "cards" },
+    h("thead", {}, h("tr", {}, COLUMNS.map((t) => h("th", { scope: "col" }, t)))),
+    rows);
 
   main.append(
     h("div", { class: "title-row" }, h("h1", {}, "Sessions"),
@@ -51,9 +54,7 @@ export function renderList(main, ctx) {
       h("label", { for: "state-filter" }, "State"), state,
       h("label", { for: "prefix-filter" }, "Name prefix"), prefix),
     status,
-    h("table", { id: "sessions", class: "cards" },
-      h("thead", {}, h("tr", {}, COLUMNS.map((t) => h("th", { scope: "col" }, t)))),
-      rows),
+    table,
     h("div", { class: "pager" }, more),
   );
 
@@ -80,12 +81,15 @@ export function renderList(main, ctx) {
       cells.map((cell, i) => h("td", { "data-label": COLUMNS[i], class: CLASSES[i] }, cell)));
   }
 
+  // What the list holds, in words; an empty list shows no table, only this.
   function describe(count) {
     const filtered = state.value || prefix.value;
+    table.hidden = count === 0;
     if (count === 0) {
-      return filtered ? "No session matches." : "No sessions yet: start one with New session (or `hangar session new NAME MESSAGE --env ENV`).";
+      return filtered ? ["No session matches."]
+        : ["No sessions yet: start one with New session (or ", h("code", {}, "hangar session new NAME MESSAGE --env ENV"), ")."];
     }
-    return `${count} session${count === 1 ? "" : "s"} shown, most recently active first.`;
+    return [`${count} session${count === 1 ? "" : "s"} shown, most recently active first.`];
   }
 
   function schedule(sessions) {
@@ -103,7 +107,7 @@ export function renderList(main, ctx) {
       rows.replaceChildren(...page.sessions.map(row));
       cursor = page.next_cursor;
       more.hidden = !cursor;
-      status.textContent = describe(page.sessions.length);
+      status.replaceChildren(...describe(page.sessions.length));
       schedule(page.sessions);
     } catch (err) {
       if (stopped) return;
@@ -120,7 +124,7 @@ export function renderList(main, ctx) {
       shown += page.sessions.length;
       cursor = page.next_cursor;
       more.hidden = !cursor;
-      status.textContent = describe(rows.children.length);
+      status.replaceChildren(...describe(rows.children.length));
     } catch (err) {
       ctx.fail(err);
     } finally {

@@ -119,6 +119,12 @@ export function renderSession(main, name, ctx) {
   const transcript = createTranscript(name, { fail, download: (a) => downloadArtifact(a) });
   const turns = h("tbody");
   const checkpoints = h("tbody");
+  const turnsTable = h("table", { id: "turns", class: "cards" }, h("thead", {}, h("tr", {},
+    ["#", "Message", "Outcome", "Summary", "Started", "Took", "Usage"].map((t) => h("th", { scope: "col" }, t)))), turns);
+  const turnsEmpty = h("p", { class: "muted", hidden: true }, "No turns yet.");
+  const checkpointsTable = h("table", { id: "checkpoints", class: "cards" }, h("thead", {}, h("tr", {},
+    ["When", "Reason", "Size", "Restore", "Warnings"].map((t) => h("th", { scope: "col" }, t)))), checkpoints);
+  const checkpointsEmpty = h("p", { class: "muted", hidden: true });
   const restoreNote = h("div");
   const viewPatch = h("button", { type: "button" }, "View patch");
   const downloadPatch = h("button", { type: "button" }, "Download patch");
@@ -138,12 +144,8 @@ export function renderSession(main, name, ctx) {
     idleForm,
     h("h2", {}, "Conversation"), transcript.element,
     h("h2", {}, "Message the agent"), messageForm,
-    h("h2", {}, "Turns"),
-    h("table", { id: "turns", class: "cards" }, h("thead", {}, h("tr", {},
-      ["#", "Message", "Outcome", "Summary", "Started", "Took", "Usage"].map((t) => h("th", { scope: "col" }, t)))), turns),
-    h("h2", {}, "Checkpoints"), restoreNote,
-    h("table", { id: "checkpoints", class: "cards" }, h("thead", {}, h("tr", {},
-      ["When", "Reason", "Size", "Restore", "Warnings"].map((t) => h("th", { scope: "col" }, t)))), checkpoints),
+    h("h2", {}, "Turns"), turnsEmpty, turnsTable,
+    h("h2", {}, "Checkpoints"), restoreNote, checkpointsEmpty, checkpointsTable,
     h("h2", {}, "Patch"), h("div", { class: "actions" }, viewPatch, downloadPatch), patchBox,
     h("h2", {}, "Artifacts"), artifacts,
     h("h2", {}, "Terminal"),
@@ -203,6 +205,8 @@ export function renderSession(main, name, ctx) {
   }
 
   function renderTurns(s) {
+    turnsEmpty.hidden = s.turns.length > 0;
+    turnsTable.hidden = !s.turns.length;
     turns.replaceChildren(...s.turns.map((t) => h("tr", { "data-turn": String(t.n) },
       h("td", { "data-label": "Turn" }, String(t.n)),
       h("td", { "data-label": "Message", class: "message" }, t.message),
@@ -223,6 +227,10 @@ export function renderSession(main, name, ctx) {
       const k = skipped.get(c.id);
       return k ? h("span", { class: "tag bad" }, `skipped by restore: ${k.message} (${k.code})`) : "";
     };
+    checkpointsEmpty.hidden = s.checkpoints.length > 0;
+    checkpointsEmpty.textContent = s.state === "archived" ? "None: archiving the session dropped them."
+      : "No checkpoints yet: one is made after each turn and before the sandbox is let go.";
+    checkpointsTable.hidden = !s.checkpoints.length;
     checkpoints.replaceChildren(...[...s.checkpoints].reverse().map((c) => h("tr", { "data-checkpoint": c.id },
       h("td", { "data-label": "When" }, when(c.ts)),
       h("td", { "data-label": "Reason" }, c.reason),
