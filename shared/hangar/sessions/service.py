@@ -672,6 +672,10 @@ class SessionService:
         self.context.delete_all(session.id)
         self.messages.delete_all(session.id)
         self.db.delete_session(session.id)
+        # A start step that made its sandbox after the first look and recorded it before the
+        # record went: no later step finds the session to remove it, so look once more. (One
+        # that records it after finds no session and removes it itself.)
+        self._provisioner.destroy_all(session.id)
 
     # -- using the sandbox ------------------------------------------------------------------
 

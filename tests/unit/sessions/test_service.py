@@ -534,3 +534,20 @@ def test_a_switch_is_refused_while_a_turn_runs_and_changes_nothing(world: World)
         world.service.send("busy", "more", harness="codex")
     assert world.service.resolve("busy").harness == "antigravity"
     assert world.service.resolve("busy").version == before.version
+
+
+def test_a_sandbox_a_start_makes_while_its_session_is_deleted_goes_with_it(world: World) -> None:
+    from hangar.sandboxes import SandboxSpec
+    from hangar.sessions.sandbox import SESSION_LABEL
+
+    start(world)
+    drop_all = world.service.checkpointer.drop_all
+
+    def racing_start(session_id: str) -> None:
+        """A start step makes (and records) its sandbox after the delete's first look."""
+        world.sandboxes.create(SandboxSpec(labels={SESSION_LABEL: session_id}))
+        drop_all(session_id)
+
+    world.service.checkpointer.drop_all = racing_start  # type: ignore[method-assign]
+    world.service.delete("demo", force=True)
+    assert world.sandboxes.list() == []
