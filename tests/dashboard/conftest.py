@@ -17,7 +17,9 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
@@ -113,6 +115,14 @@ def module_server(tmp_path_factory: pytest.TempPathFactory, module_remote: Path)
 
 def admin_token(server: Server) -> str:
     return (server.data_dir / "admin-token").read_text().strip()
+
+
+def api(server: Server, method: str, path: str, *, timeout: float = 60, **kwargs: Any) -> Any:
+    """A REST call as the admin; its JSON answer (a failed one fails the test)."""
+    headers = {"Authorization": f"Bearer {admin_token(server)}"}
+    answer = httpx.request(method, server.url + path, headers=headers, timeout=timeout, **kwargs)
+    assert answer.status_code < 300, answer.text
+    return answer.json()
 
 
 def sign_in(page: Page, server: Server, token: str | None = None) -> None:

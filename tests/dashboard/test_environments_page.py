@@ -5,25 +5,17 @@ and secrets that go in and are never shown back."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.dashboard.conftest import admin_token, screenshot, sign_in
+from tests.dashboard.conftest import api, screenshot, sign_in
 from tests.e2e.conftest import Server
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 
 SECRET = "tok-never-shown-7d41"
 
-
-def api(server: Server, method: str, path: str) -> Any:
-    headers = {"Authorization": f"Bearer {admin_token(server)}"}
-    answer = httpx.request(method, server.url + path, headers=headers, timeout=60)
-    assert answer.status_code < 300, answer.text
-    return answer.json()
 
 
 def test_an_environment_is_added_and_changed_with_the_apis_checks_and_its_secret_never_shown(

@@ -6,25 +6,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.dashboard.conftest import admin_token, screenshot, sign_in
+from tests.dashboard.conftest import api, screenshot, sign_in
 from tests.e2e.conftest import Server
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 
 SCHEMA = {"type": "object", "required": ["ok"]}
 
-
-def api(server: Server, method: str, path: str, **kwargs: Any) -> Any:
-    headers = {"Authorization": f"Bearer {admin_token(server)}"}
-    answer = httpx.request(method, server.url + path, headers=headers, timeout=150, **kwargs)
-    assert answer.status_code < 300, answer.text
-    return answer.json()
 
 
 def focused(page: Page) -> str:
@@ -82,7 +74,8 @@ def test_the_form_used_with_the_keyboard_alone_starts_a_session_with_a_file_and_
 
     expect(page.get_by_role("heading", name="keyboard-job")).to_be_visible()
     assert page.url.endswith("/sessions/keyboard-job")
-    turn = api(server, "POST", "/api/sessions/keyboard-job/wait", json={"turn": 1, "timeout": 120})
+    turn = api(server, "POST", "/api/sessions/keyboard-job/wait", json={"turn": 1, "timeout": 120},
+               timeout=150)
     assert turn["finished_at"], turn
     session = api(server, "GET", "/api/sessions/keyboard-job")
     assert (session["harness"], session["idle_minutes"], session["output_schema"]) == (

@@ -7,14 +7,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
 from emulators.model import ModelStub
-from tests.dashboard.conftest import admin_token, screenshot, sign_in
+from tests.dashboard.conftest import api, screenshot, sign_in
 from tests.e2e.conftest import Server, _server
 from tests.e2e.test_acceptance import MODELS, add_env, until
 from tests.harness.test_live_turns import GO, HOLD, STARTED, STEER
@@ -52,12 +50,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, module_remote: Path,
         add_env(running, module_remote, stub)
         yield running
 
-
-def api(server: Server, method: str, path: str, **kwargs: Any) -> Any:
-    headers = {"Authorization": f"Bearer {admin_token(server)}"}
-    answer = httpx.request(method, server.url + path, headers=headers, timeout=60, **kwargs)
-    assert answer.status_code < 300, answer.text
-    return answer.json()
 
 
 def test_the_conversation_of_a_real_claude_code_turn_shows_its_tool_call_and_outlives_the_sandbox(

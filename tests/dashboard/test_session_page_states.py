@@ -9,11 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-import httpx
 import pytest
 from playwright.sync_api import Page, Route, expect
 
-from tests.dashboard.conftest import admin_token, sign_in
+from tests.dashboard.conftest import api, sign_in
 from tests.e2e.conftest import Server
 from tests.e2e.test_acceptance import IDENTITY, until
 
@@ -32,12 +31,6 @@ def server(module_server: Server, module_remote: Path) -> Server:
 def new(server: Server, name: str, message: str, env: str = "app") -> None:
     server.cli("session", "new", name, message, "--env", env, "--harness", "antigravity", "-w")
 
-
-def api(server: Server, method: str, path: str, **kwargs: object) -> dict[str, object]:
-    headers = {"Authorization": f"Bearer {admin_token(server)}"}
-    answer = httpx.request(method, server.url + path, headers=headers, timeout=60, **kwargs)  # type: ignore[arg-type]
-    assert answer.status_code < 300, answer.text
-    return answer.json()  # type: ignore[no-any-return]
 
 
 def test_a_failed_turn_shows_as_failed_with_its_reason_and_never_hangars_prompt_text(

@@ -4,14 +4,13 @@ line, what needs the person and the change's size; usable at 360 px; a favicon."
 
 from __future__ import annotations
 
-from typing import Any
 
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from hangar.dashboard import POLICY
-from tests.dashboard.conftest import WAIT_MS, admin_token, screenshot, sign_in
+from tests.dashboard.conftest import WAIT_MS, api, screenshot, sign_in
 from tests.e2e.conftest import Server
 from tests.e2e.test_acceptance import until
 
@@ -19,12 +18,6 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 
 HOLD = "hold-the-turn-here"
 
-
-def api(server: Server, method: str, path: str, **kwargs: Any) -> Any:
-    headers = {"Authorization": f"Bearer {admin_token(server)}"}
-    answer = httpx.request(method, server.url + path, headers=headers, timeout=60, **kwargs)
-    assert answer.status_code < 300, answer.text
-    return answer.json()
 
 
 def new(server: Server, name: str, message: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -14,7 +13,7 @@ from playwright.sync_api import Page, expect
 
 from emulators.model import ModelStub
 from hangar.dashboard import POLICY
-from tests.dashboard.conftest import admin_token, sign_in
+from tests.dashboard.conftest import api, sign_in
 from tests.e2e.conftest import STANDIN_SETTINGS, Server, _server, standin_harnesses
 from tests.e2e.test_acceptance import IDENTITY, add_env, until
 
@@ -25,12 +24,6 @@ def new(server: Server, name: str, message: str, *extra: str) -> None:
     server.ok("session", "new", name, message, "--env", "app", "--harness", "antigravity", "-w",
               *extra)  # fmt: skip
 
-
-def api(server: Server, method: str, path: str, **kwargs: Any) -> Any:
-    headers = {"Authorization": f"Bearer {admin_token(server)}"}
-    answer = httpx.request(method, server.url + path, headers=headers, timeout=60, **kwargs)
-    assert answer.status_code < 300, answer.text
-    return answer.json()
 
 
 def test_signing_in_lists_the_sessions_made_through_the_api_newest_first_with_their_states(
