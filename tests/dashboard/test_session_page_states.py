@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from playwright.sync_api import Page, Route, expect
 
-from tests.dashboard.conftest import api, sign_in
+from tests.dashboard.conftest import WAIT_MS, api, sign_in
 from tests.e2e.conftest import Server
 from tests.e2e.test_acceptance import IDENTITY, until
 
@@ -66,7 +66,7 @@ def test_the_agents_question_offers_its_answers_as_buttons_that_send_the_answer(
     question.get_by_role("button", name="ship it").click()
     turn = page.locator("[data-turn='2']")
     expect(turn).to_contain_text("ship it")
-    expect(turn).to_contain_text("exited")
+    expect(turn).to_contain_text("exited", timeout=WAIT_MS)  # the turn runs meanwhile
     expect(page.locator("#question")).to_have_count(0)
     # Usage in words, from the stand-in's 10 tokens in and 5 out.
     expect(turn).to_contain_text("10 tokens in, 5 out")
